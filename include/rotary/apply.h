@@ -1,0 +1,109 @@
+// Applying RoPE: q (and k) in any layout/dtype/position scheme, from a table, frequencies or caller cos/sin.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "rotary/api.h"
+#include "rotary/freqs.h"
+#include "rotary/spec.h"
+#include "rotary/table.h"
+#include "rotary/types.h"
+
+namespace rotary {
+
+enum class Backend : int {
+  kAuto = 0,       ///< best available (CPU SIMD today)
+  kCpu = 1,        ///< SIMD kernels (Highway, runtime ISA dispatch) + threads
+  kReference = 2,  ///< literal scalar kernel: the test oracle
+  kCuda = 3,       ///< Error(kUnsupported) unless built with ROTARY_BUILD_CUDA
+};
+
+/// Where each token's position comes from. The token grid is (b, s) for bshd/bhsd and (0, t) for thd.
+struct Positions {
+  enum class Kind : int {
+    kOffset = 0,  ///< pos(b, s) = offset + batch_offsets[b] (if present) + s
+    kIds = 1,     ///< pos(b, s) = ids[b, s]  (ids: [B,S], [S] broadcast over batch, or [T] for thd)
+                  ///<   i32/i64 = integer positions; f32/f64 = fractional (on-the-fly only)
+                  ///<   M-RoPE specs: [3,B,S] (bshd/bhsd) or [3,T] (thd), axis 0 = (t, h, w)
+    kPacked = 2,  ///< thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] for the sequence n holding t
+  };
+  Kind kind = Kind::kOffset;
+  int64_t offset = 0;
+  TensorView batch_offsets;  ///< kOffset, optional, i32/i64 [B]
+  TensorView ids;            ///< kIds
+  TensorView cu_seqlens;     ///< kPacked, i32/i64 [N+1], cu[0] = 0, non-decreasing, cu[N] = T
+  TensorView seq_offsets;    ///< kPacked, optional, i32/i64 [N]
+
+  static Positions contiguous(int64_t offset = 0) { Positions p; p.offset = offset; return p; }
+  static Positions from_ids(TensorView ids) { Positions p; p.kind = Kind::kIds; p.ids = ids; return p; }
+  static Positions packed(TensorView cu_seqlens, TensorView seq_offsets = {}) {
+    Positions p; p.kind = Kind::kPacked; p.cu_seqlens = cu_seqlens; p.seq_offsets = seq_offsets; return p;
+  }
+};
+
+/// Arguments of one apply call. q and k may have different head counts (GQA) and
+/// arbitrary strides (e.g. slices of a fused QKV buffer). Channel stride 1 takes the SIMD path.
+struct ApplyArgs {
+  TensorView q;      ///< [B,S,H,D] / [B,H,S,D] / [T,H,D] per `layout`
+  TensorView q_out;  ///< absent, or identical to q => in place; else same shape & dtype, no partial overlap
+  TensorView k;      ///< optional second tensor, same B,S (or T) and D as q, its own head count
+  TensorView k_out;
+  Positions positions;
+  Layout layout = Layout::kBSHD;
+  std::optional<Pairing> pairing;   ///< nullopt: the spec's pairing (Rope) or half-split (low-level calls)
+  Direction direction = Direction::kForward;
+  std::optional<int64_t> seq_len;   ///< length seen by dynamic/longrope; nullopt = max(position)+1
+  int threads = 0;                  ///< 0 = all cores; 1 = calling thread only (see docs/threading.md)
+  Backend backend = Backend::kAuto;
+};
+
+/// Rotates with a growable table (grown to cover the largest position; thread-safe).
+/// Channels >= 2*table.half() pass through unchanged (copied when out of place).
+ROTARY_API void apply_table(CosSinTable& table, const ApplyArgs& args);
+
+/// Rotates computing cos/sin on the fly per token (exact angles; fractional positions allowed).
+ROTARY_API void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args);
+
+/// Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding semantics), values used as given:
+///   rank 2 [max_pos, R/2]: indexed by args.positions (a position >= max_pos is an error, never identity);
+///   rank 3 [B, S, R/2]:    already gathered per token (args.positions must be the default kOffset 0).
+/// cos/sin dtype: f32, f16, bf16 or f64.
+ROTARY_API void apply_cos_sin(TensorView cos, TensorView sin, const ApplyArgs& args);
+
+enum class CosSinMode : int {
+  kAuto = 0,      ///< table up to TableOptions::max_positions, on the fly beyond (and for fractional positions)
+  kTable = 1,     ///< table only: a position past max_positions is Error(kOutOfRange)
+  kOnTheFly = 2,  ///< never store a table
+};
+
+struct RopeOptions {
+  CosSinMode mode = CosSinMode::kAuto;
+  TableOptions table;
+};
+
+/// The seed's module in C++: a Spec plus lazily grown cos/sin tables, applying with the right
+/// frequencies for the sequence length (dynamic NTK / LongRoPE switch like HF's forward).
+/// Thread-safe: apply() may be called concurrently from many threads.
+class ROTARY_API Rope {
+ public:
+  explicit Rope(Spec spec, RopeOptions options = {});
+  ~Rope();
+  Rope(const Rope&) = delete;
+  Rope& operator=(const Rope&) = delete;
+
+  const Spec& spec() const;
+  /// Frequencies used for a given sequence length (see compute_frequencies).
+  Frequencies frequencies(std::optional<int64_t> seq_len = std::nullopt) const;
+  /// Applies to args (pairing defaults to spec().pairing; M-RoPE specs take [3,...] ids).
+  void apply(const ApplyArgs& args);
+  /// The table used for lengths within the original context.
+  CosSinTable& table();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rotary

@@ -1,0 +1,12 @@
+// Umbrella header: everything in the rotary C++ API.
+#pragma once
+
+#include "rotary/api.h"
+#include "rotary/version.h"
+#include "rotary/types.h"
+#include "rotary/spec.h"
+#include "rotary/freqs.h"
+#include "rotary/config.h"
+#include "rotary/table.h"
+#include "rotary/apply.h"
+#include "rotary/npy.h"

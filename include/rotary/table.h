@@ -1,0 +1,79 @@
+// The cos/sin cache (the seed's cos_cache/sin_cache): exact angles, grown lazily, safe to grow while others read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "rotary/api.h"
+#include "rotary/freqs.h"
+
+namespace rotary {
+
+/// Computes one position's cos/sin row exactly: the angle pos*theta_i is formed in double
+/// (|error| <= ~2^-29 rad for pos < 2^24), reduced by the C library's correctly range-reduced
+/// double sin/cos, multiplied by attention_factor and rounded once to f32.
+/// Max abs error of each stored value vs fp64 truth: <= 6e-8 * attention_factor (one f32 rounding).
+/// `pos` may be fractional. cos_out/sin_out have inv_freq.size() entries.
+ROTARY_API void compute_cos_sin_row(const Frequencies& freqs, double pos, float* cos_out, float* sin_out);
+/// Same with a raw table of theta values (kernels' on-the-fly path).
+ROTARY_API void compute_cos_sin_row(const double* inv_freq, int64_t half, double attention_factor, double pos,
+                                    float* cos_out, float* sin_out);
+
+struct TableOptions {
+  int64_t initial_positions = 0;  ///< positions [0, n) built eagerly at construction
+  /// Hard cap on positions the table may hold; growth past it throws Error(kOutOfRange).
+  /// Default 2^22 positions (64 MiB for rotary_dim 128... per MiB: 2^22*R*4 bytes).
+  int64_t max_positions = int64_t(1) << 22;
+};
+
+/// A growable table of f32 rows, one per integer position p in [0, size()):
+///   row(p) = [ cos(p*theta_0)*af, ..., cos(p*theta_{h-1})*af, sin(p*theta_0)*af, ..., sin(p*theta_{h-1})*af ]
+/// where h = rotary_dim/2 and af = attention_factor (folded in, as HF does).
+///
+/// Thread-safety: all const methods and ensure() may be called concurrently from any threads.
+/// Growth allocates a larger block, fills it, and publishes it with a release store; older blocks
+/// are kept until the table is destroyed, so a View obtained earlier stays valid and unchanged.
+/// Growth is amortised (capacity at least doubles).
+class ROTARY_API CosSinTable {
+ public:
+  struct View {
+    const float* data = nullptr;  ///< size * 2 * half floats
+    int64_t size = 0;             ///< positions available
+    int64_t half = 0;
+    const float* cos(int64_t pos) const { return data + pos * 2 * half; }
+    const float* sin(int64_t pos) const { return data + pos * 2 * half + half; }
+  };
+
+  explicit CosSinTable(Frequencies freqs, TableOptions options = {});
+  CosSinTable(const CosSinTable&) = delete;
+  CosSinTable& operator=(const CosSinTable&) = delete;
+  ~CosSinTable();
+
+  const Frequencies& frequencies() const { return freqs_; }
+  int64_t half() const { return static_cast<int64_t>(freqs_.inv_freq.size()); }
+  int64_t max_positions() const { return options_.max_positions; }
+  /// Positions currently built.
+  int64_t size() const;
+  /// Makes positions [0, n) available (grows if needed). Throws Error(kOutOfRange) if n > max_positions.
+  void ensure(int64_t n_positions);
+  /// Snapshot of the current contents; valid for the lifetime of the table.
+  View view() const;
+  /// ensure(n_positions) then view().
+  View view_for(int64_t n_positions);
+
+ private:
+  struct Block {
+    std::unique_ptr<float[]> data;
+    int64_t size;
+  };
+  Frequencies freqs_;
+  TableOptions options_;
+  std::mutex grow_mutex_;
+  std::vector<Block> blocks_;           // guarded by grow_mutex_; never shrinks
+  std::atomic<const Block*> current_{nullptr};
+};
+
+}  // namespace rotary

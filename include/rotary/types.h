@@ -1,0 +1,96 @@
+// Basic vocabulary types shared by every layer: dtypes, pairings, layouts, strided tensor views, errors.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+
+#include "rotary/api.h"
+
+namespace rotary {
+
+/// Element types. Floating types are rotated (math always in f32, f64 for kF64);
+/// integer types are only used for positions and cu_seqlens.
+enum class DType : int {
+  kF32 = 0,
+  kF16 = 1,   ///< IEEE binary16
+  kBF16 = 2,  ///< bfloat16 (top 16 bits of an f32), round-to-nearest-even on store
+  kF64 = 3,   ///< reference and gradient checks
+  kI32 = 4,
+  kI64 = 5,
+};
+
+ROTARY_API const char* dtype_name(DType dtype);  ///< "f32", "f16", "bf16", "f64", "i32", "i64"
+ROTARY_API std::size_t dtype_size(DType dtype);
+inline bool is_floating(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
+inline bool is_integer(DType d) { return d == DType::kI32 || d == DType::kI64; }
+
+/// Which channels form a rotated 2-D pair (R = rotary_dim, channels >= R pass through).
+///
+///   kHalfSplit   pairs (x[i], x[i + R/2])   GPT-NeoX / HF rotate_half / ggml NEOX / mlx traditional=False
+///                channel map  [c c c c s s s s | p p]   (c: first of pair, s: second, p: pass-through)
+///   kInterleaved pairs (x[2i], x[2i+1])      GPT-J / Meta / ggml NORMAL / mlx traditional=True / ONNX interleaved=1
+///                channel map  [c s c s c s c s | p p]
+enum class Pairing : int { kHalfSplit = 0, kInterleaved = 1 };
+
+/// kForward rotates by +pos*theta; kInverse by -pos*theta (the backward pass of RoPE,
+/// since the rotation is orthogonal: grad_x = R(-theta) grad_y).
+enum class Direction : int { kForward = 0, kInverse = 1 };
+
+/// Logical layout of an activation tensor. Only the *meaning* of the axes differs;
+/// the memory order is given by strides, so non-contiguous views work.
+///   kBSHD  [batch, seq, heads, head_dim]   (HF unsqueeze_dim=2, flash-attn, TE bshd)
+///   kBHSD  [batch, heads, seq, head_dim]   (HF default unsqueeze_dim=1, ONNX 4-D)
+///   kTHD   [tokens, heads, head_dim]       (packed / varlen; B = 1, S = T)
+enum class Layout : int { kBSHD = 0, kBHSD = 1, kTHD = 2 };
+
+ROTARY_API const char* pairing_name(Pairing p);    ///< "half" / "interleaved"
+ROTARY_API const char* layout_name(Layout l);      ///< "bshd" / "bhsd" / "thd"
+ROTARY_API const char* direction_name(Direction d);///< "forward" / "backward"
+
+inline constexpr int kMaxRank = 4;
+
+/// A non-owning strided view. Shape and strides are in *elements* (not bytes).
+/// A view with data == nullptr is "absent".
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int rank = 0;
+  int64_t shape[kMaxRank] = {0, 0, 0, 0};
+  int64_t strides[kMaxRank] = {0, 0, 0, 0};
+
+  bool present() const { return data != nullptr; }
+  ROTARY_API int64_t numel() const;
+  ROTARY_API bool is_contiguous() const;
+
+  /// Row-major contiguous view of `shape`.
+  ROTARY_API static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape);
+  ROTARY_API static TensorView contiguous(const void* data, DType dtype, std::initializer_list<int64_t> shape);
+  ROTARY_API static TensorView strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                                       std::initializer_list<int64_t> strides);
+};
+
+/// Every failure in rotary is reported as rotary::Error. The message always has the
+/// form "[where] what, got value" (e.g. "[rotary_apply] rotary_dim must be even, got 7").
+class ROTARY_API Error : public std::runtime_error {
+ public:
+  enum class Kind : int {
+    kInvalidArgument = 1,  ///< a value/shape/stride/dtype is wrong
+    kOutOfRange = 2,       ///< a position or size beyond a documented limit
+    kUnsupported = 3,      ///< valid, but not built/implemented (e.g. CUDA without CUDA)
+    kIo = 4,               ///< file could not be read/written or is malformed
+    kInternal = 5,
+  };
+  Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+/// Throws rotary::Error(kind, "[where] " + message).
+[[noreturn]] ROTARY_API void fail(Error::Kind kind, const char* where, const std::string& message);
+
+}  // namespace rotary

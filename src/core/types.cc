@@ -1,0 +1,92 @@
+// Names, sizes and view helpers for the vocabulary types in rotary/types.h, and the one error helper.
+#include "rotary/types.h"
+
+#include <limits>
+
+namespace rotary {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF64: return "f64";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+  }
+  return "unknown";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kF64: case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+const char* pairing_name(Pairing p) { return p == Pairing::kHalfSplit ? "half" : "interleaved"; }
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kBSHD: return "bshd";
+    case Layout::kBHSD: return "bhsd";
+    case Layout::kTHD: return "thd";
+  }
+  return "unknown";
+}
+
+const char* direction_name(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  if (v.rank > kMaxRank) fail(Error::Kind::kInvalidArgument, "rotary_tensor", "rank must be <= 4, got " + std::to_string(v.rank));
+  int i = 0;
+  for (int64_t s : shape) v.shape[i++] = s;
+  int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.strides[d] = stride;
+    stride *= v.shape[d];
+  }
+  return v;
+}
+
+TensorView TensorView::contiguous(const void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  return contiguous(const_cast<void*>(data), dtype, shape);
+}
+
+TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                               std::initializer_list<int64_t> strides) {
+  if (shape.size() != strides.size())
+    fail(Error::Kind::kInvalidArgument, "rotary_tensor", "shape and strides must have the same rank, got " +
+         std::to_string(shape.size()) + " and " + std::to_string(strides.size()));
+  TensorView v = contiguous(data, dtype, shape);
+  int i = 0;
+  for (int64_t s : strides) v.strides[i++] = s;
+  return v;
+}
+
+void fail(Error::Kind kind, const char* where, const std::string& message) {
+  throw Error(kind, std::string("[") + where + "] " + message);
+}
+
+}  // namespace rotary

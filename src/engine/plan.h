@@ -1,0 +1,90 @@
+// Internal: a fully validated, backend-neutral description of one apply call (what backends consume).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "rotary/apply.h"
+#include "rotary/types.h"
+
+namespace rotary::detail {
+
+/// One tensor to rotate, with strides in ELEMENTS, already permuted to the canonical
+/// (b, s, h, d) order whatever the user's layout (thd: b = 0 only, s = token).
+struct PlanTensor {
+  const void* in = nullptr;
+  void* out = nullptr;  ///< == in for in-place
+  int64_t heads = 0;
+  int64_t in_sb = 0, in_ss = 0, in_sh = 0, in_sd = 1;
+  int64_t out_sb = 0, out_ss = 0, out_sh = 0, out_sd = 1;
+  bool inplace() const { return in == out; }
+};
+
+/// Per-token position source (validated: every index is in range).
+struct PlanPositions {
+  enum class Kind { kOffset, kIds, kPerToken } kind = Kind::kOffset;
+  // kOffset: pos = offset + batch_offset(b) + s
+  int64_t offset = 0;
+  const void* batch_offsets = nullptr;  // i32/i64 [B] or null
+  DType batch_offsets_dtype = DType::kI64;
+  int64_t batch_offsets_stride = 1;
+  // kIds: pos = ids[b*ids_sb + s*ids_ss] (+ axis*ids_sa for M-RoPE), any of i32/i64/f32/f64
+  const void* ids = nullptr;
+  DType ids_dtype = DType::kI64;
+  int64_t ids_sb = 0, ids_ss = 0, ids_sa = 0;
+  int n_axes = 1;  ///< 3 for M-RoPE
+  // kPerToken: packed batches resolved by the engine into one int64 per token (s index)
+  std::vector<int64_t> per_token;
+
+  bool fractional() const { return kind == Kind::kIds && (ids_dtype == DType::kF32 || ids_dtype == DType::kF64); }
+};
+
+/// Where cos/sin come from. Every source yields, per token, two f32 rows of `half` values
+/// (attention factor already folded in).
+struct PlanCosSin {
+  enum class Kind { kTable, kCaller, kOnTheFly } kind = Kind::kTable;
+  // kTable: rows of 2*half f32: [cos | sin], `table_size` rows
+  const float* table = nullptr;
+  int64_t table_size = 0;
+  // kCaller: rank 2 => indexed by position; rank 3 => [B,S,half] gathered
+  TensorView cos, sin;
+  // kOnTheFly
+  const double* inv_freq = nullptr;
+  double attention_factor = 1.0;
+  // M-RoPE: axis_of_freq[j] in {0,1,2} tells which position axis frequency j uses (size half), empty = off
+  std::vector<uint8_t> axis_of_freq;
+};
+
+struct Plan {
+  DType dtype = DType::kF32;
+  Pairing pairing = Pairing::kHalfSplit;
+  Direction direction = Direction::kForward;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;
+  int64_t half = 0;  ///< rotary_dim / 2
+  int64_t B = 0, S = 0;
+  int ntensors = 0;
+  PlanTensor t[2];
+  PlanPositions pos;
+  PlanCosSin cs;
+  int threads = 0;  ///< resolved: >= 1
+};
+
+/// Returns pointers to token (b, s)'s cos row and sin row (`half` f32 each). Uses `scratch`
+/// (at least 2*half floats) when the row must be computed/gathered/converted.
+/// Shared by every CPU-side backend; cheap for the table source (no copy).
+void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, const float** cos_row,
+                     const float** sin_row);
+
+/// Integer position of token (b, s) on axis `axis` (kOffset / kIds-integer / kPerToken).
+int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis = 0);
+/// Fractional-capable position of token (b, s) on axis `axis`.
+double token_position_f(const Plan& plan, int64_t b, int64_t s, int axis = 0);
+
+// Backends. Each consumes a validated Plan; none validates.
+void reference_apply(const Plan& plan);  // src/reference/
+void cpu_apply(const Plan& plan);        // src/cpu/
+void cuda_apply(const Plan& plan);       // src/cuda/ or src/no_cuda/ (throws kUnsupported)
+bool cuda_available();
+
+}  // namespace rotary::detail
