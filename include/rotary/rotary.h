@@ -10,3 +10,4 @@
 #include "rotary/table.h"
 #include "rotary/apply.h"
 #include "rotary/npy.h"
+#include "rotary/onnx.h"

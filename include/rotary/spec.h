@@ -73,7 +73,7 @@ struct Spec {
   double base = 10000.0;                  ///< rope_theta
   Pairing pairing = Pairing::kHalfSplit;  ///< interleaved for GPT-J / Meta checkpoints
   int64_t max_position_embeddings = 0;    ///< config.max_position_embeddings (0 = unknown)
-  double partial_rotary_factor = 1.0;     ///< informational; rotary_dim already reflects it
+  double partial_rotary_factor = 1.0;     ///< informational (rotary_dim reflects it), except proportional: rotated share of head_dim
   Scaling scaling;
   MRope mrope;
 

@@ -1,0 +1,254 @@
+/* Pure C API of rotary: opaque spec/rope handles, status codes, a thread-local last error, strided tensors. */
+#ifndef ROTARY_ROTARY_C_H_
+#define ROTARY_ROTARY_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rotary/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Conventions
+ *  - Every function that can fail returns a rotary_status_t. On failure it leaves its outputs untouched
+ *    (an in-place apply leaves the tensors bit-identical) and sets the calling thread's last error
+ *    (rotary_last_error), e.g. "[rotary_rope_apply] args->q.rank must be in [1, 4], got 7".
+ *  - No function aborts or lets a C++ exception escape; NULL pointers are reported, never dereferenced.
+ *  - Structs that carry a struct_size field must be initialised with the matching *_init function
+ *    (which sets struct_size = sizeof(struct) and every field to its documented default).
+ *  - Shapes and strides are in ELEMENTS, not bytes. A rotary_tensor_t with data == NULL is "absent".
+ *  - Enumerated types are int32_t typedefs (a fixed size in structs, whatever the compiler); their values
+ *    are the ROTARY_* constants. Any other value is reported as INVALID_ARGUMENT.
+ */
+
+/* ------------------------------------------------------------------ status and errors */
+
+typedef int32_t rotary_status_t;
+enum {
+  ROTARY_OK = 0,
+  ROTARY_ERROR_INVALID_ARGUMENT = 1, /* a value, shape, stride, dtype or pointer is wrong */
+  ROTARY_ERROR_OUT_OF_RANGE = 2,     /* a position or size beyond a documented limit */
+  ROTARY_ERROR_UNSUPPORTED = 3,      /* valid, but not built/implemented (e.g. CUDA backend without CUDA) */
+  ROTARY_ERROR_IO = 4,               /* a file could not be read or is malformed */
+  ROTARY_ERROR_INTERNAL = 5          /* a bug or out of memory */
+};
+
+/* The message of the most recent failed call on this thread ("" if none). Successful calls do not
+ * clear it. The pointer stays valid until the next failing call on the same thread. */
+ROTARY_API const char* rotary_last_error(void);
+/* "ok", "invalid argument", "out of range", "unsupported", "io", "internal" ("unknown" otherwise). */
+ROTARY_API const char* rotary_status_name(rotary_status_t status);
+/* The library version, e.g. "0.1.0". */
+ROTARY_API const char* rotary_version(void);
+
+/* ------------------------------------------------------------------ vocabulary */
+
+typedef int32_t rotary_dtype_t;
+enum {
+  ROTARY_DTYPE_F32 = 0,
+  ROTARY_DTYPE_F16 = 1,  /* IEEE binary16 */
+  ROTARY_DTYPE_BF16 = 2, /* bfloat16 */
+  ROTARY_DTYPE_F64 = 3,
+  ROTARY_DTYPE_I32 = 4,  /* positions / cu_seqlens only */
+  ROTARY_DTYPE_I64 = 5
+};
+
+/* Which channels form a rotated pair (R = rotary_dim; channels >= R pass through unchanged). */
+typedef int32_t rotary_pairing_t;
+enum {
+  ROTARY_PAIRING_DEFAULT = -1,    /* the spec's pairing (rope apply) or half-split (rotary_apply_cos_sin) */
+  ROTARY_PAIRING_HALF = 0,        /* (x[i], x[i + R/2])  GPT-NeoX / HF rotate_half / ggml NEOX */
+  ROTARY_PAIRING_INTERLEAVED = 1  /* (x[2i], x[2i + 1])  GPT-J / Meta / ggml NORMAL / ONNX interleaved=1 */
+};
+
+typedef int32_t rotary_layout_t;
+enum {
+  ROTARY_LAYOUT_BSHD = 0, /* [batch, seq, heads, head_dim] */
+  ROTARY_LAYOUT_BHSD = 1, /* [batch, heads, seq, head_dim] */
+  ROTARY_LAYOUT_THD = 2   /* [tokens, heads, head_dim] (packed) */
+};
+
+typedef int32_t rotary_direction_t;
+enum {
+  ROTARY_DIRECTION_FORWARD = 0, /* rotate by +pos*theta */
+  ROTARY_DIRECTION_INVERSE = 1  /* rotate by -pos*theta (the backward pass) */
+};
+
+typedef int32_t rotary_backend_t;
+enum {
+  ROTARY_BACKEND_AUTO = 0,
+  ROTARY_BACKEND_CPU = 1,
+  ROTARY_BACKEND_REFERENCE = 2, /* literal scalar kernel */
+  ROTARY_BACKEND_CUDA = 3       /* ROTARY_ERROR_UNSUPPORTED unless built with CUDA */
+};
+
+typedef int32_t rotary_rope_type_t;
+enum {
+  ROTARY_ROPE_DEFAULT = 0,
+  ROTARY_ROPE_LINEAR = 1,
+  ROTARY_ROPE_DYNAMIC = 2,
+  ROTARY_ROPE_YARN = 3,
+  ROTARY_ROPE_LONGROPE = 4,
+  ROTARY_ROPE_LLAMA3 = 5,
+  ROTARY_ROPE_PROPORTIONAL = 6
+};
+
+/* A non-owning strided view. rank in [1, 4] when data != NULL; shape/strides beyond rank are ignored. */
+typedef struct rotary_tensor_t {
+  void* data;
+  rotary_dtype_t dtype;
+  int32_t rank;
+  int64_t shape[4];
+  int64_t strides[4]; /* in elements */
+} rotary_tensor_t;
+
+/* Fills *t with a row-major contiguous view of `shape` (rank entries). Returns INVALID_ARGUMENT for
+ * t == NULL, shape == NULL or rank outside [1, 4]. */
+ROTARY_API rotary_status_t rotary_tensor_contiguous(rotary_tensor_t* t, void* data, rotary_dtype_t dtype,
+                                                    int32_t rank, const int64_t* shape);
+
+/* ------------------------------------------------------------------ spec */
+
+typedef struct rotary_spec_t rotary_spec_t; /* opaque: a validated rotary::Spec */
+
+/* C mirror of rotary::Spec (see rotary/spec.h and docs/scaling.md for the meaning of each field).
+ * "0 = unset" fields take Hugging Face's default. Arrays are copied by rotary_spec_create. */
+typedef struct rotary_spec_desc_t {
+  size_t struct_size;              /* = sizeof(rotary_spec_desc_t), set by rotary_spec_desc_init */
+  const char* name;                /* informational, may be NULL */
+  int64_t head_dim;                /* D (required, > 0) */
+  int64_t rotary_dim;              /* R (even, <= D); 0 = head_dim */
+  double base;                     /* rope_theta; default 10000 */
+  rotary_pairing_t pairing;        /* HALF (default) or INTERLEAVED */
+  int64_t max_position_embeddings; /* 0 = unknown */
+  double partial_rotary_factor;    /* informational; default 1 */
+  /* scaling */
+  rotary_rope_type_t rope_type;    /* default ROTARY_ROPE_DEFAULT */
+  double factor;                   /* 0 = unset */
+  int64_t original_max_position_embeddings; /* 0 = max_position_embeddings */
+  double beta_fast;                /* yarn; default 32 */
+  double beta_slow;                /* yarn; default 1 */
+  double mscale;                   /* yarn (DeepSeek); 0 = unset */
+  double mscale_all_dim;           /* yarn (DeepSeek); 0 = unset */
+  int32_t truncate;                /* yarn; default 1 */
+  double attention_factor;         /* yarn/longrope override; 0 = unset (computed) */
+  const double* short_factor;      /* longrope, rotary_dim/2 values (or NULL/0) */
+  int64_t short_factor_len;
+  const double* long_factor;
+  int64_t long_factor_len;
+  double low_freq_factor;          /* llama3; default 1 */
+  double high_freq_factor;         /* llama3; default 4 */
+  /* M-RoPE (Qwen2-VL style); section_len 0 = off */
+  const int64_t* mrope_section;
+  int64_t mrope_section_len;
+  int32_t mrope_interleaved;       /* 1 = Qwen3-VL interleaved assignment */
+} rotary_spec_desc_t;
+
+/* Sets every field to its default (struct_size included). */
+ROTARY_API void rotary_spec_desc_init(rotary_spec_desc_t* desc);
+
+/* Creates a spec from a built-in preset name (e.g. "llama-3.1-8b"). *out must be freed with rotary_spec_free. */
+ROTARY_API rotary_status_t rotary_spec_from_preset(const char* name, rotary_spec_t** out);
+/* From the text of a Hugging Face config.json (`length` bytes; need not be NUL-terminated). */
+ROTARY_API rotary_status_t rotary_spec_from_config_json(const char* json_text, size_t length, rotary_spec_t** out);
+/* From a config.json file. */
+ROTARY_API rotary_status_t rotary_spec_from_config_file(const char* path, rotary_spec_t** out);
+/* From a C description (validated). */
+ROTARY_API rotary_status_t rotary_spec_create(const rotary_spec_desc_t* desc, rotary_spec_t** out);
+/* Frees a spec (NULL is a no-op). */
+ROTARY_API void rotary_spec_free(rotary_spec_t* spec);
+
+/* Fills *desc with the spec's values. Array pointers point into `spec` and stay valid until it is freed. */
+ROTARY_API rotary_status_t rotary_spec_describe(const rotary_spec_t* spec, rotary_spec_desc_t* desc);
+
+/* The frequencies theta_i (rotary_dim/2 values) for a sequence length (`seq_len` = -1: none, i.e. the
+ * model's own context; only dynamic/longrope depend on it). Writes min(capacity, count) values to `out`
+ * (out may be NULL when capacity is 0) and the full count to *count. */
+ROTARY_API rotary_status_t rotary_spec_inv_freq(const rotary_spec_t* spec, int64_t seq_len, double* out,
+                                                int64_t capacity, int64_t* count);
+/* The attention factor that multiplies cos and sin (1 for most types). seq_len as above. */
+ROTARY_API rotary_status_t rotary_spec_attention_factor(const rotary_spec_t* spec, int64_t seq_len, double* out);
+
+/* Built-in presets: count and the i-th name (pointer valid for the process lifetime). */
+ROTARY_API int64_t rotary_preset_count(void);
+ROTARY_API const char* rotary_preset_name(int64_t index); /* NULL if out of range */
+
+/* ------------------------------------------------------------------ rope (spec + lazily grown tables) */
+
+typedef struct rotary_rope_t rotary_rope_t; /* opaque: a rotary::Rope; apply is thread-safe */
+
+typedef int32_t rotary_cos_sin_mode_t;
+enum {
+  ROTARY_COS_SIN_AUTO = 0,      /* table up to max_positions, on the fly beyond */
+  ROTARY_COS_SIN_TABLE = 1,     /* table only: a position past max_positions is OUT_OF_RANGE */
+  ROTARY_COS_SIN_ON_THE_FLY = 2 /* never store a table */
+};
+
+typedef struct rotary_rope_options_t {
+  size_t struct_size;          /* = sizeof(rotary_rope_options_t) */
+  rotary_cos_sin_mode_t mode;  /* default AUTO */
+  int64_t initial_positions;   /* table rows built eagerly; default 0 */
+  int64_t max_positions;       /* table cap; 0 = library default (2^22) */
+} rotary_rope_options_t;
+
+ROTARY_API void rotary_rope_options_init(rotary_rope_options_t* options);
+/* Creates a rope for a copy of `spec` (the spec may be freed afterwards). options may be NULL (defaults). */
+ROTARY_API rotary_status_t rotary_rope_create(const rotary_spec_t* spec, const rotary_rope_options_t* options,
+                                              rotary_rope_t** out);
+ROTARY_API void rotary_rope_free(rotary_rope_t* rope);
+
+/* ------------------------------------------------------------------ apply */
+
+typedef int32_t rotary_positions_kind_t;
+enum {
+  ROTARY_POSITIONS_OFFSET = 0, /* pos(b, s) = offset + batch_offsets[b] (if present) + s */
+  ROTARY_POSITIONS_IDS = 1,    /* pos(b, s) = ids[b, s]; ids [B,S], [S] or [T]; i32/i64 (f32/f64: fractional)
+                                  M-RoPE specs: [3,B,S] or [3,T] */
+  ROTARY_POSITIONS_PACKED = 2  /* thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] */
+};
+
+typedef struct rotary_positions_t {
+  rotary_positions_kind_t kind;
+  int64_t offset;                /* OFFSET */
+  rotary_tensor_t batch_offsets; /* OFFSET, optional i32/i64 [B] */
+  rotary_tensor_t ids;           /* IDS */
+  rotary_tensor_t cu_seqlens;    /* PACKED, i32/i64 [N+1] */
+  rotary_tensor_t seq_offsets;   /* PACKED, optional i32/i64 [N] */
+} rotary_positions_t;
+
+/* Mirror of rotary::ApplyArgs. */
+typedef struct rotary_apply_args_t {
+  size_t struct_size;           /* = sizeof(rotary_apply_args_t) */
+  rotary_tensor_t q;            /* required */
+  rotary_tensor_t q_out;        /* absent or == q: in place */
+  rotary_tensor_t k;            /* optional (own head count) */
+  rotary_tensor_t k_out;
+  rotary_positions_t positions; /* default: OFFSET 0 */
+  rotary_layout_t layout;       /* default BSHD */
+  rotary_pairing_t pairing;     /* default ROTARY_PAIRING_DEFAULT */
+  rotary_direction_t direction; /* default FORWARD */
+  int64_t seq_len;              /* length seen by dynamic/longrope; -1 (default) = max(position) + 1 */
+  int32_t threads;              /* 0 = all cores, 1 = calling thread */
+  rotary_backend_t backend;     /* default AUTO */
+} rotary_apply_args_t;
+
+ROTARY_API void rotary_apply_args_init(rotary_apply_args_t* args);
+
+/* Rotates args->q (and args->k) with the rope's spec; tables grow as needed. */
+ROTARY_API rotary_status_t rotary_rope_apply(rotary_rope_t* rope, const rotary_apply_args_t* args);
+
+/* Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding semantics, values used as given):
+ *   rank 2 [max_pos, R/2]: indexed by args->positions (a position >= max_pos is OUT_OF_RANGE);
+ *   rank 3 [B, S, R/2]:    already gathered per token (positions must be OFFSET 0).
+ * R = 2 * cos.shape[last]; channels >= R pass through. */
+ROTARY_API rotary_status_t rotary_apply_cos_sin(const rotary_tensor_t* cos, const rotary_tensor_t* sin,
+                                                const rotary_apply_args_t* args);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ROTARY_ROTARY_C_H_ */

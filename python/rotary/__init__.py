@@ -1,0 +1,339 @@
+"""rotary: rotary position embeddings (RoPE) over a C++ core, for numpy arrays and PyTorch CPU tensors.
+
+    import numpy as np, rotary
+    spec = rotary.Spec.from_hf_config("config.json")      # or rotary.Spec.preset("llama-3.1-8b")
+    q = np.random.randn(2, 128, 32, 128).astype(np.float32)  # [batch, seq, heads, head_dim]
+    q_rot = rotary.apply(q, 0, spec)                          # positions 0..127
+
+Arrays cross into the core without copies (numpy via the buffer protocol, torch via DLPack), in float32,
+float16, bfloat16 (torch.bfloat16 or ml_dtypes.bfloat16) or float64, contiguous or strided. Functions
+return the array type and dtype they were given. Errors from the core arrive as ValueError (bad value,
+shape or position), TypeError (dtype) or OSError (unreadable config), carrying the core's message.
+The GIL is released while kernels run. PyTorch integration (autograd, drop-in modules, transformers
+patching) lives in rotary.torch, which imports torch only when used.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _rotary
+from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
+
+__version__: str = _rotary.__version__
+
+__all__ = [
+    "Spec",
+    "apply",
+    "apply_qk",
+    "cos_sin",
+    "default_inv_freq",
+    "onnx_rotary_embedding",
+    "preset_config_json",
+    "preset_description",
+    "presets",
+]
+
+ArrayLike = Any  # numpy.ndarray or torch.Tensor (CPU)
+PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
+
+_INT_KINDS = ("i", "u")
+
+
+def _spec_from_dict(d: dict) -> Spec:
+    """Rebuilds a Spec from Spec.to_dict() (used by pickling)."""
+    return Spec(**d)
+
+
+def _torch_module():
+    """The torch module if it is already imported (an array can only be a tensor then), else None."""
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_numpy_bf16(a: np.ndarray) -> bool:
+    return a.dtype.name == "bfloat16"
+
+
+def _check_torch_cpu(t: Any, what: str) -> None:
+    if t.device.type != "cpu":
+        raise ValueError(f"[rotary] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
+
+
+def _has_broadcast_axis(x: Any) -> bool:
+    strides = x.strides if isinstance(x, np.ndarray) else x.stride()
+    return any(st == 0 and n > 1 for st, n in zip(strides, x.shape))
+
+
+def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool]:
+    """(object the extension can import without copying, is-bf16-as-uint16-bits).
+
+    The core rejects zero strides on axes longer than 1 (they would alias outputs); a broadcast *input*
+    (readonly=True, e.g. the gradient of a sum) is materialised first.
+    """
+    if isinstance(x, np.ndarray):
+        if readonly and _has_broadcast_axis(x):
+            x = np.ascontiguousarray(x)
+        if _is_numpy_bf16(x):
+            return x.view(np.uint16), True
+        return x, False
+    if _is_torch(x):
+        _check_torch_cpu(x, what)
+        x = x.detach()
+        if readonly and _has_broadcast_axis(x):
+            x = x.contiguous()
+        return x, False
+    raise TypeError(f"[rotary] {what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+
+
+def _empty_like(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.empty_like(x)  # keeps x's memory order
+    return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
+
+
+def _check_out(out: Any, x: Any, what: str) -> None:
+    if isinstance(out, np.ndarray) != isinstance(x, np.ndarray) or _is_torch(out) != _is_torch(x):
+        raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
+                        f"got {type(out).__name__}")
+    if tuple(out.shape) != tuple(x.shape):
+        raise ValueError(f"[rotary] {what} must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"[rotary] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
+
+
+def _index_array(a: Any, what: str, allow_float: bool) -> Any:
+    """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed)."""
+    if isinstance(a, (list, tuple)):
+        a = np.asarray(a)
+    if isinstance(a, np.ndarray):
+        if a.dtype.kind in _INT_KINDS:
+            return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
+        if a.dtype.kind == "f" and allow_float:
+            return a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)
+        if a.dtype.kind == "b":
+            raise TypeError(f"[rotary] {what} must be integers, got dtype bool")
+        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} array, "
+                        f"got dtype {a.dtype}")
+    if _is_torch(a):
+        torch = _torch_module()
+        _check_torch_cpu(a, what)
+        a = a.detach()
+        if a.dtype in (torch.int32, torch.int64):
+            return a
+        if a.dtype in (torch.uint8, torch.int8, torch.int16):
+            return a.to(torch.int64)
+        if allow_float and a.dtype in (torch.float32, torch.float64):
+            return a
+        if allow_float and a.dtype in (torch.float16, torch.bfloat16):
+            return a.to(torch.float64)
+        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} tensor, "
+                        f"got dtype {a.dtype}")
+    raise TypeError(f"[rotary] {what} must be an int, a sequence or an array, got {type(a).__name__}")
+
+
+def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
+    """(offset, ids array or None)."""
+    if positions is None:
+        return 0, None
+    if isinstance(positions, (bool, np.bool_)):
+        raise TypeError("[rotary] positions must be an int or an array, got bool")
+    if isinstance(positions, (int, np.integer)):
+        return int(positions), None
+    if isinstance(positions, float):
+        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass an array for "
+                        "fractional positions")
+    if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
+        return int(positions), None
+    if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
+        return int(positions), None
+    return 0, _index_array(positions, "positions", allow_float=True)
+
+
+def _maybe_autograd(x: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
+
+
+def apply(
+    x: ArrayLike,
+    positions: PositionsLike,
+    spec: Spec,
+    *,
+    layout: str = "bshd",
+    pairing: Optional[str] = None,
+    inverse: bool = False,
+    out: Optional[ArrayLike] = None,
+    seq_len: Optional[int] = None,
+    threads: int = 0,
+    backend: str = "auto",
+    cu_seqlens: Optional[ArrayLike] = None,
+    seq_offsets: Optional[ArrayLike] = None,
+    batch_offsets: Optional[ArrayLike] = None,
+) -> ArrayLike:
+    """Rotates x by RoPE and returns the result as the same array type and dtype.
+
+    x: [B, S, H, D] (layout "bshd"), [B, H, S, D] ("bhsd") or [T, H, D] ("thd"); any strides.
+    positions: an int (start offset: token s sits at position offset + s), a 1-D [S] / 2-D [B, S]
+      ([T] for thd) integer array, a float array (fractional positions, computed exactly on the fly),
+      or for M-RoPE specs an array [3, B, S] / [3, T] of (t, h, w) positions. None means 0.
+    spec: the rotary.Spec; its cos/sin table is cached on the Spec and reused across calls.
+    pairing: "half" or "interleaved"; None uses spec.pairing.
+    inverse: rotate by -angle (the backward pass / un-rotation).
+    out: destination (same shape, dtype and array type); may be x itself for in-place. None allocates.
+    seq_len: length seen by dynamic / longrope scaling; None means max(position) + 1.
+    threads: 0 = all cores, 1 = calling thread only. backend: "auto", "cpu" or "reference".
+    cu_seqlens / seq_offsets: packed thd positions (position = t - cu_seqlens[n] + seq_offsets[n]).
+    batch_offsets: per-batch start offsets [B] added to an int `positions`.
+    A torch tensor requiring grad is routed through rotary.torch's autograd function.
+    """
+    if not isinstance(spec, Spec):
+        raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
+    if _maybe_autograd(x):
+        if out is not None or cu_seqlens is not None or batch_offsets is not None:
+            raise ValueError("[rotary] out=, cu_seqlens= and batch_offsets= are not supported for tensors "
+                             "requiring grad; use rotary.torch.apply")
+        from . import torch as rotary_torch
+
+        return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
+                                  seq_len=seq_len, threads=threads, backend=backend)
+    xv, bf16 = _as_core_array(x, "x", readonly=True)
+    if out is None:
+        out = _empty_like(x)
+    else:
+        _check_out(out, x, "out")
+    ov, _ = _as_core_array(out, "out")
+    offset, ids = _split_positions(positions)
+    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
+    so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
+    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    _rotary._apply(spec, xv, ov, None, None, offset, ids, cu, so, bo, layout, pairing, bool(inverse), seq_len,
+                   int(threads), backend, bf16)
+    return out
+
+
+def apply_qk(
+    q: ArrayLike,
+    k: ArrayLike,
+    positions: PositionsLike,
+    spec: Spec,
+    *,
+    layout: str = "bshd",
+    pairing: Optional[str] = None,
+    inverse: bool = False,
+    inplace: bool = False,
+    q_out: Optional[ArrayLike] = None,
+    k_out: Optional[ArrayLike] = None,
+    seq_len: Optional[int] = None,
+    threads: int = 0,
+    backend: str = "auto",
+    cu_seqlens: Optional[ArrayLike] = None,
+    seq_offsets: Optional[ArrayLike] = None,
+    batch_offsets: Optional[ArrayLike] = None,
+) -> Tuple[ArrayLike, ArrayLike]:
+    """Rotates q and k (same batch/sequence/head_dim, own head counts: GQA) in one call; returns (q, k).
+
+    inplace=True writes into q and k themselves; otherwise q_out/k_out are used or allocated.
+    Other arguments as in rotary.apply.
+    """
+    if not isinstance(spec, Spec):
+        raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
+    if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
+        if q_out is not None or k_out is not None or cu_seqlens is not None or batch_offsets is not None:
+            raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/batch_offsets= are not supported for tensors "
+                             "requiring grad; use rotary.torch.apply")
+        from . import torch as rotary_torch
+
+        kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, backend=backend)
+        return rotary_torch.apply(q, positions, spec, **kw), rotary_torch.apply(k, positions, spec, **kw)
+    if isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k):
+        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
+    if q.dtype != k.dtype:
+        raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    qv, bf16 = _as_core_array(q, "q", readonly=True)
+    kv, _ = _as_core_array(k, "k", readonly=True)
+    if inplace:
+        if q_out is not None or k_out is not None:
+            raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+        q_out, k_out = q, k
+    else:
+        q_out = _empty_like(q) if q_out is None else q_out
+        k_out = _empty_like(k) if k_out is None else k_out
+        _check_out(q_out, q, "q_out")
+        _check_out(k_out, k, "k_out")
+    qov, _ = _as_core_array(q_out, "q_out")
+    kov, _ = _as_core_array(k_out, "k_out")
+    offset, ids = _split_positions(positions)
+    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
+    so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
+    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    _rotary._apply(spec, qv, qov, kv, kov, offset, ids, cu, so, bo, layout, pairing, bool(inverse), seq_len,
+                   int(threads), backend, bf16)
+    return q_out, k_out
+
+
+def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[int] = None
+            ) -> Tuple[np.ndarray, np.ndarray]:
+    """Exact float32 cos/sin values (attention factor folded in, as HF does) for positions.
+
+    positions: an int n (positions 0..n-1) or an int/float array of any shape.
+    Returns (cos, sin), each of shape positions.shape + (rotary_dim // 2,), from the spec's cached table
+    where possible. seq_len as in rotary.apply (None = max(position) + 1).
+    """
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
+        if positions < 0:
+            raise ValueError(f"[rotary_cos_sin] the number of positions must be >= 0, got {positions}")
+        positions = np.arange(int(positions), dtype=np.int64)
+    p = _index_array(positions, "positions", allow_float=True)
+    if _is_torch(p):
+        p = p.numpy()
+    shape = p.shape
+    c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), seq_len)
+    half = c.shape[1]
+    return c.reshape(shape + (half,)), s.reshape(shape + (half,))
+
+
+def onnx_rotary_embedding(
+    X: ArrayLike,
+    cos_cache: ArrayLike,
+    sin_cache: ArrayLike,
+    position_ids: Optional[ArrayLike] = None,
+    *,
+    interleaved: int = 0,
+    rotary_embedding_dim: int = 0,
+    num_heads: int = 0,
+    threads: int = 0,
+    backend: str = "auto",
+) -> ArrayLike:
+    """The ONNX RotaryEmbedding operator (ai.onnx opset 23), evaluated by rotary's kernels.
+
+    X: [batch, num_heads, seq, head_size] (4-D) or [batch, seq, num_heads * head_size] (3-D, needs num_heads).
+    cos_cache/sin_cache: [max_pos, R/2] with position_ids [batch, seq] (int64), or [batch, seq, R/2] without.
+      A wider last dimension is sliced to R/2, as the operator's function body does.
+    interleaved: 0 pairs (x[i], x[i + R/2]); 1 pairs (x[2i], x[2i+1]).
+    rotary_embedding_dim: R (0 = head_size); channels R..head_size-1 pass through.
+    Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
+    """
+    if isinstance(X, np.ndarray):
+        out = np.empty(X.shape, dtype=X.dtype)
+    elif _is_torch(X):
+        out = _torch_module().empty(tuple(X.shape), dtype=X.dtype)
+    else:
+        raise TypeError(f"[onnx_rotary_embedding] X must be a numpy array or a torch CPU tensor, "
+                        f"got {type(X).__name__}")
+    xv, bf16 = _as_core_array(X, "X", readonly=True)
+    ov, _ = _as_core_array(out, "Y")
+    cv, cbf16 = _as_core_array(cos_cache, "cos_cache", readonly=True)
+    sv, sbf16 = _as_core_array(sin_cache, "sin_cache", readonly=True)
+    if cbf16 != sbf16:
+        raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
+    ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
+    _rotary._onnx(xv, cv, sv, ids, ov, int(interleaved), int(rotary_embedding_dim), int(num_heads), int(threads),
+                  backend, bf16, cbf16)
+    return out

@@ -1,0 +1,62 @@
+// Shared pieces of the rotary._rotary extension: the Python-side Spec holder and array conversion.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <memory>
+#include <mutex>
+
+#include "rotary/onnx.h"
+#include "rotary/rotary.h"
+
+namespace rotary_py {
+
+namespace nb = nanobind;
+
+/// Read-only and writable CPU arrays of any dtype and strides (numpy via the buffer protocol or DLPack,
+/// torch CPU tensors via DLPack). No copies are ever made.
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::device::cpu>;
+
+/// rotary.Spec as seen from Python: an immutable, normalized rotary::Spec plus the rotary::Rope
+/// (its cos/sin table) built on first use and shared by every copy of this object, so repeated
+/// rotary.apply(..., spec) calls reuse one table. Immutability is what makes the cache safe.
+class PySpec {
+ public:
+  /// Normalizes and validates (throws rotary::Error naming the bad field).
+  explicit PySpec(const rotary::Spec& spec);
+
+  const rotary::Spec& spec() const { return spec_; }
+  /// The Rope for this spec, created on first call (thread-safe).
+  rotary::Rope& rope() const;
+  /// True once rope() has been called.
+  bool has_rope() const;
+
+ private:
+  struct Cache {
+    std::mutex mutex;
+    std::unique_ptr<rotary::Rope> rope;
+  };
+  rotary::Spec spec_;
+  std::shared_ptr<Cache> cache_;
+};
+
+/// Describes an array to the core. `bf16_bits`: the array holds raw bfloat16 bits as uint16
+/// (how rotary/__init__.py passes ml_dtypes.bfloat16 numpy arrays, which DLPack cannot carry).
+/// Throws nb::type_error for an unsupported dtype and ValueError for rank > 4, naming `what`.
+rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits = false);
+rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits = false);
+
+/// True if the array has no elements (kernels are then skipped).
+bool is_empty(const rotary::TensorView& v);
+
+rotary::Layout parse_layout(const std::string& s);
+rotary::Pairing parse_pairing(const std::string& s, const char* what = "pairing");
+rotary::Backend parse_backend(const std::string& s);
+
+void register_errors();
+void bind_spec(nb::module_& m);
+void bind_apply(nb::module_& m);
+
+}  // namespace rotary_py

@@ -1,0 +1,109 @@
+// The rotary._rotary extension module: error translation, array conversion and module definition.
+#include <cstring>
+#include <string>
+
+#include "bindings.h"
+
+namespace rotary_py {
+
+void register_errors() {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const rotary::Error& e) {
+      PyObject* type = PyExc_RuntimeError;
+      switch (e.kind()) {
+        case rotary::Error::Kind::kInvalidArgument:
+          // The core reports dtype problems as invalid arguments; Python spells them TypeError.
+          type = std::strstr(e.what(), "dtype") ? PyExc_TypeError : PyExc_ValueError;
+          break;
+        case rotary::Error::Kind::kOutOfRange: type = PyExc_ValueError; break;
+        case rotary::Error::Kind::kUnsupported: type = PyExc_NotImplementedError; break;
+        case rotary::Error::Kind::kIo: type = PyExc_OSError; break;
+        case rotary::Error::Kind::kInternal: type = PyExc_RuntimeError; break;
+      }
+      PyErr_SetString(type, e.what());
+    }
+  });
+}
+
+namespace {
+
+template <class Array>
+rotary::TensorView view_impl(const Array& a, const char* what, bool bf16_bits) {
+  rotary::TensorView v;
+  const auto dt = a.dtype();
+  const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
+  bool ok = dt.lanes == 1;
+  if (ok) {
+    if (bf16_bits && code == nb::dlpack::dtype_code::UInt && dt.bits == 16) v.dtype = rotary::DType::kBF16;
+    else if (code == nb::dlpack::dtype_code::Float && dt.bits == 32) v.dtype = rotary::DType::kF32;
+    else if (code == nb::dlpack::dtype_code::Float && dt.bits == 16) v.dtype = rotary::DType::kF16;
+    else if (code == nb::dlpack::dtype_code::Float && dt.bits == 64) v.dtype = rotary::DType::kF64;
+    else if (code == nb::dlpack::dtype_code::Bfloat && dt.bits == 16) v.dtype = rotary::DType::kBF16;
+    else if (code == nb::dlpack::dtype_code::Int && dt.bits == 32) v.dtype = rotary::DType::kI32;
+    else if (code == nb::dlpack::dtype_code::Int && dt.bits == 64) v.dtype = rotary::DType::kI64;
+    else ok = false;
+  }
+  if (!ok) {
+    throw nb::type_error((std::string("[rotary] ") + what +
+                          " has an unsupported dtype (code " + std::to_string(int(dt.code)) + ", " +
+                          std::to_string(int(dt.bits)) + " bits); expected float32, float16, bfloat16, float64 "
+                          "(or int32/int64 for positions)").c_str());
+  }
+  if (a.ndim() > static_cast<size_t>(rotary::kMaxRank)) {
+    throw nb::value_error((std::string("[rotary] ") + what + " must have rank <= " +
+                           std::to_string(rotary::kMaxRank) + ", got rank " + std::to_string(a.ndim())).c_str());
+  }
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  v.rank = static_cast<int>(a.ndim());
+  for (int i = 0; i < v.rank; ++i) {
+    v.shape[i] = static_cast<int64_t>(a.shape(i));
+    v.strides[i] = a.stride(i);
+  }
+  return v;
+}
+
+}  // namespace
+
+rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
+rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
+
+bool is_empty(const rotary::TensorView& v) {
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] == 0) return true;
+  return false;
+}
+
+rotary::Layout parse_layout(const std::string& s) {
+  if (s == "bshd") return rotary::Layout::kBSHD;
+  if (s == "bhsd") return rotary::Layout::kBHSD;
+  if (s == "thd") return rotary::Layout::kTHD;
+  throw nb::value_error(("[rotary] layout must be \"bshd\", \"bhsd\" or \"thd\", got \"" + s + "\"").c_str());
+}
+
+rotary::Pairing parse_pairing(const std::string& s, const char* what) {
+  if (s == "half" || s == "half_split" || s == "neox") return rotary::Pairing::kHalfSplit;
+  if (s == "interleaved" || s == "gptj") return rotary::Pairing::kInterleaved;
+  throw nb::value_error((std::string("[rotary] ") + what + " must be \"half\" or \"interleaved\", got \"" + s +
+                         "\"").c_str());
+}
+
+rotary::Backend parse_backend(const std::string& s) {
+  if (s == "auto") return rotary::Backend::kAuto;
+  if (s == "cpu") return rotary::Backend::kCpu;
+  if (s == "reference") return rotary::Backend::kReference;
+  if (s == "cuda") return rotary::Backend::kCuda;
+  throw nb::value_error(
+      ("[rotary] backend must be \"auto\", \"cpu\", \"reference\" or \"cuda\", got \"" + s + "\"").c_str());
+}
+
+}  // namespace rotary_py
+
+NB_MODULE(_rotary, m) {
+  m.doc() = "Native core of the rotary package (use the `rotary` package, not this module directly).";
+  m.attr("__version__") = ROTARY_VERSION_STRING;
+  rotary_py::register_errors();
+  rotary_py::bind_spec(m);
+  rotary_py::bind_apply(m);
+}

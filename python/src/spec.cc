@@ -1,0 +1,257 @@
+// Binds rotary.Spec (immutable, with a cached Rope), HF config parsing, presets and frequency queries.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+
+namespace rotary_py {
+
+PySpec::PySpec(const rotary::Spec& spec) : spec_(spec.normalized()), cache_(std::make_shared<Cache>()) {}
+
+rotary::Rope& PySpec::rope() const {
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  if (!cache_->rope) cache_->rope = std::make_unique<rotary::Rope>(spec_);
+  return *cache_->rope;
+}
+
+bool PySpec::has_rope() const {
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  return cache_->rope != nullptr;
+}
+
+namespace {
+
+/// A new numpy float64 array owning a copy of `values`.
+nb::ndarray<nb::numpy, double, nb::ndim<1>> to_numpy(const std::vector<double>& values) {
+  double* data = new double[values.size() ? values.size() : 1];
+  if (!values.empty()) std::memcpy(data, values.data(), values.size() * sizeof(double));
+  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<double*>(p); });
+  return nb::ndarray<nb::numpy, double, nb::ndim<1>>(data, {values.size()}, owner);
+}
+
+nb::dict spec_to_dict(const rotary::Spec& s) {
+  nb::dict d;
+  d["head_dim"] = s.head_dim;
+  d["rotary_dim"] = s.effective_rotary_dim();
+  d["base"] = s.base;
+  d["pairing"] = std::string(rotary::pairing_name(s.pairing));
+  d["rope_type"] = std::string(rotary::rope_type_name(s.scaling.type));
+  d["max_position_embeddings"] = s.max_position_embeddings;
+  d["partial_rotary_factor"] = s.partial_rotary_factor;
+  d["factor"] = s.scaling.factor;
+  d["original_max_position_embeddings"] = s.scaling.original_max_position_embeddings;
+  d["beta_fast"] = s.scaling.beta_fast;
+  d["beta_slow"] = s.scaling.beta_slow;
+  d["mscale"] = s.scaling.mscale;
+  d["mscale_all_dim"] = s.scaling.mscale_all_dim;
+  d["truncate"] = s.scaling.truncate;
+  d["attention_factor"] = s.scaling.attention_factor;
+  d["short_factor"] = s.scaling.short_factor;
+  d["long_factor"] = s.scaling.long_factor;
+  d["low_freq_factor"] = s.scaling.low_freq_factor;
+  d["high_freq_factor"] = s.scaling.high_freq_factor;
+  d["mrope_section"] = s.mrope.section;
+  d["mrope_interleaved"] = s.mrope.interleaved;
+  d["name"] = s.name;
+  return d;
+}
+
+rotary::Spec spec_from_python_config(nb::handle config, std::optional<std::string> name) {
+  nb::module_ os = nb::module_::import_("os");
+  nb::module_ json = nb::module_::import_("json");
+  if (nb::isinstance<nb::str>(config)) {
+    std::string text = nb::cast<std::string>(config);
+    size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '{')
+      return rotary::spec_from_hf_config_json(text, name.value_or("config.json"));
+    return rotary::spec_from_hf_config_file(text);
+  }
+  if (nb::hasattr(config, "__fspath__")) {
+    std::string path = nb::cast<std::string>(os.attr("fspath")(config));
+    return rotary::spec_from_hf_config_file(path);
+  }
+  nb::object dict;
+  if (nb::isinstance<nb::dict>(config)) dict = nb::borrow(config);
+  else if (nb::hasattr(config, "to_dict")) dict = config.attr("to_dict")();  // transformers PretrainedConfig
+  else
+    throw nb::type_error("[rotary_config] Spec.from_hf_config expects a dict, a transformers config, a path or "
+                         "JSON text");
+  nb::object builtins = nb::module_::import_("builtins");
+  std::string text = nb::cast<std::string>(json.attr("dumps")(dict, nb::arg("default") = builtins.attr("str")));
+  return rotary::spec_from_hf_config_json(text, name.value_or("config dict"));
+}
+
+PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::string& pairing,
+                 const std::string& rope_type, int64_t max_position_embeddings, std::optional<double> factor,
+                 int64_t original_max_position_embeddings, double beta_fast, double beta_slow,
+                 std::optional<double> mscale, std::optional<double> mscale_all_dim, bool truncate,
+                 std::optional<double> attention_factor, std::optional<std::vector<double>> short_factor,
+                 std::optional<std::vector<double>> long_factor, double low_freq_factor, double high_freq_factor,
+                 std::optional<std::vector<int64_t>> mrope_section, bool mrope_interleaved,
+                 double partial_rotary_factor, const std::string& name) {
+  rotary::Spec s;
+  s.name = name;
+  s.head_dim = head_dim;
+  s.rotary_dim = rotary_dim;
+  s.base = base;
+  s.pairing = parse_pairing(pairing);
+  s.max_position_embeddings = max_position_embeddings;
+  s.partial_rotary_factor = partial_rotary_factor;
+  s.scaling.type = rotary::parse_rope_type(rope_type);
+  s.scaling.factor = factor;
+  s.scaling.original_max_position_embeddings = original_max_position_embeddings;
+  s.scaling.beta_fast = beta_fast;
+  s.scaling.beta_slow = beta_slow;
+  s.scaling.mscale = mscale;
+  s.scaling.mscale_all_dim = mscale_all_dim;
+  s.scaling.truncate = truncate;
+  s.scaling.attention_factor = attention_factor;
+  if (short_factor) s.scaling.short_factor = *short_factor;
+  if (long_factor) s.scaling.long_factor = *long_factor;
+  s.scaling.low_freq_factor = low_freq_factor;
+  s.scaling.high_freq_factor = high_freq_factor;
+  if (mrope_section) s.mrope.section = *mrope_section;
+  s.mrope.interleaved = mrope_interleaved;
+  return PySpec(s);
+}
+
+}  // namespace
+
+void bind_spec(nb::module_& m) {
+  nb::class_<PySpec> cls(m, "Spec",
+      "An immutable RoPE specification: head/rotary dims, base, pairing, scaling, M-RoPE sections.\n\n"
+      "Build one with Spec(head_dim, ...), Spec.from_hf_config(config) or Spec.preset(name).\n"
+      "Each Spec owns a lazily built cos/sin table that rotary.apply reuses across calls.");
+
+  cls.def(nb::new_([](int64_t head_dim, int64_t rotary_dim, double base, const std::string& pairing,
+                      const std::string& rope_type, int64_t max_position_embeddings, std::optional<double> factor,
+                      int64_t original_max_position_embeddings, double beta_fast, double beta_slow,
+                      std::optional<double> mscale, std::optional<double> mscale_all_dim, bool truncate,
+                      std::optional<double> attention_factor, std::optional<std::vector<double>> short_factor,
+                      std::optional<std::vector<double>> long_factor, double low_freq_factor,
+                      double high_freq_factor, std::optional<std::vector<int64_t>> mrope_section,
+                      bool mrope_interleaved, double partial_rotary_factor, const std::string& name) {
+            return make_spec(head_dim, rotary_dim, base, pairing, rope_type, max_position_embeddings, factor,
+                             original_max_position_embeddings, beta_fast, beta_slow, mscale, mscale_all_dim,
+                             truncate, attention_factor, short_factor, long_factor, low_freq_factor,
+                             high_freq_factor, mrope_section, mrope_interleaved, partial_rotary_factor, name);
+          }),
+          nb::arg("head_dim"), nb::arg("rotary_dim") = 0, nb::arg("base") = 10000.0, nb::kw_only(),
+          nb::arg("pairing") = "half", nb::arg("rope_type") = "default", nb::arg("max_position_embeddings") = 0,
+          nb::arg("factor") = nb::none(), nb::arg("original_max_position_embeddings") = 0,
+          nb::arg("beta_fast") = 32.0, nb::arg("beta_slow") = 1.0, nb::arg("mscale") = nb::none(),
+          nb::arg("mscale_all_dim") = nb::none(), nb::arg("truncate") = true,
+          nb::arg("attention_factor") = nb::none(), nb::arg("short_factor") = nb::none(),
+          nb::arg("long_factor") = nb::none(), nb::arg("low_freq_factor") = 1.0, nb::arg("high_freq_factor") = 4.0,
+          nb::arg("mrope_section") = nb::none(), nb::arg("mrope_interleaved") = false,
+          nb::arg("partial_rotary_factor") = 1.0, nb::arg("name") = "",
+          "Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name "
+          "(default, linear, dynamic, yarn, longrope, llama3, proportional); scaling keywords follow HF's "
+          "rope_parameters. Raises ValueError naming the first invalid field.");
+
+  cls.def_static("from_hf_config",
+                 [](nb::handle config, std::optional<std::string> name) {
+                   return PySpec(spec_from_python_config(config, name));
+                 },
+                 nb::arg("config"), nb::arg("name") = nb::none(),
+                 "Spec from a Hugging Face config: a dict, a transformers config object, a path to config.json, "
+                 "or the JSON text. Reads v4 rope_scaling and v5 rope_parameters.");
+  cls.def_static("preset", [](const std::string& name) { return PySpec(rotary::preset(name)); }, nb::arg("name"),
+                 "A built-in model preset (see rotary.presets()). Raises ValueError listing valid names.");
+
+  cls.def_prop_ro("name", [](const PySpec& s) { return s.spec().name; });
+  cls.def_prop_ro("head_dim", [](const PySpec& s) { return s.spec().head_dim; });
+  cls.def_prop_ro("rotary_dim", [](const PySpec& s) { return s.spec().effective_rotary_dim(); },
+                  "Number of leading channels rotated (channels beyond pass through).");
+  cls.def_prop_ro("base", [](const PySpec& s) { return s.spec().base; });
+  cls.def_prop_ro("pairing", [](const PySpec& s) { return std::string(rotary::pairing_name(s.spec().pairing)); },
+                  "\"half\" (GPT-NeoX/HF rotate_half) or \"interleaved\" (GPT-J/Meta).");
+  cls.def_prop_ro("rope_type",
+                  [](const PySpec& s) { return std::string(rotary::rope_type_name(s.spec().scaling.type)); });
+  cls.def_prop_ro("max_position_embeddings", [](const PySpec& s) { return s.spec().max_position_embeddings; });
+  cls.def_prop_ro("partial_rotary_factor", [](const PySpec& s) { return s.spec().partial_rotary_factor; });
+  cls.def_prop_ro("factor", [](const PySpec& s) { return s.spec().scaling.factor; });
+  cls.def_prop_ro("original_max_position_embeddings",
+                  [](const PySpec& s) { return s.spec().scaling.original_max_position_embeddings; });
+  cls.def_prop_ro("beta_fast", [](const PySpec& s) { return s.spec().scaling.beta_fast; });
+  cls.def_prop_ro("beta_slow", [](const PySpec& s) { return s.spec().scaling.beta_slow; });
+  cls.def_prop_ro("mscale", [](const PySpec& s) { return s.spec().scaling.mscale; });
+  cls.def_prop_ro("mscale_all_dim", [](const PySpec& s) { return s.spec().scaling.mscale_all_dim; });
+  cls.def_prop_ro("truncate", [](const PySpec& s) { return s.spec().scaling.truncate; });
+  cls.def_prop_ro("short_factor", [](const PySpec& s) { return s.spec().scaling.short_factor; });
+  cls.def_prop_ro("long_factor", [](const PySpec& s) { return s.spec().scaling.long_factor; });
+  cls.def_prop_ro("low_freq_factor", [](const PySpec& s) { return s.spec().scaling.low_freq_factor; });
+  cls.def_prop_ro("high_freq_factor", [](const PySpec& s) { return s.spec().scaling.high_freq_factor; });
+  cls.def_prop_ro("mrope_section", [](const PySpec& s) { return s.spec().mrope.section; },
+                  "M-RoPE (t, h, w) sections in frequency pairs; empty when off.");
+  cls.def_prop_ro("mrope_interleaved", [](const PySpec& s) { return s.spec().mrope.interleaved; });
+  cls.def_prop_ro("length_dependent", [](const PySpec& s) { return s.spec().length_dependent(); },
+                  "True for dynamic and longrope, whose frequencies depend on the sequence length.");
+  cls.def_prop_ro("attention_factor",
+                  [](const PySpec& s) { return rotary::compute_frequencies(s.spec()).attention_factor; },
+                  "The factor multiplying cos and sin (HF attention_scaling); 1.0 for most types.");
+  cls.def_prop_ro("table_positions",
+                  [](const PySpec& s) { return s.has_rope() ? s.rope().table().size() : int64_t(0); },
+                  "Positions currently held by this spec's cached cos/sin table (0 before first use).");
+
+  cls.def("inv_freq",
+          [](const PySpec& s, std::optional<int64_t> seq_len) {
+            return to_numpy(rotary::compute_frequencies(s.spec(), seq_len).inv_freq);
+          },
+          nb::arg("seq_len") = nb::none(),
+          "theta_i for i < rotary_dim/2 as float64 numpy array, exactly as HF's rope init function computes them "
+          "(but in double). seq_len matters only for dynamic and longrope.");
+  cls.def("frequencies",
+          [](const PySpec& s, std::optional<int64_t> seq_len) {
+            rotary::Frequencies f = rotary::compute_frequencies(s.spec(), seq_len);
+            return std::make_tuple(to_numpy(f.inv_freq), f.attention_factor);
+          },
+          nb::arg("seq_len") = nb::none(), "(inv_freq, attention_factor) for a sequence length.");
+  cls.def("to_dict", [](const PySpec& s) { return spec_to_dict(s.spec()); },
+          "All fields as a dict; Spec(**spec.to_dict()) rebuilds an equal Spec.");
+  cls.def("replace",
+          [](const PySpec& s, nb::kwargs changes) -> PySpec {
+            nb::dict d = spec_to_dict(s.spec());
+            for (auto [key, value] : changes) d[key] = value;
+            return nb::cast<PySpec>(nb::type<PySpec>()(**d));
+          },
+          "A copy with some fields changed, e.g. spec.replace(pairing=\"interleaved\").");
+  cls.def("__eq__", [](const PySpec& a, nb::handle b) -> nb::object {
+    if (!nb::isinstance<PySpec>(b)) return nb::borrow(Py_NotImplemented);
+    return nb::bool_(spec_to_dict(a.spec()).equal(spec_to_dict(nb::cast<const PySpec&>(b).spec())));
+  });
+  cls.def("__hash__", [](const PySpec& s) {
+    return nb::hash(nb::str(nb::repr(spec_to_dict(s.spec()))));
+  });
+  cls.def("__repr__", [](const PySpec& s) {
+    const rotary::Spec& p = s.spec();
+    std::string r = "Spec(";
+    if (!p.name.empty()) r += "name='" + p.name + "', ";
+    r += "head_dim=" + std::to_string(p.head_dim) + ", rotary_dim=" + std::to_string(p.effective_rotary_dim()) +
+         ", base=" + nb::cast<std::string>(nb::repr(nb::float_(p.base))) + ", rope_type='" +
+         rotary::rope_type_name(p.scaling.type) + "', pairing='" + rotary::pairing_name(p.pairing) + "'";
+    if (p.mrope.enabled()) r += ", mrope_section=" + nb::cast<std::string>(nb::repr(nb::cast(p.mrope.section)));
+    return r + ")";
+  });
+  cls.def("__reduce__", [](const PySpec& s) {
+    return nb::make_tuple(nb::module_::import_("rotary").attr("_spec_from_dict"), nb::make_tuple(spec_to_dict(s.spec())));
+  });
+
+  m.def("presets", []() { return rotary::preset_names(); }, "Names of the built-in model presets.");
+  m.def("preset_description", [](const std::string& name) { return rotary::preset_description(name); },
+        nb::arg("name"), "One-line description of a preset.");
+  m.def("preset_config_json", [](const std::string& name) { return rotary::preset_config_json(name); },
+        nb::arg("name"), "The config.json text a preset is built from.");
+  m.def("default_inv_freq",
+        [](double base, int64_t rotary_dim) { return to_numpy(rotary::default_inv_freq(base, rotary_dim)); },
+        nb::arg("base"), nb::arg("rotary_dim"), "base^(-2i/rotary_dim) in double, no scaling.");
+}
+
+}  // namespace rotary_py

@@ -1,0 +1,263 @@
+"""rotary.apply / apply_qk / cos_sin on numpy arrays and torch tensors vs the float64 reference."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import rotary
+from reference import apply_bshd, default_inv_freq, rotate
+
+# Max abs error of a rotated output with |x| ~ N(0, 1) vs float64 truth, by dtype (one output rounding
+# plus f32 arithmetic; cf. tests/testing/tolerances.h): f32 2e-6 (positions < 2^12), f16 half-ulp of 4,
+# bf16 half-ulp of 4, f64 from f32 cos/sin values (~6e-8 per value).
+TOL = {"float32": 4e-6, "float16": 2.5e-3, "bfloat16": 1.6e-2, "float64": 5e-7}
+
+
+def _ml_bf16():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _np_dtype(name):
+    return _ml_bf16() if name == "bfloat16" else np.dtype(name)
+
+
+def _expected(x64, positions, spec, layout="bshd", pairing=None, inverse=False, seq_len=None):
+    inv, af = spec.frequencies(seq_len)
+    pairing = pairing or spec.pairing
+    if layout == "bhsd":
+        xb = np.swapaxes(x64, 1, 2)
+        return np.swapaxes(apply_bshd(xb, positions, inv, pairing=pairing, scale=af, inverse=inverse), 1, 2)
+    if layout == "thd":
+        return apply_bshd(x64[None], positions, inv, pairing=pairing, scale=af, inverse=inverse)[0]
+    return apply_bshd(x64, positions, inv, pairing=pairing, scale=af, inverse=inverse)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_numpy_all_dtypes_against_reference(rng, dtype, pairing):
+    spec = rotary.Spec(64, 48, base=10000.0, pairing=pairing)  # partial rotary: 16 channels pass through
+    x64 = rng.standard_normal((2, 37, 3, 64))
+    x = x64.astype(_np_dtype(dtype))
+    y = rotary.apply(x, 5, spec)
+    assert type(y) is np.ndarray and y.dtype == x.dtype and y.shape == x.shape
+    want = _expected(x.astype(np.float64), np.arange(5, 42), spec)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=0, atol=TOL[dtype])
+    np.testing.assert_array_equal(y[..., 48:], x[..., 48:])  # pass-through is bit-exact
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
+def test_layouts_and_position_arrays(rng, layout):
+    spec = rotary.Spec(32, base=5e5)
+    shape = {"bshd": (2, 9, 4, 32), "bhsd": (2, 4, 9, 32), "thd": (9, 4, 32)}[layout]
+    x = rng.standard_normal(shape).astype(np.float32)
+    pos1 = rng.integers(0, 3000, 9)
+    for positions in (pos1, pos1.astype(np.int32), list(map(int, pos1))):
+        y = rotary.apply(x, positions, spec, layout=layout)
+        np.testing.assert_allclose(y, _expected(x.astype(np.float64), np.asarray(positions), spec, layout), atol=TOL["float32"])
+    if layout != "thd":
+        pos2 = rng.integers(0, 3000, (2, 9))
+        y = rotary.apply(x, pos2, spec, layout=layout)
+        np.testing.assert_allclose(y, _expected(x.astype(np.float64), pos2, spec, layout), atol=TOL["float32"])
+
+
+def test_fractional_positions_are_exact(rng):
+    spec = rotary.Spec(64)
+    x = rng.standard_normal((1, 6, 2, 64))
+    pos = np.array([0.0, 0.5, 1.25, 7.75, 1000.5, 12345.125])
+    y = rotary.apply(x, pos, spec)
+    np.testing.assert_allclose(y, _expected(x, pos, spec), atol=TOL["float64"])
+
+
+def test_strided_views_in_and_out(rng):
+    spec = rotary.Spec(16)
+    big = rng.standard_normal((3, 10, 6, 40)).astype(np.float32)
+    x = big[::2, 1::2, ::3, 4:20]  # non-contiguous in every axis
+    assert not x.flags.c_contiguous
+    out_base = np.zeros((2, 5, 2, 32), np.float32)
+    out = out_base[:, :, :, ::2]
+    y = rotary.apply(x, 3, spec, out=out)
+    assert y is out
+    np.testing.assert_allclose(out, _expected(x.astype(np.float64), np.arange(3, 8), spec), atol=TOL["float32"])
+    assert np.all(out_base[..., 1::2] == 0), "writes outside the out view"
+
+
+def test_inplace_inverse_roundtrip_and_table_cache(rng):
+    spec = rotary.Spec(128, base=1e6)
+    assert spec.table_positions == 0
+    x = rng.standard_normal((2, 64, 4, 128)).astype(np.float32)
+    y = x.copy()
+    r = rotary.apply(y, 0, spec, out=y)
+    assert r is y
+    np.testing.assert_allclose(y, _expected(x.astype(np.float64), np.arange(64), spec), atol=TOL["float32"])
+    cached = spec.table_positions
+    assert cached >= 64  # the table was built once and is held by the Spec
+    back = rotary.apply(y, 0, spec, inverse=True)
+    np.testing.assert_allclose(back, x, atol=1e-5)
+    assert spec.table_positions == cached  # reused, not rebuilt
+
+
+def test_pairing_override_and_spec_pairing(rng):
+    x = rng.standard_normal((1, 4, 2, 16))
+    half = rotary.Spec(16)
+    inter = half.replace(pairing="interleaved")
+    np.testing.assert_allclose(rotary.apply(x, 0, half, pairing="interleaved"), rotary.apply(x, 0, inter), atol=0)
+    assert not np.allclose(rotary.apply(x, 0, half), rotary.apply(x, 0, inter))
+
+
+def test_backends_agree(rng):
+    spec = rotary.Spec(64, base=1e4, rope_type="llama3", factor=8.0, original_max_position_embeddings=256,
+                       max_position_embeddings=4096)
+    x = rng.standard_normal((2, 33, 3, 64)).astype(np.float32)
+    a = rotary.apply(x, 100, spec, backend="cpu", threads=2)
+    b = rotary.apply(x, 100, spec, backend="reference", threads=1)
+    np.testing.assert_allclose(a, b, atol=TOL["float32"])
+    np.testing.assert_allclose(a, _expected(x.astype(np.float64), np.arange(100, 133), spec), atol=TOL["float32"])
+
+
+def test_dynamic_seq_len_defaults_to_max_position_plus_one(rng):
+    spec = rotary.Spec(32, rope_type="dynamic", factor=4.0, max_position_embeddings=64)
+    x = rng.standard_normal((1, 20, 1, 32))
+    pos = np.arange(100, 120)
+    y = rotary.apply(x, pos, spec)
+    np.testing.assert_allclose(y, _expected(x, pos, spec, seq_len=120), atol=TOL["float64"])
+    y2 = rotary.apply(x, pos, spec, seq_len=500)
+    np.testing.assert_allclose(y2, _expected(x, pos, spec, seq_len=500), atol=TOL["float64"])
+    assert not np.allclose(y, y2)
+
+
+def test_apply_qk_gqa_and_inplace(rng):
+    spec = rotary.Spec(64, base=5e5)
+    q = rng.standard_normal((2, 7, 8, 64)).astype(np.float32)
+    k = rng.standard_normal((2, 7, 2, 64)).astype(np.float32)
+    pos = rng.integers(0, 500, (2, 7))
+    qo, ko = rotary.apply_qk(q, k, pos, spec)
+    np.testing.assert_allclose(qo, _expected(q.astype(np.float64), pos, spec), atol=TOL["float32"])
+    np.testing.assert_allclose(ko, _expected(k.astype(np.float64), pos, spec), atol=TOL["float32"])
+    q2, k2 = q.copy(), k.copy()
+    r = rotary.apply_qk(q2, k2, pos, spec, inplace=True)
+    assert r[0] is q2 and r[1] is k2
+    np.testing.assert_array_equal(q2, qo)
+    np.testing.assert_array_equal(k2, ko)
+
+
+def test_packed_thd_positions(rng):
+    spec = rotary.Spec(32)
+    x = rng.standard_normal((10, 2, 32))
+    cu = np.array([0, 3, 10])
+    y = rotary.apply(x, None, spec, layout="thd", cu_seqlens=cu)
+    pos = np.array([0, 1, 2, 0, 1, 2, 3, 4, 5, 6])
+    np.testing.assert_allclose(y, _expected(x, pos, spec, "thd"), atol=TOL["float64"])
+
+
+def test_cos_sin_values(rng):
+    spec = rotary.Spec(64, base=1e4, rope_type="yarn", factor=4.0, original_max_position_embeddings=128,
+                       max_position_embeddings=512)
+    pos = np.array([[0, 5, 77], [500, 3, 2]])
+    c, s = rotary.cos_sin(spec, pos)
+    assert c.shape == (2, 3, 32) and c.dtype == np.float32
+    inv, af = spec.frequencies()
+    ang = pos[..., None] * inv
+    np.testing.assert_allclose(c, np.cos(ang) * af, atol=1.5e-7)
+    np.testing.assert_allclose(s, np.sin(ang) * af, atol=1.5e-7)
+    c3, s3 = rotary.cos_sin(spec, 3)  # an int n means positions 0..n-1
+    assert c3.shape == (3, 32)
+    np.testing.assert_array_equal(c3[0], c[0, 0])
+    np.testing.assert_allclose(s3, np.sin(np.arange(3)[:, None] * inv) * af, atol=1.5e-7)
+
+
+def test_empty_arrays_are_returned_untouched():
+    spec = rotary.Spec(16)
+    x = np.zeros((2, 0, 3, 16), np.float32)
+    y = rotary.apply(x, 0, spec)
+    assert y.shape == x.shape
+
+
+def test_errors_carry_the_core_message(rng):
+    spec = rotary.Spec(16)
+    x = rng.standard_normal((1, 4, 2, 16)).astype(np.float32)
+    with pytest.raises(TypeError, match="dtype"):
+        rotary.apply(x.astype(np.int32), 0, spec)
+    with pytest.raises(ValueError):
+        rotary.apply(rng.standard_normal((1, 4, 2, 14)).astype(np.float32), 0, spec)  # head_dim < rotary_dim
+    with pytest.raises(ValueError, match="layout"):
+        rotary.apply(x, 0, spec, layout="sbhd")
+    with pytest.raises(ValueError):
+        rotary.apply(x, np.array([0, 1, -5, 2]), spec)  # negative position
+    with pytest.raises(ValueError):
+        rotary.apply(x, np.arange(5), spec)  # wrong number of positions
+    with pytest.raises(TypeError):
+        rotary.apply(x, 0, spec, out=np.empty_like(x, dtype=np.float64))
+    with pytest.raises(TypeError):
+        rotary.apply([[1.0]], 0, spec)
+    with pytest.raises(ValueError, match="rotary_dim"):
+        rotary.Spec(16, 7)
+    with pytest.raises(ValueError):
+        rotary.Spec(16, pairing="zigzag")
+    with pytest.raises(ValueError):
+        rotary.Spec.preset("no-such-model")
+
+
+def test_gil_is_released_and_threads_agree(rng):
+    spec = rotary.Spec(128)
+    x = rng.standard_normal((4, 256, 8, 128)).astype(np.float32)
+    want = rotary.apply(x, 0, spec, threads=1)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = rotary.apply(x, 0, spec, threads=1)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for r in results:
+        np.testing.assert_array_equal(r, want)
+
+
+# ---------------------------------------------------------------------------- torch tensors
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_torch_tensors_all_dtypes(rng, dtype):
+    spec = rotary.Spec(64, base=1e4)
+    x64 = rng.standard_normal((2, 11, 3, 64))
+    x = torch.from_numpy(x64).to(getattr(torch, dtype))
+    y = rotary.apply(x, torch.arange(3, 14), spec)
+    assert isinstance(y, torch.Tensor) and y.dtype == x.dtype and y.shape == x.shape
+    want = _expected(x.double().numpy(), np.arange(3, 14), spec)
+    np.testing.assert_allclose(y.double().numpy(), want, atol=TOL[dtype])
+
+
+def test_torch_strided_and_inplace(rng):
+    spec = rotary.Spec(32)
+    base = torch.randn(2, 4, 9, 32)
+    x = base.transpose(1, 2)  # [2, 9, 4, 32] non-contiguous bshd view of a bhsd buffer
+    want = _expected(x.double().numpy(), np.arange(9), spec)
+    y = rotary.apply(x, 0, spec)
+    np.testing.assert_allclose(y.double().numpy(), want, atol=TOL["float32"])
+    rotary.apply(x, 0, spec, out=x)  # in place through the view
+    np.testing.assert_allclose(base.transpose(1, 2).double().numpy(), want, atol=TOL["float32"])
+
+
+def test_torch_requires_grad_goes_through_autograd(rng):
+    spec = rotary.Spec(16)
+    x = torch.randn(1, 5, 2, 16, dtype=torch.float64, requires_grad=True)
+    y = rotary.apply(x, 0, spec)
+    assert y.requires_grad
+    y.sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_numpy_bf16_roundtrip_matches_torch_bf16(rng):
+    bf16 = _ml_bf16()
+    spec = rotary.Spec(32)
+    x64 = rng.standard_normal((1, 6, 2, 32))
+    yn = rotary.apply(x64.astype(bf16), 0, spec)
+    yt = rotary.apply(torch.from_numpy(x64).to(torch.bfloat16), 0, spec)
+    np.testing.assert_array_equal(yn.astype(np.float32), yt.float().numpy())

@@ -1,0 +1,202 @@
+# Tests of the report plotter (python/rotary/report.py): draws PNGs from report directories, without the extension.
+"""The plotter must work as a standalone script and as a module, reading only JSON/CSV.
+
+A synthetic report directory is written here from numpy formulas (Llama 3.1 rule, RoFormer bound, f32 vs
+float64 angles); when the built ``rotary`` CLI is found (env ROTARY_CLI or build*/rotary), a real report is
+plotted too.
+"""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = REPO_ROOT / "python" / "rotary" / "report.py"
+FIGURES = ("wavelengths.png", "decay.png", "score.png", "phase_error.png")
+TAB_RED = np.array([214, 39, 40]) / 255.0  # matplotlib "tab:red": the model's curve in every figure
+
+
+def _llama3_thetas(base, dim, factor, L, low=1.0, high=4.0):
+    """Meta's Llama 3.1 frequency rule, in float64."""
+    theta = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    wl = 2 * np.pi / theta
+    smooth = (L / wl - low) / (high - low)
+    scaled = np.where(wl < L / high, theta, np.where(wl > L / low, theta / factor,
+                                                      (1 - smooth) * theta / factor + smooth * theta))
+    return theta, scaled
+
+
+def _write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def write_synthetic_report(d: pathlib.Path):
+    """A report directory with the schema `rotary report` writes, for a Llama-3.1-like model (d = 64)."""
+    d.mkdir(parents=True, exist_ok=True)
+    dim, base, factor, L, max_pos = 64, 500000.0, 8.0, 8192, 131072
+    theta, scaled = _llama3_thetas(base, dim, factor, L)
+    ratio = theta / scaled
+    classes = np.where(np.abs(ratio - 1) < 1e-9, np.where(2 * np.pi / theta < L, "full_rotations", "sub_rotation"),
+                       np.where(ratio >= factor * (1 - 1e-6), "interpolated", "blended"))
+    _write_csv(d / "bands.csv", ["pair", "theta", "theta_default", "wavelength", "wavelength_default", "ratio", "class"],
+               [[i, scaled[i], theta[i], 2 * np.pi / scaled[i], 2 * np.pi / theta[i], ratio[i], classes[i]]
+                for i in range(dim // 2)])
+    variants = {"model": scaled, "unscaled": theta, "linear": theta / factor,
+                "roformer": 10000.0 ** (-np.arange(0, dim, 2) / dim)}
+    grid = list(range(17))
+    x = 16.0
+    while x * 10 ** (1 / 80) <= 2 * max_pos:
+        x *= 10 ** (1 / 80)
+        if round(x) > grid[-1]:
+            grid.append(int(round(x)))
+    r = np.array(grid, dtype=np.float64)
+
+    def bound(th):
+        s = np.cumsum(np.exp(1j * np.outer(r, th)), axis=1)
+        return np.abs(s).mean(axis=1)
+
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal(dim)
+    k = rng.standard_normal(dim)
+    q /= np.linalg.norm(q)
+    k /= np.linalg.norm(k)
+    h = dim // 2
+
+    def score(th, a, b):
+        ang = np.outer(r, th)
+        A = a[:h] * b[:h] + a[h:] * b[h:]
+        B = a[:h] * b[h:] - a[h:] * b[:h]
+        return np.cos(ang) @ A + np.sin(ang) @ B
+
+    dec_cols, sc_cols, dec_head, sc_head = [], [], ["distance"], ["distance"]
+    for key, th in variants.items():
+        b = bound(th)
+        dec_head += [key, key + "_mean", key + "_min", key + "_max"]
+        dec_cols += [b, b, 0.9 * b, 1.1 * b]
+        for suffix, vals in (("_pair", score(th, q, k)), ("_self", score(th, q, q))):
+            sc_head += [key + suffix + s for s in ("", "_mean", "_min", "_max")]
+            sc_cols += [vals, vals, vals - 0.05, vals + 0.05]
+    sc_head.append("model_pair_kernel")
+    sc_cols.append(score(scaled, q, k))
+    _write_csv(d / "decay.csv", dec_head, [[grid[j]] + [c[j] for c in dec_cols] for j in range(len(grid))])
+    _write_csv(d / "score.csv", sc_head, [[grid[j]] + [c[j] for c in sc_cols] for j in range(len(grid))])
+
+    positions = np.unique(np.round(np.logspace(0, math.log10(2 ** 24 - 1), 200)).astype(np.int64))
+    rows = []
+    for p in positions:
+        exact = p * scaled
+        a32 = (scaled.astype(np.float32) * np.float32(p)).astype(np.float64)
+        rows.append([int(p), np.abs(np.cos(a32) - np.cos(exact)).max(), np.abs(np.sin(a32) - np.sin(exact)).max(),
+                     np.abs(a32 - exact).max(),
+                     np.abs(np.cos(exact).astype(np.float32) - np.cos(exact)).max(),
+                     np.abs(np.sin(exact).astype(np.float32) - np.sin(exact)).max()])
+    _write_csv(d / "phase_error.csv", ["position", "f32_cos_err", "f32_sin_err", "f32_angle_err_rad",
+                                       "rotary_cos_err", "rotary_sin_err"], rows)
+    report = {
+        "model": "synthetic-llama3",
+        "spec": {"head_dim": dim, "rotary_dim": dim, "base": base,
+                 "scaling": {"rope_type": "llama3", "factor": factor, "factor_effective": factor}},
+        "context": {"original": L, "max_position_embeddings": max_pos},
+        "attention_factor": 1.0,
+        "curves": {"variants": [{"key": key, "label": key} for key in variants]},
+    }
+    (d / "report.json").write_text(json.dumps(report))
+    return d
+
+
+def _check_png(path: pathlib.Path, want_red=True):
+    import matplotlib.image as mpimg
+
+    assert path.is_file(), f"{path} not written"
+    assert path.stat().st_size > 20_000, f"{path} is suspiciously small"
+    img = mpimg.imread(str(path))[..., :3]
+    h, w = img.shape[:2]
+    assert w >= 800 and h >= 500
+    non_white = (img < 0.97).any(axis=-1).mean()
+    assert non_white > 0.05, f"{path}: almost blank ({non_white:.3f} non-white)"
+    colours = np.unique((img.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 50, f"{path}: only {len(colours)} colours"
+    if want_red:
+        red = (np.abs(img - TAB_RED).max(axis=-1) < 0.06).sum()
+        assert red > 200, f"{path}: the model's curve (tab:red) is missing ({red} pixels)"
+
+
+def _load_standalone():
+    """Imports report.py by path, not through the rotary package (no compiled extension needed)."""
+    spec = importlib.util.spec_from_file_location("rotary_report_standalone", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def synthetic(tmp_path):
+    pytest.importorskip("matplotlib")
+    return write_synthetic_report(tmp_path / "report")
+
+
+def test_script_draws_four_figures(synthetic):
+    res = subprocess.run([sys.executable, str(SCRIPT), str(synthetic)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for name in FIGURES:
+        _check_png(synthetic / name, want_red=name != "phase_error.png")
+
+
+def test_module_main_with_out_dir(synthetic, tmp_path):
+    mod = _load_standalone()
+    out = tmp_path / "png"
+    assert mod.main([str(synthetic), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(FIGURES)
+    _check_png(out / "wavelengths.png")
+
+
+def test_missing_report_is_an_error(tmp_path):
+    mod = _load_standalone()
+    assert mod.main([str(tmp_path)]) == mod.EXIT_BAD_INPUT
+
+
+def test_broken_csv_is_an_error_not_a_crash(synthetic):
+    (synthetic / "bands.csv").write_text("pair,theta\n")
+    mod = _load_standalone()
+    assert mod.main([str(synthetic)]) == mod.EXIT_BAD_INPUT
+
+
+def _find_cli():
+    env = os.environ.get("ROTARY_CLI")
+    if env:
+        return env
+    for cand in sorted(REPO_ROOT.glob("build*/rotary")):
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return str(cand)
+    return shutil.which("rotary")
+
+
+@pytest.mark.parametrize("preset", ["llama-3.1-8b", "phi-3.5-mini"])
+def test_real_report_plots(tmp_path, preset):
+    pytest.importorskip("matplotlib")
+    cli = _find_cli()
+    if not cli:
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    d = tmp_path / preset
+    res = subprocess.run([cli, "report", "--preset", preset, "--out", str(d), "--no-plots", "--quick"],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode == 2 and "preset" in res.stderr:
+        pytest.skip(f"preset {preset} not available: {res.stderr.strip()}")
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([sys.executable, str(SCRIPT), str(d)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for name in FIGURES:
+        _check_png(d / name, want_red=name != "phase_error.png")

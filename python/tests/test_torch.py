@@ -1,0 +1,226 @@
+"""rotary.torch: the seed module drop-in, autograd (gradcheck, grads vs reference), HF apply_rotary_pos_emb."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+import rotary  # noqa: E402
+import rotary.torch as rt  # noqa: E402
+from reference import default_inv_freq, rotate  # noqa: E402
+
+
+# ----------------------------------------------------------------------------- the seed's module, verbatim
+class SeedRoPE(nn.Module):
+    def __init__(self, n_embed, base=10000):
+        super().__init__()
+        self.base = base
+        self.n_embed = n_embed
+        self.register_buffer('cos_cache', None)  # (T, C)
+        self.register_buffer('sin_cache', None)
+
+    def _build_cache(self, x):
+        seq_len = x.size(-2)
+        if self.cos_cache is not None and seq_len <= self.cos_cache.size(-2):
+            return
+        theta = 1. / (self.base ** (torch.arange(0, self.n_embed, 2).float() / self.n_embed))
+        seq_idx = torch.arange(seq_len, device=x.device)
+        idx_theta = torch.outer(seq_idx, theta)  # (T, C / 2)
+        idx_theta = torch.cat([idx_theta, idx_theta], dim=-1)  # (T, C)
+        self.cos_cache = idx_theta.cos()
+        self.sin_cache = idx_theta.sin()
+
+    def forward(self, x):
+        # x: (B, T, C)
+        seq_len = x.size(-2)
+        self._build_cache(x)
+        cos = self.cos_cache[:seq_len, :]
+        sin = self.sin_cache[:seq_len, :]
+
+        # [x_front, x_back] -> [-x_back, x_front]
+        x_front, x_back = torch.chunk(x, 2, dim=-1)
+        x_shift = torch.cat([-x_back, x_front], dim=-1)
+
+        x_rope = x * cos + x_shift * sin
+        return x_rope
+# -----------------------------------------------------------------------------
+
+
+def _truth(x: torch.Tensor, base: float) -> np.ndarray:
+    """float64 truth for the seed's computation on x (..., T, C)."""
+    T, C = x.shape[-2:]
+    ang = np.arange(T, dtype=np.float64)[:, None] * default_inv_freq(base, C)[None, :]
+    return rotate(x.double().numpy(), ang)
+
+
+@pytest.mark.parametrize("shape,base", [((2, 16, 64), 10000), ((3, 200, 128), 10000), ((1, 1024, 32), 500000),
+                                        ((2, 3, 50, 16), 10000), ((40, 8), 10000)])
+def test_seed_module_dropin(shape, base):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    seed = SeedRoPE(shape[-1], base=base)
+    ours = rt.RoPE(shape[-1], base=base)
+    y_seed = seed(x)
+    y = ours(x)
+    assert y.shape == y_seed.shape and y.dtype == y_seed.dtype
+    T = shape[-2]
+    # The seed forms angles t*theta in float32 (error ~ t * theta * 2^-24 rad) and its theta in float32 pow;
+    # rotary's angles are exact. Their difference is bounded by the seed's angle error times |x| (~4):
+    seed_angle_err = 4 * 2.0 ** -24 * (T + 1) + 1e-6
+    np.testing.assert_allclose(y.numpy(), y_seed.numpy(), rtol=0, atol=4 * seed_angle_err + 4e-6)
+    truth = _truth(x, base)
+    err_ours = np.abs(y.double().numpy() - truth).max()
+    err_seed = np.abs(y_seed.double().numpy() - truth).max()
+    assert err_ours <= 4e-6, err_ours
+    assert err_ours <= err_seed + 1e-7
+
+
+def test_seed_module_dtype_promotion_and_state():
+    x = torch.randn(2, 8, 32, dtype=torch.bfloat16)
+    y_seed = SeedRoPE(32)(x)
+    y = rt.RoPE(32)(x)
+    assert y.dtype == y_seed.dtype == torch.float32
+    np.testing.assert_allclose(y.numpy(), y_seed.numpy(), atol=1e-5)
+    assert dict(rt.RoPE(32).state_dict()) == dict(SeedRoPE(32).state_dict()) == {}
+    assert y.shape == x.shape
+
+
+def test_seed_module_rejects_wrong_width():
+    with pytest.raises(ValueError, match="n_embed"):
+        rt.RoPE(32)(torch.randn(1, 4, 16))
+
+
+def test_gradcheck_f64():
+    spec = rotary.Spec(16, 12, base=100.0)
+    for layout, shape in (("bshd", (2, 5, 3, 16)), ("bhsd", (1, 2, 6, 16))):
+        x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+        pos = torch.tensor([3, 1, 4, 1, 5] if layout == "bshd" else [0, 2, 4, 6, 8, 10])
+        assert torch.autograd.gradcheck(lambda t: rt.apply(t, pos, spec, layout=layout), (x,), eps=1e-6, atol=1e-7)
+        assert torch.autograd.gradgradcheck(lambda t: rt.apply(t, pos, spec, layout=layout), (x,), eps=1e-6,
+                                            atol=1e-7)
+    seed = rt.RoPE(8)
+    x = torch.randn(2, 7, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(seed, (x,), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_gradients_equal_autograd_through_reference(pairing):
+    torch.manual_seed(1)
+    spec = rotary.Spec(32, 24, base=1e4, pairing=pairing, rope_type="linear", factor=2.0)
+    x = torch.randn(2, 9, 4, 32, dtype=torch.float32, requires_grad=True)
+    pos = torch.randint(0, 1000, (2, 9))
+    w = torch.randn(2, 9, 4, 32)
+    (rt.apply(x, pos, spec) * w).sum().backward()
+    g_ours = x.grad.clone()
+
+    # autograd through a torch transcription of the reference formula (float64 angles)
+    inv, af = spec.frequencies()
+    ang = pos.numpy()[..., None, None] * inv  # [B, S, 1, h], float64
+    c = torch.from_numpy(np.cos(ang) * af).float()
+    s = torch.from_numpy(np.sin(ang) * af).float()
+    x2 = x.detach().clone().requires_grad_(True)
+    h = inv.shape[0]
+    if pairing == "half":
+        a, b = x2[..., :h], x2[..., h:2 * h]
+        y = torch.cat((a * c - b * s, b * c + a * s, x2[..., 2 * h:]), dim=-1)
+    else:
+        a, b = x2[..., 0:2 * h:2], x2[..., 1:2 * h:2]
+        y = torch.cat((torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2), x2[..., 2 * h:]), dim=-1)
+    (y * w).sum().backward()
+    np.testing.assert_allclose(g_ours.numpy(), x2.grad.numpy(), atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- HF apply_rotary_pos_emb
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.models.llama import modeling_llama  # noqa: E402
+
+
+def _hf_cos_sin(head_dim, positions, dtype, rope_parameters=None):
+    cfg = LlamaConfig(hidden_size=head_dim * 4, num_attention_heads=4, head_dim=head_dim,
+                      max_position_embeddings=4096, rope_parameters=rope_parameters)
+    emb = modeling_llama.LlamaRotaryEmbedding(cfg)
+    x = torch.zeros(1, dtype=dtype)
+    return emb(x, positions)
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float32, 2e-6), (torch.bfloat16, 1.6e-2)])
+@pytest.mark.parametrize("unsqueeze_dim", [1, 2])
+def test_apply_rotary_pos_emb_matches_transformers(dtype, atol, unsqueeze_dim):
+    torch.manual_seed(2)
+    B, S, Hq, Hk, D = 2, 13, 8, 2, 64  # GQA
+    pos = torch.randint(0, 2000, (B, S))
+    cos, sin = _hf_cos_sin(D, pos, dtype, {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                           "original_max_position_embeddings": 1024})
+    if unsqueeze_dim == 1:
+        q, k = torch.randn(B, Hq, S, D).to(dtype), torch.randn(B, Hk, S, D).to(dtype)
+    else:
+        q, k = torch.randn(B, S, Hq, D).to(dtype), torch.randn(B, S, Hk, D).to(dtype)
+    qh, kh = modeling_llama.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    qr, kr = rt.apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=unsqueeze_dim)
+    assert qr.dtype == qh.dtype and kr.shape == kh.shape
+    ud = unsqueeze_dim
+    c64, s64 = cos.double().unsqueeze(ud), sin.double().unsqueeze(ud)
+    for x, ours, hf in ((q, qr, qh), (k, kr, kh)):
+        x64 = x.double()
+        a, b = x64 * c64, modeling_llama.rotate_half(x64) * s64
+        truth = (a + b).numpy()  # the same cos/sin values, exact arithmetic
+        o, h = ours.double().numpy(), hf.double().numpy()
+        if dtype == torch.float32:
+            # rotary: f32 arithmetic, one rounding; HF: two products and a sum rounded in f32.
+            bound = 2.0 ** -23 * (np.abs(a.numpy()) + np.abs(b.numpy())) + 1e-7
+            assert np.all(np.abs(o - truth) <= bound)
+            assert np.all(np.abs(o - h) <= 2 * bound)
+        else:
+            # bf16: rotary rounds once (half an ulp of the result, 2^-8 relative); HF rounds each product and
+            # the sum to bf16, so it may be ~1.5 ulp of max(|q*cos|, |rot(q)*sin|) away from the truth.
+            half_ulp = 2.0 ** -8 * np.abs(truth) + 1e-30
+            assert np.all(np.abs(o - truth) <= half_ulp * 1.001)
+            hf_bound = 2.0 ** -8 * (np.abs(a.numpy()) + np.abs(b.numpy()) + np.abs(truth))
+            assert np.all(np.abs(h - truth) <= hf_bound)
+            assert np.all(np.abs(o - h) <= hf_bound + half_ulp)
+        np.testing.assert_allclose(o, h, rtol=0, atol=atol * 2)
+
+
+def test_apply_rotary_pos_emb_autograd_and_fallbacks():
+    torch.manual_seed(3)
+    B, S, H, D = 1, 6, 2, 16
+    pos = torch.arange(S)[None]
+    cos, sin = _hf_cos_sin(D, pos, torch.float64)
+    q = torch.randn(B, H, S, D, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(B, H, S, D, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, b: rt.apply_rotary_pos_emb(a, b, cos, sin), (q, k), eps=1e-6,
+                                    atol=1e-7)
+    # cos requiring grad takes the torch formula (and still matches HF)
+    c2 = cos.clone().requires_grad_(True)
+    qa, _ = rt.apply_rotary_pos_emb(q, k, c2, sin)
+    qh, _ = modeling_llama.apply_rotary_pos_emb(q, k, c2, sin)
+    torch.testing.assert_close(qa, qh)
+    # [S, D] tables broadcast over batch (older HF / some models) and partial rotary (R < D) pass-through
+    cos2, sin2 = cos[0, :, :8], sin[0, :, :8]
+    qb, kb = rt.apply_rotary_pos_emb(q.detach(), k.detach(), cos2, sin2)
+    c4, s4 = cos2[:, :4].numpy()[None, None], sin2[:, :4].numpy()[None, None]  # the values used as given
+    x = q.detach().numpy()
+    want = x.copy()
+    want[..., :4] = x[..., :4] * c4 - x[..., 4:8] * s4
+    want[..., 4:8] = x[..., 4:8] * c4 + x[..., :4] * s4
+    np.testing.assert_allclose(qb.numpy(), want, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(qb.numpy()[..., 8:], x[..., 8:])
+
+
+@pytest.mark.parametrize("layout,shape", [("bshd", (2, 7, 3, 32)), ("bhsd", (2, 3, 7, 32)), ("thd", (7, 3, 32))])
+@pytest.mark.parametrize("pos_rank", [0, 1, 2])
+def test_off_cpu_fallback_matches_kernel(layout, shape, pos_rank):
+    """The torch-formula path used for non-CPU tensors (exercised here on CPU) equals the kernel path."""
+    if layout == "thd" and pos_rank == 2:
+        pytest.skip("thd takes 1-D positions")
+    torch.manual_seed(4)
+    spec = rotary.Spec(32, 24, base=1e4, pairing="interleaved")
+    x = torch.randn(*shape, dtype=torch.float64)
+    pos = {0: 5, 1: torch.arange(3, 10), 2: torch.randint(0, 99, (2, 7))}[pos_rank]
+    for inverse in (False, True):
+        a = rt._apply_off_cpu(x, pos, spec, layout=layout, pairing=None, inverse=inverse, seq_len=None)
+        b = rt.apply(x, pos, spec, layout=layout, inverse=inverse)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7)

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# One entry point for newcomers and CI: install what is missing, build, run the main job or every test.
+#
+#   bash scripts/dev.sh main    # deps + build + `rotary report` with plots (default preset llama-3.1-8b)
+#   bash scripts/dev.sh test    # deps + build + all C++ tests (ctest) + all Python tests (pytest)
+#   bash scripts/dev.sh deps | build | python | cpp-test | py-test   (the individual steps)
+#
+# Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build),
+#              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${ROTARY_VENV:-$HOME/.cache/rotary/venv}"
+BUILD="${ROTARY_BUILD_DIR:-build}"
+REPORT_DIR="${ROTARY_REPORT_DIR:-out/report}"
+JOBS="$(nproc 2>/dev/null || echo 2)"
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config git
+              nlohmann-json3-dev libhwy-dev libgtest-dev libgmock-dev
+              python3 python3-dev python3-venv python3-pip
+              clang libclang-rt-14-dev)
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+
+step_deps() {
+  if [[ "${ROTARY_SKIP_APT:-0}" != 1 ]]; then
+    local missing=()
+    for p in "${APT_PACKAGES[@]}"; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if ((${#missing[@]})); then
+      log "apt-get install ${missing[*]}"
+      local SUDO=""
+      [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+      $SUDO apt-get update -q
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+  fi
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating virtualenv $VENV"
+    mkdir -p "$(dirname "$VENV")"
+    python3 -m venv "$VENV"
+  fi
+  if ! "$VENV/bin/python" -c "import sys; sys.exit(0)" 2>/dev/null; then
+    log "virtualenv $VENV is broken, recreating"; rm -rf "$VENV"; python3 -m venv "$VENV"
+  fi
+  # Skip pip when every requirement is already satisfied (fast re-runs).
+  if ! "$VENV/bin/python" "$ROOT/scripts/check_requirements.py" "$ROOT/python/requirements-dev.txt" 2>/dev/null; then
+    log "pip install -r python/requirements-dev.txt (torch, transformers, onnxruntime, ...)"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -r "$ROOT/python/requirements-dev.txt"
+  fi
+}
+
+step_build() {
+  log "configure + build C++ ($BUILD)"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DROTARY_SHARED_DIR="$ROOT/../shared" >/dev/null
+  cmake --build "$BUILD" -j "$JOBS"
+}
+
+step_python() {
+  log "pip install . (Python package, builds the extension with scikit-build-core)"
+  "$VENV/bin/python" -m pip install -q --no-build-isolation "$ROOT"
+}
+
+step_cpp_test() {
+  log "C++ tests (ctest)"
+  ctest --test-dir "$BUILD" --output-on-failure -j "$JOBS"
+}
+
+step_py_test() {
+  log "Python tests (pytest)"
+  # Run from a neutral directory so the installed package (not python/rotary sources) is imported.
+  (cd "$ROOT/python/tests" && ROTARY_SHARED_DIR="${ROTARY_SHARED_DIR:-$ROOT/../shared}" \
+     "$VENV/bin/python" -m pytest -q -p no:cacheprovider .)
+}
+
+step_main() {
+  log "rotary report (main job) -> $REPORT_DIR"
+  mkdir -p "$REPORT_DIR"
+  ROTARY_PYTHON="$VENV/bin/python" "$BUILD/rotary" report --out "$REPORT_DIR"
+  log "report written to $REPORT_DIR (report.json, bands.csv, *.png)"
+}
+
+case "${1:-}" in
+  main)     step_deps; step_build; step_python; step_main ;;
+  test)     step_deps; step_build; step_python; step_cpp_test; step_py_test ;;
+  deps)     step_deps ;;
+  build)    step_build ;;
+  python)   step_python ;;
+  cpp-test) step_cpp_test ;;
+  py-test)  step_py_test ;;
+  *) sed -n '2,10p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,288 @@
+// Reading Hugging Face config.json text (v4 rope_scaling, v5 rope_parameters, legacy GPT-NeoX/GPT-J keys) into a Spec.
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "rotary/config.h"
+
+namespace rotary {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kWhere = "rotary_config";
+
+[[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
+
+/// Short JSON rendering of a bad value for messages (strings keep their quotes).
+std::string show(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+/// Typed access to one JSON object; every error names `prefix + key`. A null value counts as absent
+/// (HF treats `None` like a missing key for every optional RoPE field).
+class Fields {
+ public:
+  Fields(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  std::string field(const std::string& key) const { return prefix_ + key; }
+  bool has(const std::string& key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+  bool has_key(const std::string& key) const { return obj_.contains(key); }
+
+  std::optional<double> number(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (!v.is_number()) invalid(field(key) + " must be a number, got " + show(v));
+    return v.get<double>();
+  }
+
+  std::optional<int64_t> integer(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+    }
+    invalid(field(key) + " must be an integer, got " + show(v));
+  }
+
+  std::optional<bool> boolean(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (!v.is_boolean()) invalid(field(key) + " must be true or false, got " + show(v));
+    return v.get<bool>();
+  }
+
+  std::optional<std::string> string(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (!v.is_string()) invalid(field(key) + " must be a string, got " + show(v));
+    return v.get<std::string>();
+  }
+
+  std::optional<std::vector<double>> numbers(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (!v.is_array()) invalid(field(key) + " must be a list of numbers, got " + show(v));
+    std::vector<double> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number())
+        invalid(field(key) + "[" + std::to_string(i) + "] must be a number, got " + show(v[i]));
+      out.push_back(v[i].get<double>());
+    }
+    return out;
+  }
+
+  std::optional<std::vector<int64_t>> integers(const std::string& key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = obj_.at(key);
+    if (!v.is_array()) invalid(field(key) + " must be a list of integers, got " + show(v));
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer())
+        invalid(field(key) + "[" + std::to_string(i) + "] must be an integer, got " + show(v[i]));
+      out.push_back(v[i].get<int64_t>());
+    }
+    return out;
+  }
+
+  /// A required value: error naming the field and the rope_type that needs it.
+  template <typename T>
+  T require(const std::optional<T>& v, const std::string& key, const std::string& rope_type) const {
+    if (!v) invalid(field(key) + " is required for rope_type " + rope_type + ", but it is missing");
+    return *v;
+  }
+
+ private:
+  const json& obj_;
+  std::string prefix_;
+};
+
+RopeType rope_type_from(const std::string& name, const std::string& field) {
+  for (int i = 0; i <= static_cast<int>(RopeType::kProportional); ++i) {
+    auto t = static_cast<RopeType>(i);
+    if (name == rope_type_name(t)) return t;
+  }
+  invalid(field +
+          " must be one of default, linear, dynamic, yarn, longrope, llama3, proportional (or mrope), got \"" +
+          name + "\"");
+}
+
+/// True when the language-model settings live in `text_config` (VL models such as Qwen3-VL).
+bool uses_text_config(const json& doc) {
+  if (!doc.contains("text_config") || !doc.at("text_config").is_object()) return false;
+  for (const char* key : {"head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"})
+    if (doc.contains(key) && !doc.at(key).is_null()) return false;
+  return true;
+}
+
+Spec parse(const json& doc, const std::string& source) {
+  const bool nested = uses_text_config(doc);
+  const json& root = nested ? doc.at("text_config") : doc;
+  const Fields top(root, nested ? "text_config." : "");
+  const Fields outer(doc, "");
+
+  Spec spec;
+  spec.name = source;
+  const std::string model_type = top.string("model_type").value_or(outer.string("model_type").value_or(""));
+
+  // --- head_dim: explicit (Gemma, Qwen3), DeepSeek's rope part, or hidden / heads.
+  if (auto d = top.integer("qk_rope_head_dim")) {
+    spec.head_dim = *d;
+  } else if (auto d = top.integer("head_dim")) {
+    spec.head_dim = *d;
+  } else {
+    auto hidden = top.integer("hidden_size");
+    if (!hidden) hidden = top.integer("n_embd");
+    auto heads = top.integer("num_attention_heads");
+    if (!heads) heads = top.integer("n_head");
+    if (!hidden || !heads)
+      invalid(top.field("head_dim") + " is missing: give head_dim, or hidden_size and num_attention_heads");
+    if (*heads <= 0) invalid(top.field("num_attention_heads") + " must be > 0, got " + std::to_string(*heads));
+    spec.head_dim = *hidden / *heads;
+  }
+  spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
+
+  // --- the RoPE dict: v5 rope_parameters wins over v4 rope_scaling.
+  static const json kEmpty = json::object();
+  const json* dict = &kEmpty;
+  std::string dict_name = "rope_scaling";
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!top.has(key)) continue;
+    const json& v = root.at(key);
+    if (!v.is_object()) invalid(top.field(key) + " must be an object, got " + show(v));
+    dict = &v;
+    dict_name = key;
+    break;
+  }
+  const Fields rp(*dict, top.field(dict_name) + ".");
+  if (dict->contains("full_attention") && dict->at("full_attention").is_object())
+    fail(Error::Kind::kUnsupported, kWhere,
+         top.field(dict_name) + " is nested per layer type; per-layer RoPE is not supported, got keys " + show(*dict));
+
+  std::string type_name = "default";
+  std::string type_field = rp.field("rope_type");
+  if (auto t = rp.string("rope_type")) {
+    type_name = *t;
+  } else if (auto t2 = rp.string("type")) {
+    type_name = *t2;
+    type_field = rp.field("type");
+  }
+  if (type_name == "mrope") type_name = "default";  // Qwen2-VL: default frequencies + sections
+  Scaling& sc = spec.scaling;
+  sc.type = rope_type_from(type_name, type_field);
+
+  // --- base and partial rotary: dict first (v5), then top level (v4), then legacy names.
+  spec.base = rp.number("rope_theta").value_or(
+      top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(10000.0)));
+  std::optional<double> prf = rp.number("partial_rotary_factor");
+  if (!prf) prf = top.number("partial_rotary_factor");
+  if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
+  spec.partial_rotary_factor = prf.value_or(1.0);
+  if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
+      spec.partial_rotary_factor > 1)
+    invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
+
+  if (sc.type == RopeType::kProportional) {
+    spec.rotary_dim = spec.head_dim;  // proportional keeps head_dim/2 angles, zero beyond the rotated part
+  } else if (auto rd = top.integer("rotary_dim")) {
+    spec.rotary_dim = *rd;  // GPT-J
+  } else {
+    spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
+  }
+
+  // --- pairing: GPT-J and DeepSeek-V2/V3 checkpoints rotate interleaved pairs.
+  if (model_type == "gptj" || model_type == "deepseek_v2" || model_type == "deepseek_v3")
+    spec.pairing = Pairing::kInterleaved;
+  if (auto ri = top.boolean("rope_interleave")) spec.pairing = *ri ? Pairing::kInterleaved : Pairing::kHalfSplit;
+
+  // --- type-specific keys (only the ones HF reads for this type).
+  const std::string& tn = type_name;
+  auto read_orig = [&] {
+    // Phi-3 exception (HF standardize_rope_params): a top-level value overrides the dict.
+    if (auto o = top.integer("original_max_position_embeddings")) sc.original_max_position_embeddings = *o;
+    else if (auto o2 = rp.integer("original_max_position_embeddings")) sc.original_max_position_embeddings = *o2;
+    if (sc.original_max_position_embeddings < 0)
+      invalid(rp.field("original_max_position_embeddings") + " must be > 0, got " +
+              std::to_string(sc.original_max_position_embeddings));
+  };
+  switch (sc.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+    case RopeType::kDynamic:
+      sc.factor = rp.require(rp.number("factor"), "factor", tn);
+      break;
+    case RopeType::kYarn:
+      if (!rp.has_key("factor")) invalid(rp.field("factor") + " is required for rope_type yarn, but it is missing");
+      sc.factor = rp.number("factor");  // null: HF falls back to max_position_embeddings / original
+      read_orig();
+      sc.beta_fast = rp.number("beta_fast").value_or(32.0);
+      sc.beta_slow = rp.number("beta_slow").value_or(1.0);
+      sc.mscale = rp.number("mscale");
+      sc.mscale_all_dim = rp.number("mscale_all_dim");
+      sc.attention_factor = rp.number("attention_factor");
+      sc.truncate = rp.boolean("truncate").value_or(true);
+      break;
+    case RopeType::kLongRope:
+      sc.short_factor = rp.require(rp.numbers("short_factor"), "short_factor", tn);
+      sc.long_factor = rp.require(rp.numbers("long_factor"), "long_factor", tn);
+      sc.factor = rp.number("factor");
+      sc.attention_factor = rp.number("attention_factor");
+      read_orig();
+      break;
+    case RopeType::kLlama3:
+      sc.factor = rp.require(rp.number("factor"), "factor", tn);
+      sc.low_freq_factor = rp.require(rp.number("low_freq_factor"), "low_freq_factor", tn);
+      sc.high_freq_factor = rp.require(rp.number("high_freq_factor"), "high_freq_factor", tn);
+      read_orig();
+      break;
+    case RopeType::kProportional:
+      sc.factor = rp.number("factor");
+      break;
+  }
+
+  // --- multimodal sections (Qwen2-VL, Qwen2.5-VL, Qwen3-VL).
+  if (auto sec = rp.integers("mrope_section")) spec.mrope.section = *sec;
+  if (auto il = rp.boolean("mrope_interleaved")) spec.mrope.interleaved = *il;
+
+  return spec;
+}
+
+}  // namespace
+
+Spec spec_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::exception& e) {
+    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + e.what());
+  }
+  if (!doc.is_object())
+    fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));
+  Spec spec = parse(doc, source_name);
+  try {
+    return spec.normalized();
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string(e.what()) + " (in " + source_name + ")");
+  }
+}
+
+Spec spec_from_hf_config_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
+  return spec_from_hf_config_json(ss.str(), path);
+}
+
+}  // namespace rotary

@@ -1,0 +1,191 @@
+// Spec validation and normalization: the strict checks that Hugging Face only warns about.
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "rotary/spec.h"
+
+namespace rotary {
+namespace {
+
+constexpr const char* kWhere = "rotary_spec";
+
+struct RopeTypeEntry {
+  RopeType type;
+  const char* name;
+};
+
+constexpr RopeTypeEntry kRopeTypes[] = {
+    {RopeType::kDefault, "default"}, {RopeType::kLinear, "linear"},   {RopeType::kDynamic, "dynamic"},
+    {RopeType::kYarn, "yarn"},       {RopeType::kLongRope, "longrope"}, {RopeType::kLlama3, "llama3"},
+    {RopeType::kProportional, "proportional"},
+};
+
+/// Shortest text that reads back as the same double (for error messages).
+std::string num(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
+[[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
+
+void require_finite(const char* field, double v) {
+  if (!std::isfinite(v)) invalid(std::string(field) + " must be a finite number, got " + num(v));
+}
+
+void require_positive(const char* field, double v) {
+  require_finite(field, v);
+  if (!(v > 0)) invalid(std::string(field) + " must be > 0, got " + num(v));
+}
+
+/// factor: finite and >= 1. `required`: a missing value is an error for this rope type.
+void check_factor(const Scaling& s, bool required) {
+  if (!s.factor) {
+    if (required)
+      invalid(std::string("scaling.factor is required for rope_type ") + rope_type_name(s.type) + ", got none");
+    return;
+  }
+  require_finite("scaling.factor", *s.factor);
+  if (*s.factor < 1.0) invalid("scaling.factor must be >= 1, got " + num(*s.factor));
+}
+
+void check_factor_list(const char* field, const std::vector<double>& v, int64_t expected) {
+  if (static_cast<int64_t>(v.size()) != expected)
+    invalid(std::string(field) + " must have rotary_dim/2 = " + std::to_string(expected) + " entries, got " +
+            std::to_string(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::string f = std::string(field) + "[" + std::to_string(i) + "]";
+    if (!std::isfinite(v[i])) invalid(f + " must be a finite number, got " + num(v[i]));
+    if (!(v[i] > 0)) invalid(f + " must be > 0, got " + num(v[i]));
+  }
+}
+
+}  // namespace
+
+const char* rope_type_name(RopeType t) {
+  for (const auto& e : kRopeTypes)
+    if (e.type == t) return e.name;
+  return "unknown";
+}
+
+RopeType parse_rope_type(const std::string& s, const char* field) {
+  for (const auto& e : kRopeTypes)
+    if (s == e.name) return e.type;
+  std::string names;
+  for (const auto& e : kRopeTypes) names += std::string(names.empty() ? "" : ", ") + e.name;
+  invalid(std::string(field) + " must be one of " + names + ", got \"" + s + "\"");
+}
+
+void Spec::validate() const {
+  if (head_dim <= 0) invalid("head_dim must be > 0, got " + std::to_string(head_dim));
+  if (rotary_dim < 0) invalid("rotary_dim must be >= 0 (0 = head_dim), got " + std::to_string(rotary_dim));
+  const int64_t r = effective_rotary_dim();
+  if (r > head_dim)
+    invalid("rotary_dim must be <= head_dim (" + std::to_string(head_dim) + "), got " + std::to_string(r));
+  if (r % 2 != 0) invalid("rotary_dim must be even, got " + std::to_string(r));
+  require_positive("base", base);
+  if (max_position_embeddings < 0)
+    invalid("max_position_embeddings must be >= 0 (0 = unknown), got " + std::to_string(max_position_embeddings));
+  require_finite("partial_rotary_factor", partial_rotary_factor);
+  if (!(partial_rotary_factor > 0 && partial_rotary_factor <= 1))
+    invalid("partial_rotary_factor must be in (0, 1], got " + num(partial_rotary_factor));
+
+  const Scaling& s = scaling;
+  const int64_t orig = s.original_max_position_embeddings > 0 ? s.original_max_position_embeddings
+                                                              : max_position_embeddings;
+  if (s.original_max_position_embeddings < 0)
+    invalid("scaling.original_max_position_embeddings must be >= 0 (0 = max_position_embeddings), got " +
+            std::to_string(s.original_max_position_embeddings));
+  auto require_orig = [&] {
+    if (orig <= 0)
+      invalid(std::string("scaling.original_max_position_embeddings is required for rope_type ") +
+              rope_type_name(s.type) + " (or set max_position_embeddings), got 0");
+  };
+  auto require_max_pos = [&](const char* why) {
+    if (max_position_embeddings <= 0)
+      invalid(std::string("max_position_embeddings is required for ") + why + ", got " +
+              std::to_string(max_position_embeddings));
+  };
+
+  switch (s.type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+      check_factor(s, true);
+      break;
+    case RopeType::kDynamic:
+      check_factor(s, true);
+      require_max_pos("rope_type dynamic");
+      if (r <= 2) invalid("rotary_dim must be > 2 for rope_type dynamic (exponent R/(R-2)), got " + std::to_string(r));
+      break;
+    case RopeType::kYarn: {
+      check_factor(s, false);
+      require_orig();
+      if (!s.factor) require_max_pos("rope_type yarn without scaling.factor (factor = max_pos / original_max)");
+      require_finite("scaling.beta_fast", s.beta_fast);
+      require_finite("scaling.beta_slow", s.beta_slow);
+      if (s.beta_fast < 0) invalid("scaling.beta_fast must be > 0 (0 = default 32), got " + num(s.beta_fast));
+      if (s.beta_slow < 0) invalid("scaling.beta_slow must be > 0 (0 = default 1), got " + num(s.beta_slow));
+      const double bf = s.beta_fast != 0 ? s.beta_fast : 32.0, bs = s.beta_slow != 0 ? s.beta_slow : 1.0;
+      if (bf <= bs)
+        invalid("scaling.beta_fast must be > scaling.beta_slow (" + num(bs) + "), got " + num(bf));
+      if (s.mscale) require_finite("scaling.mscale", *s.mscale);
+      if (s.mscale_all_dim) require_finite("scaling.mscale_all_dim", *s.mscale_all_dim);
+      if (s.attention_factor) require_positive("scaling.attention_factor", *s.attention_factor);
+      break;
+    }
+    case RopeType::kLongRope:
+      check_factor(s, false);
+      require_orig();
+      if (!s.factor) require_max_pos("rope_type longrope without scaling.factor (factor = max_pos / original_max)");
+      check_factor_list("scaling.short_factor", s.short_factor, r / 2);
+      check_factor_list("scaling.long_factor", s.long_factor, r / 2);
+      if (s.attention_factor) require_positive("scaling.attention_factor", *s.attention_factor);
+      break;
+    case RopeType::kLlama3:
+      check_factor(s, true);
+      require_orig();
+      require_positive("scaling.low_freq_factor", s.low_freq_factor);
+      require_positive("scaling.high_freq_factor", s.high_freq_factor);
+      if (s.low_freq_factor >= s.high_freq_factor)
+        invalid("scaling.low_freq_factor must be < scaling.high_freq_factor (" + num(s.high_freq_factor) +
+                "), got " + num(s.low_freq_factor));
+      break;
+    case RopeType::kProportional:
+      check_factor(s, false);
+      if (r != head_dim)
+        invalid("rotary_dim must equal head_dim (" + std::to_string(head_dim) +
+                ") for rope_type proportional (partial_rotary_factor selects the rotated part), got " +
+                std::to_string(r));
+      break;
+    default:
+      invalid("scaling.type must be a known RopeType, got " + std::to_string(static_cast<int>(s.type)));
+  }
+
+  if (mrope.enabled()) {
+    if (mrope.section.size() != 3)
+      invalid("mrope.section must have exactly 3 entries (t, h, w), got " + std::to_string(mrope.section.size()));
+    int64_t sum = 0;
+    for (size_t i = 0; i < mrope.section.size(); ++i) {
+      if (mrope.section[i] < 0)
+        invalid("mrope.section[" + std::to_string(i) + "] must be >= 0, got " + std::to_string(mrope.section[i]));
+      sum += mrope.section[i];
+    }
+    if (sum != r / 2)
+      invalid("mrope.section must sum to rotary_dim/2 = " + std::to_string(r / 2) + ", got " + std::to_string(sum));
+  }
+}
+
+Spec Spec::normalized() const {
+  Spec out = *this;
+  if (out.rotary_dim == 0) out.rotary_dim = out.head_dim;
+  if (out.scaling.original_max_position_embeddings == 0 &&
+      (out.scaling.type == RopeType::kYarn || out.scaling.type == RopeType::kLongRope ||
+       out.scaling.type == RopeType::kLlama3))
+    out.scaling.original_max_position_embeddings = out.max_position_embeddings;
+  out.validate();
+  return out;
+}
+
+}  // namespace rotary

@@ -1,0 +1,393 @@
+// SIMD row kernels, written once with Highway and compiled per ISA target (AVX-512, AVX2, SSE4, ..., scalar).
+//
+// One kernel body serves every dtype (f32 / f16 / bf16 in memory, f32 math), pairing, direction and
+// in-place / out-of-place variant; widths are never spelled out, so tails use narrower (capped) tags
+// of the same body rather than a second scalar copy.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::detail::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+enum class Elem { kF32, kF16, kBF16 };
+
+template <Elem E>
+using Storage = std::conditional_t<E == Elem::kF32, float, uint16_t>;
+
+// x86 targets from AVX2 up have F16C, whose conversions round to nearest even. Every other target
+// uses the integer conversions below (Highway 1.0's portable f16 demotion truncates).
+#undef ROTARY_HW_F16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define ROTARY_HW_F16 1
+#else
+#define ROTARY_HW_F16 0
+#endif
+
+/// Loads Lanes(d) elements of type E and widens them to f32.
+template <Elem E, class D>
+HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
+  if constexpr (E == Elem::kF32) {
+    return hn::LoadU(d, p);
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> d16;
+    if constexpr (E == Elem::kBF16) {
+      return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+    } else {
+#if ROTARY_HW_F16
+      const hn::Rebind<hwy::float16_t, D> dh;
+      return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+      const hn::RebindToSigned<D> di;
+      const auto bits = hn::PromoteTo(du, hn::LoadU(d16, p));
+      const auto sign = hn::ShiftLeft<16>(hn::And(bits, hn::Set(du, 0x8000u)));
+      const auto em = hn::And(bits, hn::Set(du, 0x7FFFu));
+      // normal: rebias the exponent (15 -> 127); subnormal: m * 2^-24 exactly; inf/nan: all-ones exponent.
+      const auto normal = hn::BitCast(d, hn::Add(hn::ShiftLeft<13>(em), hn::Set(du, 0x38000000u)));
+      const auto subnormal = hn::Mul(hn::ConvertTo(d, hn::BitCast(di, em)), hn::Set(d, 5.9604644775390625e-8f));
+      const auto infnan = hn::BitCast(d, hn::Or(hn::ShiftLeft<13>(em), hn::Set(du, 0x7F800000u)));
+      const auto emi = hn::BitCast(di, em);
+      auto mag = hn::IfThenElse(hn::RebindMask(d, hn::Lt(emi, hn::Set(di, 0x0400))), subnormal, normal);
+      mag = hn::IfThenElse(hn::RebindMask(d, hn::Gt(emi, hn::Set(di, 0x7BFF))), infnan, mag);
+      return hn::Or(mag, hn::BitCast(d, sign));
+#endif
+    }
+  }
+}
+
+/// Narrows f32 lanes to E with round-to-nearest-even and stores them (non-temporal if kStream).
+template <Elem E, bool kStream, class D>
+HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
+  if constexpr (E == Elem::kF32) {
+    if constexpr (kStream) {
+      hn::Stream(v, d, p);
+    } else {
+      hn::StoreU(v, d, p);
+    }
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const hn::Rebind<uint16_t, D> d16;
+    hn::Vec<decltype(d16)> packed;
+    if constexpr (E == Elem::kBF16) {
+      const auto bits = hn::BitCast(du, v);
+      const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+      auto r = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+      const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
+      r = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), quiet_nan, r);
+      packed = hn::DemoteTo(d16, hn::BitCast(di, r));
+    } else {
+#if ROTARY_HW_F16
+      const hn::Rebind<hwy::float16_t, D> dh;
+      packed = hn::BitCast(d16, hn::DemoteTo(dh, v));
+#else
+      const auto bits = hn::BitCast(du, v);
+      const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
+      const auto u = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+      const auto ui = hn::BitCast(di, u);
+      // normal: rebias (127 -> 15) and round the 13 dropped bits to nearest even
+      const auto odd = hn::And(hn::ShiftRight<13>(u), hn::Set(du, 1u));
+      const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(u, hn::Set(du, 0xC8000FFFu)), odd));
+      // subnormal (|v| < 2^-14): the FPU rounds |v| + 0.5 to a multiple of 2^-24
+      const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, u), hn::Set(d, 0.5f))),
+                               hn::Set(du, 0x3F000000u));
+      auto r = hn::IfThenElse(hn::Lt(ui, hn::Set(di, 0x38800000)), hn::BitCast(di, sub), hn::BitCast(di, normal));
+      r = hn::IfThenElse(hn::Gt(ui, hn::Set(di, 0x477FFFFF)), hn::Set(di, 0x7C00), r);
+      r = hn::IfThenElse(hn::Gt(ui, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7E00), r);
+      packed = hn::DemoteTo(d16, hn::Or(r, hn::BitCast(di, sign)));
+#endif
+    }
+    if constexpr (kStream) {
+      hn::Stream(packed, d16, p);
+    } else {
+      hn::StoreU(packed, d16, p);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ rows of one token
+
+inline int g_pf = getenv("ROTARY_PF") ? atoi(getenv("ROTARY_PF")) : 0;
+/// Up to this many rows of one token are processed together, sharing each cos/sin vector load.
+constexpr int64_t kRowBatch = 64;
+
+/// Half-split pairs (x[i], x[i+h]):  y0 = x0*c - x1*s,  y1 = x1*c + x0*s  (s already signed by direction).
+template <Elem E, bool kStream, class D>
+HWY_INLINE void HalfStep(D d, const Storage<E>* in, Storage<E>* out, hn::Vec<D> vc, hn::Vec<D> vs, size_t i,
+                         size_t h) {
+  const auto x0 = LoadX<E>(d, in + i);
+  const auto x1 = LoadX<E>(d, in + h + i);
+  const auto y0 = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc));
+  const auto y1 = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
+  StoreX<E, kStream>(d, y0, out + i);
+  StoreX<E, kStream>(d, y1, out + h + i);
+}
+
+/// Interleaved pairs (x[2i], x[2i+1]) with per-channel rows cd = [c0 c0 c1 c1 ..] and
+/// sd = [-s0 s0 -s1 s1 ..] (signed by direction):  y = x*cd + swap_pairs(x)*sd.
+template <Elem E, bool kStream, class D>
+HWY_INLINE void InterleavedStep(D d, const Storage<E>* in, Storage<E>* out, hn::Vec<D> vc, hn::Vec<D> vs,
+                                size_t j) {
+  const auto x = LoadX<E>(d, in + j);
+  StoreX<E, kStream>(d, hn::MulAdd(hn::Reverse2(d, x), vs, hn::Mul(x, vc)), out + j);
+}
+
+/// Narrower tags for the remainder of a row: each handles what the wider ones left over.
+template <size_t kCap, size_t kMinCap, class Fn>
+HWY_INLINE void Remainder(size_t& i, size_t n, const Fn& fn) {
+  const hn::CappedTag<float, kCap> dc;
+  for (; i + hn::Lanes(dc) <= n; i += hn::Lanes(dc)) fn(dc, i);
+  if constexpr (kCap / 2 >= kMinCap) Remainder<kCap / 2, kMinCap>(i, n, fn);
+}
+
+/// Rotates `n` rows of one token. Channel blocks are the outer loop so that each cos/sin vector
+/// is loaded once and stays in a register for all of the token's heads.
+template <Elem E, bool kStream>
+HWY_INLINE void HalfRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* c,
+                         const float* s, size_t h, bool row_outer) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t h_main = h / N * N;
+  if (row_outer) {
+    // Each row streamed start to end: what hardware prefetchers and write-combining want.
+    for (int64_t r = 0; r < n; ++r) {
+      if (g_pf > 0 && r + g_pf < n) {
+        const char* pp = reinterpret_cast<const char*>(in[r + g_pf]);
+        for (size_t off = 0; off < 2 * h * sizeof(Storage<E>); off += 64) hwy::Prefetch(pp + off);
+      }
+      for (size_t i = 0; i < h_main; i += N) {
+        HalfStep<E, kStream>(d, in[r], out[r], hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < h_main; i += N) {
+      const auto vc = hn::LoadU(d, c + i);
+      const auto vs = hn::LoadU(d, s + i);
+      for (int64_t r = 0; r < n; ++r) HalfStep<E, kStream>(d, in[r], out[r], vc, vs, i, h);
+    }
+  }
+  if (h_main < h) {
+    size_t i = h_main;
+    Remainder<8, 1>(i, h, [&](auto dc, size_t j) {
+      const auto vc = hn::LoadU(dc, c + j);
+      const auto vs = hn::LoadU(dc, s + j);
+      for (int64_t r = 0; r < n; ++r) HalfStep<E, false>(dc, in[r], out[r], vc, vs, j, h);
+    });
+  }
+}
+
+template <Elem E, bool kStream>
+HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* cd,
+                                const float* sd, size_t rdim, bool row_outer) {
+  const hn::ScalableTag<float> d;
+#if HWY_TARGET == HWY_SCALAR
+  // One-lane vectors cannot hold a pair: rotate pair by pair with the same formula.
+  for (int64_t r = 0; r < n; ++r) {
+    for (size_t j = 0; j < rdim; j += 2) {
+      const auto x0 = LoadX<E>(d, in[r] + j);
+      const auto x1 = LoadX<E>(d, in[r] + j + 1);
+      const auto c = hn::LoadU(d, cd + j);
+      StoreX<E, false>(d, hn::MulAdd(x1, hn::LoadU(d, sd + j), hn::Mul(x0, c)), out[r] + j);
+      StoreX<E, false>(d, hn::MulAdd(x0, hn::LoadU(d, sd + j + 1), hn::Mul(x1, c)), out[r] + j + 1);
+    }
+  }
+#else
+  const size_t N = hn::Lanes(d);
+  const size_t r_main = rdim / N * N;
+  if (row_outer) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (size_t j = 0; j < r_main; j += N) {
+        InterleavedStep<E, kStream>(d, in[r], out[r], hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+      }
+    }
+  } else {
+    for (size_t j = 0; j < r_main; j += N) {
+      const auto vc = hn::LoadU(d, cd + j);
+      const auto vs = hn::LoadU(d, sd + j);
+      for (int64_t r = 0; r < n; ++r) InterleavedStep<E, kStream>(d, in[r], out[r], vc, vs, j);
+    }
+  }
+  if (r_main < rdim) {
+    size_t j = r_main;
+    Remainder<8, 2>(j, rdim, [&](auto dc, size_t k) {
+      const auto vc = hn::LoadU(dc, cd + k);
+      const auto vs = hn::LoadU(dc, sd + k);
+      for (int64_t r = 0; r < n; ++r) InterleavedStep<E, false>(dc, in[r], out[r], vc, vs, k);
+    });
+  }
+#endif
+}
+
+// ------------------------------------------------------------------ rows of a job
+
+/// Per-thread buffers for cos/sin rows that must be gathered, computed, negated or duplicated.
+inline float* Scratch(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+template <Elem E, Pairing P, bool kStream>
+void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
+  using T = Storage<E>;
+  const Plan& p = *job.plan;
+  const size_t h = static_cast<size_t>(p.half);
+  const size_t R = static_cast<size_t>(p.rotary_dim);
+  const size_t D = static_cast<size_t>(p.head_dim);
+  const bool inverse = p.direction == Direction::kInverse;
+  const int64_t hq = p.t[0].heads;
+  const int64_t rpt = job.rows_per_token;
+  const bool row_outer = kStream || job.row_outer;
+
+  // scratch: [resolved cos|sin (2h)] [signed / duplicated rows (2R)]
+  float* scratch = Scratch(2 * h + 2 * R + 16);
+  float* resolved = scratch;
+  float* prepared = scratch + 2 * h + 8;
+
+  int64_t g = r0 / rpt;
+  int64_t w = r0 % rpt;
+  int64_t r = r0;
+  while (r < r1) {
+    const int64_t b = g / p.S;
+    const int64_t s = g % p.S;
+    const float* crow;
+    const float* srow;
+    if (job.table_fast) {
+      crow = p.cs.table + (p.pos.offset + s) * static_cast<int64_t>(2 * h);
+      srow = crow + h;
+    } else {
+      resolve_cos_sin(p, b, s, resolved, &crow, &srow);
+    }
+    const float* c_use = crow;
+    const float* s_use = srow;
+    if constexpr (P == Pairing::kHalfSplit) {
+      if (inverse) {
+        for (size_t i = 0; i < h; ++i) prepared[i] = -srow[i];
+        s_use = prepared;
+      }
+    } else {
+      float* cd = prepared;
+      float* sd = prepared + R;
+      const float sign = inverse ? -1.0f : 1.0f;
+      for (size_t i = 0; i < h; ++i) {
+        cd[2 * i] = crow[i];
+        cd[2 * i + 1] = crow[i];
+        sd[2 * i] = -sign * srow[i];
+        sd[2 * i + 1] = sign * srow[i];
+      }
+      c_use = cd;
+      s_use = sd;
+    }
+
+    const int64_t w_end = std::min(rpt, w + (r1 - r));
+    // Row pointers of this token: q heads [0, hq), then k heads, each a base plus head * stride.
+    const T* in_base[2];
+    T* out_base[2];
+    for (int i = 0; i < p.ntensors; ++i) {
+      const PlanTensor& t = p.t[i];
+      in_base[i] = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
+      out_base[i] = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+    }
+    for (int64_t k0 = w; k0 < w_end; k0 += kRowBatch) {
+      const int64_t n = std::min(kRowBatch, w_end - k0);
+      const T* ins[kRowBatch];
+      T* outs[kRowBatch];
+      int64_t j = 0;
+      for (int i = 0; i < 2 && j < n; ++i) {
+        const int64_t first = i == 0 ? 0 : hq;  // row index of this tensor's head 0
+        const int64_t heads = i == 0 ? hq : rpt - hq;
+        const int64_t h0 = std::max<int64_t>(0, k0 + j - first);
+        const int64_t h1 = std::min<int64_t>(heads, k0 + n - first);
+        const PlanTensor& t = p.t[i];
+        for (int64_t head = h0; head < h1; ++head, ++j) {
+          ins[j] = in_base[i] + head * t.in_sh;
+          outs[j] = out_base[i] + head * t.out_sh;
+        }
+      }
+      if constexpr (P == Pairing::kHalfSplit) {
+        HalfRows<E, kStream>(ins, outs, n, c_use, s_use, h, row_outer);
+      } else {
+        InterleavedRows<E, kStream>(ins, outs, n, c_use, s_use, R, row_outer);
+      }
+      if (R < D) {  // out of place: pass-through channels are copied
+        for (int64_t q = 0; q < n; ++q) {
+          if (ins[q] != outs[q]) std::memcpy(outs[q] + R, ins[q] + R, (D - R) * sizeof(T));
+        }
+      }
+    }
+    r += w_end - w;
+    w = 0;
+    ++g;
+  }
+  if constexpr (kStream) hwy::FlushStream();
+}
+
+/// True if every output row (and, half-split, the second half) starts on a `bytes` boundary.
+inline bool OutputsAligned(const RowJob& job, size_t esize, size_t bytes) {
+  const Plan& p = *job.plan;
+  auto ok = [&](int64_t elems) { return (static_cast<uint64_t>(elems) * esize) % bytes == 0; };
+  if (p.pairing == Pairing::kHalfSplit && !ok(p.half)) return false;
+  for (int i = 0; i < p.ntensors; ++i) {
+    const PlanTensor& t = p.t[i];
+    if (reinterpret_cast<uintptr_t>(t.out) % bytes != 0) return false;
+    if (!ok(t.out_sb) || !ok(t.out_ss) || !ok(t.out_sh)) return false;
+  }
+  return true;
+}
+
+template <Elem E>
+void RunRowsE(const RowJob& job, int64_t r0, int64_t r1) {
+  const hn::ScalableTag<float> d;
+  const size_t esize = sizeof(Storage<E>);
+  const size_t store_bytes = hn::Lanes(d) * esize;
+  // Non-temporal stores only with full native vectors (Highway streams at least 16 bytes).
+  const bool stream = job.stream && HWY_TARGET != HWY_SCALAR && store_bytes >= 16 &&
+                      OutputsAligned(job, esize, store_bytes);
+  const bool half = job.plan->pairing == Pairing::kHalfSplit;
+  if (half) {
+    stream ? RunRowsT<E, Pairing::kHalfSplit, true>(job, r0, r1)
+           : RunRowsT<E, Pairing::kHalfSplit, false>(job, r0, r1);
+  } else {
+    stream ? RunRowsT<E, Pairing::kInterleaved, true>(job, r0, r1)
+           : RunRowsT<E, Pairing::kInterleaved, false>(job, r0, r1);
+  }
+}
+
+void RunRows(const RowJob& job, int64_t r0, int64_t r1) {
+  switch (job.plan->dtype) {
+    case DType::kF16: return RunRowsE<Elem::kF16>(job, r0, r1);
+    case DType::kBF16: return RunRowsE<Elem::kBF16>(job, r0, r1);
+    default: return RunRowsE<Elem::kF32>(job, r0, r1);
+  }
+}
+
+int64_t CurrentTarget() { return HWY_TARGET; }
+
+}  // namespace rotary::detail::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rotary::detail::cpu {
+
+HWY_EXPORT(RunRows);
+HWY_EXPORT(CurrentTarget);
+
+void run_rows(const RowJob& job, int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(RunRows)(job, r0, r1); }
+
+const char* dispatched_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)()); }
+
+std::vector<int64_t> runnable_targets() { return hwy::SupportedAndGeneratedTargets(); }
+
+}  // namespace rotary::detail::cpu
+#endif  // HWY_ONCE

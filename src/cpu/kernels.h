@@ -1,0 +1,39 @@
+// Internal interface of the CPU SIMD kernels: a prepared row job and the per-ISA dispatched row runner.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/plan.h"
+
+namespace rotary::detail::cpu {
+
+/// One cpu_apply call, prepared once and shared read-only by every thread working on it.
+/// Rows are enumerated token-major: row r belongs to token g = r / rows_per_token (g = b*S + s)
+/// and is head (r % rows_per_token) of q, or of k once past q's heads.
+struct RowJob {
+  const Plan* plan = nullptr;
+  int64_t rows_per_token = 0;  ///< q heads + k heads
+  int64_t total_rows = 0;      ///< B * S * rows_per_token
+  /// Ask for non-temporal stores (out of place, large output). The kernel uses them only where
+  /// every output row and half is aligned to its vector width; values are identical either way.
+  bool stream = false;
+  /// kTable source with kOffset positions and no batch offsets: row = table + (offset + s) * 2h.
+  bool table_fast = false;
+  /// Loop order within a token: each row start to end (large calls: prefetch- and write-combining-
+  /// friendly), or channel block by block across the token's rows (small calls: each cos/sin vector
+  /// loaded once per token). Values are identical either way.
+  bool row_outer = false;
+};
+
+/// Processes rows [r0, r1) of `job` with the best ISA target available (Highway dynamic dispatch,
+/// resolved once per call). Results are bit-identical whatever the split of rows into ranges.
+void run_rows(const RowJob& job, int64_t r0, int64_t r1);
+
+/// Name of the Highway target run_rows dispatches to right now (e.g. "AVX3", "AVX2").
+const char* dispatched_target_name();
+
+/// Highway targets compiled into the kernels AND supported by this CPU (best first).
+std::vector<int64_t> runnable_targets();
+
+}  // namespace rotary::detail::cpu

@@ -1,0 +1,110 @@
+// A small persistent thread pool: one job at a time, chunks claimed with an atomic counter, caller helps.
+#include "cpu/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rotary::detail::cpu {
+namespace {
+
+thread_local bool t_in_region = false;
+
+/// Marks the current thread as running pool work for the scope's lifetime.
+struct RegionGuard {
+  bool saved;
+  RegionGuard() : saved(t_in_region) { t_in_region = true; }
+  ~RegionGuard() { t_in_region = saved; }
+};
+
+class Pool {
+ public:
+  /// Caller holds busy_ (try-locked). Runs the job with `helpers` workers plus the caller.
+  void run(int helpers, int64_t nchunks, void (*fn)(void*, int64_t), void* ctx) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (static_cast<int>(workers_.size()) < helpers) {
+        const int index = static_cast<int>(workers_.size());
+        workers_.emplace_back([this, index] { worker_loop(index); });
+      }
+      fn_ = fn;
+      ctx_ = ctx;
+      nchunks_ = nchunks;
+      next_.store(0, std::memory_order_relaxed);
+      helpers_ = helpers;
+      pending_ = helpers;
+      ++generation_;
+    }
+    wake_.notify_all();
+    {
+      RegionGuard guard;
+      drain();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [this] { return pending_ == 0; });
+  }
+
+  std::mutex busy_;  ///< held by the one call currently using the pool
+
+ private:
+  void drain() {
+    for (;;) {
+      const int64_t chunk = next_.fetch_add(1, std::memory_order_relaxed);
+      if (chunk >= nchunks_) return;
+      fn_(ctx_, chunk);
+    }
+  }
+
+  void worker_loop(int index) {
+    t_in_region = true;
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return generation_ != seen && index < helpers_; });
+        seen = generation_;
+      }
+      drain();
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  uint64_t generation_ = 0;
+  int helpers_ = 0;
+  int pending_ = 0;
+  void (*fn_)(void*, int64_t) = nullptr;
+  void* ctx_ = nullptr;
+  int64_t nchunks_ = 0;
+  std::atomic<int64_t> next_{0};
+};
+
+Pool& pool() {
+  static Pool* p = new Pool;  // never destroyed: workers may still be parked at exit
+  return *p;
+}
+
+void run_serial(int64_t nchunks, void (*fn)(void*, int64_t), void* ctx) {
+  for (int64_t c = 0; c < nchunks; ++c) fn(ctx, c);
+}
+
+}  // namespace
+
+bool in_parallel_region() { return t_in_region; }
+
+void parallel_for(int threads, int64_t nchunks, void (*fn)(void* ctx, int64_t chunk), void* ctx) {
+  if (threads <= 1 || nchunks <= 1 || t_in_region) return run_serial(nchunks, fn, ctx);
+  Pool& p = pool();
+  std::unique_lock<std::mutex> busy(p.busy_, std::try_to_lock);
+  if (!busy.owns_lock()) return run_serial(nchunks, fn, ctx);
+  const int64_t helpers = std::min<int64_t>(threads - 1, nchunks - 1);
+  p.run(static_cast<int>(helpers), nchunks, fn, ctx);
+}
+
+}  // namespace rotary::detail::cpu

@@ -1,0 +1,65 @@
+// The public apply entry points: validate, attach a cos/sin source (table, on the fly, caller), dispatch a backend.
+#include "rotary/apply.h"
+
+#include "engine/build.h"
+
+namespace rotary {
+
+namespace detail {
+void run_plan(const Plan& plan, Backend backend) {
+  if (plan.ntensors == 0 || plan.B == 0 || plan.S == 0) return;  // nothing to rotate
+  switch (backend) {
+    case Backend::kAuto:
+    case Backend::kCpu: cpu_apply(plan); return;
+    case Backend::kReference: reference_apply(plan); return;
+    case Backend::kCuda: cuda_apply(plan); return;
+  }
+  fail(Error::Kind::kInvalidArgument, kApplyWhere, "backend must be auto, cpu, reference or cuda, got " +
+                                                       std::to_string(static_cast<int>(backend)));
+}
+}  // namespace detail
+
+void apply_table(CosSinTable& table, const ApplyArgs& args) {
+  detail::PlanRequest req;
+  req.rotary_dim = 2 * table.half();
+  detail::PositionRange range;
+  detail::Plan plan = detail::build_plan(args, req, &range);
+  plan.cs.kind = detail::PlanCosSin::Kind::kTable;
+  if (range.any) {
+    // Grows the table if needed (thread-safe); throws kOutOfRange past max_positions, before any write.
+    const CosSinTable::View v = table.view_for(range.max_int + 1);
+    plan.cs.table = v.data;
+    plan.cs.table_size = v.size;
+  }
+  detail::run_plan(plan, args.backend);
+}
+
+void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args) {
+  detail::check_frequencies(freqs, "freqs");
+  detail::PlanRequest req;
+  req.rotary_dim = 2 * static_cast<int64_t>(freqs.inv_freq.size());
+  req.allow_fractional = true;
+  detail::PositionRange range;
+  detail::Plan plan = detail::build_plan(args, req, &range);
+  plan.cs.kind = detail::PlanCosSin::Kind::kOnTheFly;
+  plan.cs.inv_freq = freqs.inv_freq.data();
+  plan.cs.attention_factor = freqs.attention_factor;
+  detail::run_plan(plan, args.backend);
+}
+
+void apply_cos_sin(TensorView cos, TensorView sin, const ApplyArgs& args) {
+  if (cos.rank != 2 && cos.rank != 3)
+    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
+         "cos must have rank 2 [max_pos, R/2] or rank 3 [B, S, R/2], got rank " + std::to_string(cos.rank));
+  if (cos.shape[cos.rank - 1] <= 0)
+    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
+         "cos last dim must be rotary_dim/2 > 0, got " + std::to_string(cos.shape[cos.rank - 1]));
+  detail::PlanRequest req;
+  req.rotary_dim = 2 * cos.shape[cos.rank - 1];
+  detail::PositionRange range;
+  detail::Plan plan = detail::build_plan(args, req, &range);
+  detail::attach_caller_cos_sin(plan, cos, sin, args, range);
+  detail::run_plan(plan, args.backend);
+}
+
+}  // namespace rotary

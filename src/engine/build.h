@@ -1,0 +1,50 @@
+// Internal: validation of ApplyArgs into a Plan, cos/sin source attachment and backend dispatch (engine only).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/plan.h"
+#include "rotary/apply.h"
+#include "rotary/spec.h"
+
+namespace rotary::detail {
+
+inline constexpr const char* kApplyWhere = "rotary_apply";
+
+/// What the caller's cos/sin source implies for validation.
+struct PlanRequest {
+  int64_t rotary_dim = 0;                      ///< R: must be even, > 0 and <= head_dim
+  Pairing default_pairing = Pairing::kHalfSplit;  ///< used when args.pairing is nullopt
+  bool allow_fractional = false;               ///< f32/f64 ids (on-the-fly sources only)
+  bool mrope = false;                          ///< ids must be [3,B,S] / [3,T] (kOffset/kPacked also accepted)
+};
+
+/// Range of the positions of a validated call (over every axis for M-RoPE).
+struct PositionRange {
+  bool any = false;         ///< at least one token
+  bool fractional = false;  ///< f32/f64 ids
+  int64_t max_int = -1;     ///< largest integer position (floor of the largest for fractional ids)
+  double max_f = -1.0;      ///< largest position as a double
+};
+
+/// Validates everything in `args` that does not depend on the cos/sin source (tensors, dtypes,
+/// strides, aliasing, positions, enums, threads) and returns the Plan with `cs` left empty.
+/// Throws rotary::Error before anything is written.
+Plan build_plan(const ApplyArgs& args, const PlanRequest& request, PositionRange* range);
+
+/// Validates caller cos/sin against a plan (shape, dtype, positions in range) and attaches them.
+void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& sin, const ApplyArgs& args,
+                           const PositionRange& range);
+
+/// Validates Frequencies used on the fly (non-empty, finite).
+void check_frequencies(const Frequencies& freqs, const char* name);
+
+/// M-RoPE: frequency j -> position axis (0 t, 1 h, 2 w). Sectioned (Qwen2-VL) or interleaved (Qwen3-VL).
+/// Throws if the sections do not sum to half.
+std::vector<uint8_t> mrope_axis_of_freq(const MRope& mrope, int64_t half);
+
+/// Dispatches a validated plan to a backend (no-op when there is nothing to rotate).
+void run_plan(const Plan& plan, Backend backend);
+
+}  // namespace rotary::detail

@@ -1,0 +1,109 @@
+// Per-token position lookup and cos/sin row resolution shared by every CPU-side backend.
+#include <cmath>
+
+#include "engine/convert.h"
+#include "engine/plan.h"
+#include "rotary/table.h"
+
+namespace rotary::detail {
+
+namespace {
+int64_t batch_offset(const PlanPositions& p, int64_t b) {
+  if (!p.batch_offsets) return 0;
+  const int64_t i = b * p.batch_offsets_stride;
+  return p.batch_offsets_dtype == DType::kI32 ? static_cast<const int32_t*>(p.batch_offsets)[i]
+                                              : static_cast<const int64_t*>(p.batch_offsets)[i];
+}
+
+double id_value(const PlanPositions& p, int64_t b, int64_t s, int axis) {
+  const int64_t i = (p.n_axes > 1 ? axis : 0) * p.ids_sa + b * p.ids_sb + s * p.ids_ss;
+  switch (p.ids_dtype) {
+    case DType::kI32: return static_cast<const int32_t*>(p.ids)[i];
+    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p.ids)[i]);
+    case DType::kF32: return static_cast<const float*>(p.ids)[i];
+    case DType::kF64: return static_cast<const double*>(p.ids)[i];
+    default: return 0.0;
+  }
+}
+
+/// Copies `half` values of a caller cos or sin row (any floating dtype, any stride) into f32.
+void gather_caller(const TensorView& v, int64_t row_offset, int64_t half, float* out) {
+  const int64_t sd = v.strides[v.rank - 1];
+  for (int64_t j = 0; j < half; ++j) out[j] = static_cast<float>(load_as_double(v.data, v.dtype, row_offset + j * sd));
+}
+}  // namespace
+
+int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
+  const PlanPositions& p = plan.pos;
+  switch (p.kind) {
+    case PlanPositions::Kind::kOffset: return p.offset + batch_offset(p, b) + s;
+    case PlanPositions::Kind::kIds: {
+      const int64_t i = (p.n_axes > 1 ? axis : 0) * p.ids_sa + b * p.ids_sb + s * p.ids_ss;
+      if (p.ids_dtype == DType::kI32) return static_cast<const int32_t*>(p.ids)[i];
+      if (p.ids_dtype == DType::kI64) return static_cast<const int64_t*>(p.ids)[i];
+      return static_cast<int64_t>(std::floor(id_value(p, b, s, axis)));
+    }
+    case PlanPositions::Kind::kPerToken: return p.per_token[static_cast<std::size_t>(s)];
+  }
+  return 0;
+}
+
+double token_position_f(const Plan& plan, int64_t b, int64_t s, int axis) {
+  if (plan.pos.kind == PlanPositions::Kind::kIds) return id_value(plan.pos, b, s, axis);
+  return static_cast<double>(token_position(plan, b, s, axis));
+}
+
+void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, const float** cos_row,
+                     const float** sin_row) {
+  const PlanCosSin& cs = plan.cs;
+  const int64_t h = plan.half;
+  const bool mrope = !cs.axis_of_freq.empty();
+  *cos_row = scratch;
+  *sin_row = scratch + h;
+  switch (cs.kind) {
+    case PlanCosSin::Kind::kTable: {
+      if (!mrope) {
+        const float* row = cs.table + token_position(plan, b, s) * 2 * h;
+        *cos_row = row;
+        *sin_row = row + h;
+        return;
+      }
+      const int64_t p[3] = {token_position(plan, b, s, 0), token_position(plan, b, s, 1), token_position(plan, b, s, 2)};
+      for (int64_t j = 0; j < h; ++j) {
+        const float* row = cs.table + p[cs.axis_of_freq[static_cast<std::size_t>(j)]] * 2 * h;
+        scratch[j] = row[j];
+        scratch[h + j] = row[h + j];
+      }
+      return;
+    }
+    case PlanCosSin::Kind::kOnTheFly: {
+      if (!mrope) {
+        compute_cos_sin_row(cs.inv_freq, h, cs.attention_factor, token_position_f(plan, b, s), scratch, scratch + h);
+        return;
+      }
+      const double p[3] = {token_position_f(plan, b, s, 0), token_position_f(plan, b, s, 1),
+                           token_position_f(plan, b, s, 2)};
+      for (int64_t j = 0; j < h; ++j)
+        compute_cos_sin_row(cs.inv_freq + j, 1, cs.attention_factor, p[cs.axis_of_freq[static_cast<std::size_t>(j)]],
+                            scratch + j, scratch + h + j);
+      return;
+    }
+    case PlanCosSin::Kind::kCaller: {
+      int64_t co, so;
+      if (cs.cos.rank == 2) {
+        const int64_t pos = token_position(plan, b, s);
+        co = pos * cs.cos.strides[0];
+        so = pos * cs.sin.strides[0];
+      } else {
+        const int64_t bb = cs.cos.shape[0] == 1 ? 0 : b;
+        co = bb * cs.cos.strides[0] + s * cs.cos.strides[1];
+        so = bb * cs.sin.strides[0] + s * cs.sin.strides[1];
+      }
+      gather_caller(cs.cos, co, h, scratch);
+      gather_caller(cs.sin, so, h, scratch + h);
+      return;
+    }
+  }
+}
+
+}  // namespace rotary::detail

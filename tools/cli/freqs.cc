@@ -1,0 +1,121 @@
+// `rotary freqs`: prints a spec's inverse frequencies and attention factor (JSON or a readable table).
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+#include <string>
+
+#include "cli.h"
+#include "rotary/freqs.h"
+
+namespace rotary::cli {
+namespace {
+
+constexpr const char* kUsage = "rotary freqs (--config FILE | --preset NAME) [--seq-len N] [--json]";
+
+/// format_double, but always recognisably a float in JSON ("10000.0", not "10000").
+std::string json_double(double v) {
+  std::string s = format_double(v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+void print_json(const Spec& spec, const Frequencies& f) {
+  std::string out = "{\"rope_type\": " + json_string(rope_type_name(spec.scaling.type)) +
+                    ", \"head_dim\": " + std::to_string(spec.head_dim) +
+                    ", \"rotary_dim\": " + std::to_string(spec.rotary_dim) + ", \"base\": " + json_double(spec.base) +
+                    ", \"inv_freq\": [";
+  for (size_t i = 0; i < f.inv_freq.size(); ++i) out += (i ? ", " : "") + json_double(f.inv_freq[i]);
+  out += "], \"attention_factor\": " + json_double(f.attention_factor) + "}\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+void print_table(const Spec& spec, const Frequencies& f, std::optional<int64_t> seq_len) {
+  std::printf("spec        %s\n", spec.name.c_str());
+  std::printf("rope_type   %s\n", rope_type_name(spec.scaling.type));
+  std::printf("head_dim    %lld   rotary_dim %lld   pairing %s\n", static_cast<long long>(spec.head_dim),
+              static_cast<long long>(spec.rotary_dim), pairing_name(spec.pairing));
+  std::printf("base        %s\n", format_double(spec.base).c_str());
+  const Scaling& sc = spec.scaling;
+  if (sc.type != RopeType::kDefault) {
+    std::string line = "scaling    ";
+    if (sc.factor) line += " factor " + format_double(*sc.factor);
+    if (sc.original_max_position_embeddings > 0 &&
+        (sc.type == RopeType::kYarn || sc.type == RopeType::kLongRope || sc.type == RopeType::kLlama3))
+      line += " original_max " + std::to_string(sc.original_max_position_embeddings);
+    if (sc.type == RopeType::kYarn) {
+      line += " beta_fast " + format_double(sc.beta_fast) + " beta_slow " + format_double(sc.beta_slow);
+      if (sc.mscale) line += " mscale " + format_double(*sc.mscale);
+      if (sc.mscale_all_dim) line += " mscale_all_dim " + format_double(*sc.mscale_all_dim);
+      line += sc.truncate ? " truncate" : " no-truncate";
+    }
+    if (sc.type == RopeType::kLlama3)
+      line += " low_freq_factor " + format_double(sc.low_freq_factor) + " high_freq_factor " +
+              format_double(sc.high_freq_factor);
+    if (sc.type == RopeType::kProportional) line += " partial_rotary_factor " + format_double(spec.partial_rotary_factor);
+    std::printf("%s\n", line.c_str());
+  }
+  if (spec.max_position_embeddings > 0)
+    std::printf("max_pos     %lld\n", static_cast<long long>(spec.max_position_embeddings));
+  if (spec.length_dependent())
+    std::printf("seq_len     %s\n", seq_len ? std::to_string(*seq_len).c_str() : "(none)");
+  if (spec.mrope.enabled())
+    std::printf("mrope       [%lld, %lld, %lld]%s\n", static_cast<long long>(spec.mrope.section[0]),
+                static_cast<long long>(spec.mrope.section[1]), static_cast<long long>(spec.mrope.section[2]),
+                spec.mrope.interleaved ? " interleaved" : "");
+  std::printf("attention_factor %s\n\n", format_double(f.attention_factor).c_str());
+
+  // The unscaled reference: base^(-2i/R) (proportional uses the head_dim denominator).
+  const int64_t denom = spec.scaling.type == RopeType::kProportional ? spec.head_dim : spec.rotary_dim;
+  std::printf("%5s  %-24s  %-16s  %s\n", "i", "theta_i", "wavelength", "theta_i / default");
+  for (size_t i = 0; i < f.inv_freq.size(); ++i) {
+    const double theta = f.inv_freq[i];
+    const double unscaled = std::pow(spec.base, -static_cast<double>(2 * i) / static_cast<double>(denom));
+    const double ratio = theta / unscaled;
+    char wavelength[32];
+    if (theta > 0)
+      std::snprintf(wavelength, sizeof wavelength, "%.6g", 2.0 * std::numbers::pi / theta);
+    else
+      std::snprintf(wavelength, sizeof wavelength, "inf (no rotation)");
+    std::string change = "unchanged";
+    if (ratio == 0) {
+      change = "zeroed (pass-through)";
+    } else if (std::fabs(ratio - 1.0) >= 1e-12) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "x %.6g (= 1/%.6g)", ratio, 1.0 / ratio);
+      change = buf;
+    }
+    std::printf("%5zu  %-24s  %-16s  %s\n", i, format_double(theta).c_str(), wavelength, change.c_str());
+  }
+}
+
+int run(const std::vector<std::string>& args) {
+  Flags flags(args, {"config", "preset", "seq-len"}, {"json"});
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  const Spec spec = spec_from_flags(flags).normalized();
+  std::optional<int64_t> seq_len;
+  if (auto n = flags.get_int("seq-len")) {
+    if (*n < 0) throw UsageError("--seq-len must be >= 0, got " + std::to_string(*n));
+    seq_len = *n;
+  }
+  const Frequencies f = compute_frequencies(spec, seq_len);
+  if (flags.has("json"))
+    print_json(spec, f);
+  else
+    print_table(spec, f, seq_len);
+  return 0;
+}
+
+}  // namespace
+
+ROTARY_CLI_COMMAND("freqs", kUsage, "inverse frequencies theta_i and attention factor of a config or preset", run);
+
+}  // namespace rotary::cli

@@ -1,0 +1,127 @@
+// `rotary plot DIR`: draws a report's PNGs with the Python plotter (rotary.report), also used by `rotary report`.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+extern char** environ;
+
+namespace rotary::cli {
+
+int run_plotter(const std::string& dir, std::string* note);
+
+namespace {
+
+/// Exit code python/rotary/report.py uses when matplotlib is missing.
+constexpr int kNoMatplotlib = 3;
+
+/// Runs argv (PATH lookup) and returns its exit status; 127 if it could not start. `quiet` discards its output.
+int spawn_wait(const std::vector<std::string>& argv, bool quiet) {
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  }
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return 127;
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return 127;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/// Where python/rotary/report.py is: env ROTARY_SOURCE_DIR, then the source tree this file was compiled from,
+/// then folders above the executable (build tree inside the source tree), then <prefix>/share/rotary.
+std::string find_plot_script() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("ROTARY_SOURCE_DIR"); env && *env)
+    candidates.push_back(fs::path(env) / "python/rotary/report.py");
+#ifdef ROTARY_SOURCE_DIR
+  candidates.push_back(fs::path(ROTARY_SOURCE_DIR) / "python/rotary/report.py");
+#endif
+  // __FILE__ is tools/cli/plot.cc inside the source tree (CMake passes absolute paths).
+  const fs::path self(__FILE__);
+  if (self.is_absolute())
+    candidates.push_back(self.parent_path().parent_path().parent_path() / "python/rotary/report.py");
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path d = exe.parent_path();
+    for (int up = 0; up < 4 && !d.empty(); ++up, d = d.parent_path()) {
+      candidates.push_back(d / "python/rotary/report.py");
+      candidates.push_back(d / "share/rotary/report.py");
+    }
+  }
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  return "";
+}
+
+int plot_main(const std::vector<std::string>& args) {
+  Flags flags(args, {}, {});
+  if (flags.positional().size() != 1) throw UsageError("expected exactly one report directory");
+  std::string note;
+  const int rc = run_plotter(flags.positional()[0], &note);
+  if (rc != 0) {
+    std::fprintf(stderr, "rotary plot: %s\n", note.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_plotter(const std::string& dir, std::string* note) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(dir) / "report.json", ec)) {
+    *note = dir + "/report.json not found (run `rotary report --out " + dir + "` first)";
+    return 2;
+  }
+  std::string python = "python3";
+  if (const char* env = std::getenv("ROTARY_PYTHON"); env && *env) python = env;
+  std::vector<std::string> argv;
+  // The installed package first (python -m rotary.report), else the script in the source tree.
+  if (spawn_wait({python, "-c", "import rotary.report"}, true) == 0) {
+    argv = {python, "-m", "rotary.report", dir};
+  } else {
+    const std::string script = find_plot_script();
+    if (script.empty()) {
+      *note = "the plotter python/rotary/report.py was not found (set ROTARY_SOURCE_DIR to the source tree, or "
+              "install the rotary Python package)";
+      return 2;
+    }
+    argv = {python, script, dir};
+  }
+  std::fflush(stdout);
+  const int rc = spawn_wait(argv, false);
+  if (rc == 0) return 0;
+  if (rc == 127)
+    *note = "no Python interpreter '" + python + "' (install python3, or set ROTARY_PYTHON)";
+  else if (rc == kNoMatplotlib)
+    *note = "matplotlib is not installed for " + python + " (pip install matplotlib, or set ROTARY_PYTHON)";
+  else
+    *note = "the plotter failed (" + argv[0] + " " + argv[1] + (argv.size() > 3 ? " " + argv[2] : "") +
+            " exited with status " + std::to_string(rc) + ")";
+  return rc;
+}
+
+ROTARY_CLI_COMMAND("plot", "rotary plot DIR",
+                   "draw the PNGs of a `rotary report` directory (needs Python with matplotlib; ROTARY_PYTHON)",
+                   plot_main);
+
+}  // namespace rotary::cli

@@ -1,0 +1,33 @@
+// `rotary presets`: lists the built-in model presets, or prints one preset's embedded config.json.
+#include <cstdio>
+#include <string>
+
+#include "cli.h"
+#include "rotary/config.h"
+
+namespace rotary::cli {
+namespace {
+
+constexpr const char* kUsage = "rotary presets [--show NAME]";
+
+int run(const std::vector<std::string>& args) {
+  Flags flags(args, {"show"}, {});
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  if (auto name = flags.get("show")) {
+    std::fputs(preset_config_json(*name).c_str(), stdout);
+    return 0;
+  }
+  for (const std::string& name : preset_names()) {
+    const Spec s = preset(name);
+    std::printf("%-16s %-12s D=%-4lld R=%-4lld %s\n", name.c_str(), rope_type_name(s.scaling.type),
+                static_cast<long long>(s.head_dim), static_cast<long long>(s.rotary_dim),
+                preset_description(name).c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+ROTARY_CLI_COMMAND("presets", kUsage, "list built-in model presets (--show NAME prints the embedded config.json)", run);
+
+}  // namespace rotary::cli
