@@ -5,14 +5,14 @@
 #   bash scripts/dev.sh test    # deps + build + all C++ tests (ctest) + all Python tests (pytest)
 #   bash scripts/dev.sh deps | build | python | cpp-test | py-test   (the individual steps)
 #
-# Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build),
+# Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build/cpp),
 #              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${ROTARY_VENV:-$HOME/.cache/rotary/venv}"
-BUILD="${ROTARY_BUILD_DIR:-build}"
+BUILD="${ROTARY_BUILD_DIR:-build/cpp}"
 REPORT_DIR="${ROTARY_REPORT_DIR:-out/report}"
 JOBS="$(nproc 2>/dev/null || echo 2)"
 

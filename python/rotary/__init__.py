@@ -67,15 +67,17 @@ def _check_torch_cpu(t: Any, what: str) -> None:
 
 
 def _has_broadcast_axis(x: Any) -> bool:
+    """True if an axis longer than 1 has a zero (broadcast) or negative (reversed numpy view) stride."""
     strides = x.strides if isinstance(x, np.ndarray) else x.stride()
-    return any(st == 0 and n > 1 for st, n in zip(strides, x.shape))
+    return any(st <= 0 and n > 1 for st, n in zip(strides, x.shape))
 
 
 def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool]:
     """(object the extension can import without copying, is-bf16-as-uint16-bits).
 
-    The core rejects zero strides on axes longer than 1 (they would alias outputs); a broadcast *input*
-    (readonly=True, e.g. the gradient of a sum) is materialised first.
+    The core takes non-negative strides and rejects zero strides on axes longer than 1 (they would alias
+    outputs); such an *input* (readonly=True: a broadcast gradient of a sum, a reversed numpy view) is
+    materialised first. Outputs are never copied, so such an `out` raises ValueError.
     """
     if isinstance(x, np.ndarray):
         if readonly and _has_broadcast_axis(x):
@@ -94,7 +96,9 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
 
 def _empty_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
-        return np.empty_like(x)  # keeps x's memory order
+        if _has_broadcast_axis(x):
+            return np.empty(x.shape, dtype=x.dtype)
+        return np.empty_like(x)  # keeps x's memory order (e.g. a transposed view stays transposed)
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 
 

@@ -91,14 +91,18 @@ def _title(report):
 
 
 def _context_lines(ax, report, axis="x"):
-    """Marks the original context L and max_position_embeddings."""
+    """Marks the original context L, max_position_embeddings and the scaled (extended) context."""
     ctx = report["context"]
     L, max_pos = ctx["original"], ctx["max_position_embeddings"]
+    extended = ctx.get("extended") or max_pos
     line = ax.axvline if axis == "x" else ax.axhline
     line(L, color="darkgoldenrod", linestyle="-.", linewidth=1.5, label=f"original context L = {L:,}")
     if max_pos and max_pos != L:
         line(max_pos, color="darkgoldenrod", linestyle=":", linewidth=1.5,
              label=f"max_position_embeddings = {max_pos:,}")
+    if extended and extended not in (L, max_pos):
+        line(extended, color="olive", linestyle="--", linewidth=1.2,
+             label=f"scaled context factor × L = {extended:,}")
 
 
 def plot_wavelengths(plt, data, out):

@@ -84,6 +84,22 @@ def test_strided_views_in_and_out(rng):
     assert np.all(out_base[..., 1::2] == 0), "writes outside the out view"
 
 
+def test_readonly_broadcast_and_reversed_inputs(rng):
+    spec = rotary.Spec(16)
+    x = rng.standard_normal((1, 4, 2, 16)).astype(np.float32)
+    want = rotary.apply(x, 0, spec)
+    ro = x.copy()
+    ro.flags.writeable = False
+    np.testing.assert_array_equal(rotary.apply(ro, 0, spec), want)
+    rev = np.ascontiguousarray(x[:, ::-1])[:, ::-1]  # same values, negative stride on axis 1
+    np.testing.assert_allclose(rotary.apply(rev, 0, spec), want, rtol=0, atol=TOL["float32"])
+    bcast = np.broadcast_to(x[:, :, :1], x.shape)  # zero stride on the head axis
+    np.testing.assert_allclose(rotary.apply(bcast, 0, spec), rotary.apply(np.ascontiguousarray(bcast), 0, spec),
+                               rtol=0, atol=TOL["float32"])
+    with pytest.raises(ValueError):
+        rotary.apply(x, 0, spec, out=np.empty_like(x)[:, ::-1])  # outputs are never silently copied
+
+
 def test_inplace_inverse_roundtrip_and_table_cache(rng):
     spec = rotary.Spec(128, base=1e6)
     assert spec.table_positions == 0

@@ -1,7 +1,6 @@
 // CPU backend entry point: picks the SIMD kernel or the reference fallback, and splits rows over threads.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
@@ -55,7 +54,8 @@ void cpu_apply(const Plan& plan) {
   bool inplace = true;
   for (int i = 0; i < plan.ntensors; ++i) inplace = inplace && plan.t[i].inplace();
   job.stream = !inplace && out_bytes > kStreamBytes;
-  job.row_outer = std::getenv("ROTARY_ROW_OUTER") ? std::atoi(std::getenv("ROTARY_ROW_OUTER")) : out_bytes > kStreamBytes;
+  // One token (decode): share cos/sin registers across its heads; more: stream rows in order.
+  job.row_outer = job.stream || plan.B * plan.S > 1;
 
   int64_t threads = std::max(1, plan.threads);
   if (moved < kInlineBytes || cpu::in_parallel_region()) threads = 1;

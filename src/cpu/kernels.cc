@@ -118,10 +118,6 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
 
 // ------------------------------------------------------------------ rows of one token
 
-inline int g_pf = getenv("ROTARY_PF") ? atoi(getenv("ROTARY_PF")) : 0;
-/// Up to this many rows of one token are processed together, sharing each cos/sin vector load.
-constexpr int64_t kRowBatch = 64;
-
 /// Half-split pairs (x[i], x[i+h]):  y0 = x0*c - x1*s,  y1 = x1*c + x0*s  (s already signed by direction).
 template <Elem E, bool kStream, class D>
 HWY_INLINE void HalfStep(D d, const Storage<E>* in, Storage<E>* out, hn::Vec<D> vc, hn::Vec<D> vs, size_t i,
@@ -155,30 +151,16 @@ HWY_INLINE void Remainder(size_t& i, size_t n, const Fn& fn) {
 /// is loaded once and stays in a register for all of the token's heads.
 template <Elem E, bool kStream>
 HWY_INLINE void HalfRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* c,
-                         const float* s, size_t h, bool row_outer) {
+                         const float* s, size_t h) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  const size_t h_main = h / N * N;
-  if (row_outer) {
-    // Each row streamed start to end: what hardware prefetchers and write-combining want.
-    for (int64_t r = 0; r < n; ++r) {
-      if (g_pf > 0 && r + g_pf < n) {
-        const char* pp = reinterpret_cast<const char*>(in[r + g_pf]);
-        for (size_t off = 0; off < 2 * h * sizeof(Storage<E>); off += 64) hwy::Prefetch(pp + off);
-      }
-      for (size_t i = 0; i < h_main; i += N) {
-        HalfStep<E, kStream>(d, in[r], out[r], hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
-      }
-    }
-  } else {
-    for (size_t i = 0; i < h_main; i += N) {
-      const auto vc = hn::LoadU(d, c + i);
-      const auto vs = hn::LoadU(d, s + i);
-      for (int64_t r = 0; r < n; ++r) HalfStep<E, kStream>(d, in[r], out[r], vc, vs, i, h);
-    }
+  size_t i = 0;
+  for (; i + N <= h; i += N) {
+    const auto vc = hn::LoadU(d, c + i);
+    const auto vs = hn::LoadU(d, s + i);
+    for (int64_t r = 0; r < n; ++r) HalfStep<E, kStream>(d, in[r], out[r], vc, vs, i, h);
   }
-  if (h_main < h) {
-    size_t i = h_main;
+  if (i < h) {
     Remainder<8, 1>(i, h, [&](auto dc, size_t j) {
       const auto vc = hn::LoadU(dc, c + j);
       const auto vs = hn::LoadU(dc, s + j);
@@ -189,7 +171,7 @@ HWY_INLINE void HalfRows(const Storage<E>* const* in, Storage<E>* const* out, in
 
 template <Elem E, bool kStream>
 HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* cd,
-                                const float* sd, size_t rdim, bool row_outer) {
+                                const float* sd, size_t rdim) {
   const hn::ScalableTag<float> d;
 #if HWY_TARGET == HWY_SCALAR
   // One-lane vectors cannot hold a pair: rotate pair by pair with the same formula.
@@ -204,22 +186,13 @@ HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* 
   }
 #else
   const size_t N = hn::Lanes(d);
-  const size_t r_main = rdim / N * N;
-  if (row_outer) {
-    for (int64_t r = 0; r < n; ++r) {
-      for (size_t j = 0; j < r_main; j += N) {
-        InterleavedStep<E, kStream>(d, in[r], out[r], hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
-      }
-    }
-  } else {
-    for (size_t j = 0; j < r_main; j += N) {
-      const auto vc = hn::LoadU(d, cd + j);
-      const auto vs = hn::LoadU(d, sd + j);
-      for (int64_t r = 0; r < n; ++r) InterleavedStep<E, kStream>(d, in[r], out[r], vc, vs, j);
-    }
+  size_t j = 0;
+  for (; j + N <= rdim; j += N) {
+    const auto vc = hn::LoadU(d, cd + j);
+    const auto vs = hn::LoadU(d, sd + j);
+    for (int64_t r = 0; r < n; ++r) InterleavedStep<E, kStream>(d, in[r], out[r], vc, vs, j);
   }
-  if (r_main < rdim) {
-    size_t j = r_main;
+  if (j < rdim) {
     Remainder<8, 2>(j, rdim, [&](auto dc, size_t k) {
       const auto vc = hn::LoadU(dc, cd + k);
       const auto vs = hn::LoadU(dc, sd + k);
@@ -238,97 +211,156 @@ inline float* Scratch(size_t floats) {
   return buf.data();
 }
 
+/// Walks rows in job order: token (b, s), then q heads, then k heads.
+struct RowCursor {
+  const Plan* p;
+  int64_t rpt, hq;
+  int64_t g = 0, w = 0, b = 0, s = 0;
+
+  void seek(int64_t r) {
+    g = r / rpt;
+    w = r % rpt;
+    b = g / p->S;
+    s = g % p->S;
+  }
+  void next() {
+    if (++w < rpt) return;
+    w = 0;
+    ++g;
+    if (++s == p->S) {
+      s = 0;
+      ++b;
+    }
+  }
+  template <typename T>
+  const T* in() const {
+    const PlanTensor& t = p->t[w < hq ? 0 : 1];
+    const int64_t head = w < hq ? w : w - hq;
+    return static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + head * t.in_sh;
+  }
+  template <typename T>
+  T* out() const {
+    const PlanTensor& t = p->t[w < hq ? 0 : 1];
+    const int64_t head = w < hq ? w : w - hq;
+    return static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + head * t.out_sh;
+  }
+};
+
+/// The rows a kernel multiplies by for one token: cos and sin as the pairing wants them
+/// (half-split: c, s or -s; interleaved: duplicated per channel with the pair's signs).
+template <Pairing P>
+HWY_INLINE void TokenRows(const RowJob& job, int64_t b, int64_t s, float* resolved, float* prepared,
+                          const float** c_use, const float** s_use) {
+  const Plan& p = *job.plan;
+  const size_t h = static_cast<size_t>(p.half);
+  const float* crow;
+  const float* srow;
+  if (job.table_fast) {
+    crow = p.cs.table + (p.pos.offset + s) * static_cast<int64_t>(2 * h);
+    srow = crow + h;
+  } else {
+    resolve_cos_sin(p, b, s, resolved, &crow, &srow);
+  }
+  const bool inverse = p.direction == Direction::kInverse;
+  *c_use = crow;
+  *s_use = srow;
+  if constexpr (P == Pairing::kHalfSplit) {
+    if (inverse) {
+      for (size_t i = 0; i < h; ++i) prepared[i] = -srow[i];
+      *s_use = prepared;
+    }
+  } else {
+    float* cd = prepared;
+    float* sd = prepared + 2 * h;
+    const float sign = inverse ? -1.0f : 1.0f;
+    for (size_t i = 0; i < h; ++i) {
+      cd[2 * i] = crow[i];
+      cd[2 * i + 1] = crow[i];
+      sd[2 * i] = -sign * srow[i];
+      sd[2 * i + 1] = sign * srow[i];
+    }
+    *c_use = cd;
+    *s_use = sd;
+  }
+}
+
+template <Elem E, Pairing P, bool kStream>
+HWY_INLINE void Rows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* c,
+                     const float* s, const Plan& p) {
+  using T = Storage<E>;
+  const size_t R = static_cast<size_t>(p.rotary_dim);
+  const size_t D = static_cast<size_t>(p.head_dim);
+  if constexpr (P == Pairing::kHalfSplit) {
+    HalfRows<E, kStream>(in, out, n, c, s, static_cast<size_t>(p.half));
+  } else {
+    InterleavedRows<E, kStream>(in, out, n, c, s, R);
+  }
+  if (R < D) {  // out of place: pass-through channels are copied
+    for (int64_t q = 0; q < n; ++q) {
+      if (in[q] != out[q]) std::memcpy(out[q] + R, in[q] + R, (D - R) * sizeof(T));
+    }
+  }
+}
+
+inline int64_t g_pf_bytes = getenv("ROTARY_PF") ? atoi(getenv("ROTARY_PF")) : 4096;
+
 template <Elem E, Pairing P, bool kStream>
 void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   using T = Storage<E>;
   const Plan& p = *job.plan;
   const size_t h = static_cast<size_t>(p.half);
-  const size_t R = static_cast<size_t>(p.rotary_dim);
-  const size_t D = static_cast<size_t>(p.head_dim);
-  const bool inverse = p.direction == Direction::kInverse;
-  const int64_t hq = p.t[0].heads;
-  const int64_t rpt = job.rows_per_token;
-  const bool row_outer = kStream || job.row_outer;
-
-  // scratch: [resolved cos|sin (2h)] [signed / duplicated rows (2R)]
-  float* scratch = Scratch(2 * h + 2 * R + 16);
+  // scratch: [resolved cos|sin (2h)] [signed / duplicated rows (4h)]
+  float* scratch = Scratch(6 * h + 16);
   float* resolved = scratch;
   float* prepared = scratch + 2 * h + 8;
+  const float* c_use = nullptr;
+  const float* s_use = nullptr;
+  RowCursor cur{&p, job.rows_per_token, p.t[0].heads};
+  cur.seek(r0);
 
-  int64_t g = r0 / rpt;
-  int64_t w = r0 % rpt;
-  int64_t r = r0;
-  while (r < r1) {
-    const int64_t b = g / p.S;
-    const int64_t s = g % p.S;
-    const float* crow;
-    const float* srow;
-    if (job.table_fast) {
-      crow = p.cs.table + (p.pos.offset + s) * static_cast<int64_t>(2 * h);
-      srow = crow + h;
-    } else {
-      resolve_cos_sin(p, b, s, resolved, &crow, &srow);
+  if (job.row_outer) {
+    // Large calls: rows one after another (what prefetchers and write-combining want), with a
+    // software prefetch a few KiB ahead; each token's cos/sin rows stay in L1 across its heads.
+    const size_t row_bytes = static_cast<size_t>(p.head_dim) * sizeof(T);
+    const int64_t ahead_rows = std::max<int64_t>(1, g_pf_bytes / static_cast<int64_t>(row_bytes));
+    RowCursor ahead = cur;
+    ahead.seek(std::min(job.total_rows - 1, r0 + ahead_rows));
+    int64_t token = -1;
+    for (int64_t r = r0; r < r1; ++r) {
+      if (cur.g != token) {
+        TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
+        token = cur.g;
+      }
+      if (g_pf_bytes > 0 && r + ahead_rows < job.total_rows) {
+        const uint8_t* pf = reinterpret_cast<const uint8_t*>(ahead.in<T>());
+        for (size_t off = 0; off < row_bytes; off += 64) hwy::Prefetch(pf + off);
+        ahead.next();
+      }
+      const T* in = cur.in<T>();
+      T* out = cur.out<T>();
+      Rows<E, P, kStream>(&in, &out, 1, c_use, s_use, p);
+      cur.next();
     }
-    const float* c_use = crow;
-    const float* s_use = srow;
-    if constexpr (P == Pairing::kHalfSplit) {
-      if (inverse) {
-        for (size_t i = 0; i < h; ++i) prepared[i] = -srow[i];
-        s_use = prepared;
+  } else {
+    // Small calls (a decode token): channel blocks outside, a token's rows inside, so each cos/sin
+    // vector is loaded once per token and stays in a register.
+    constexpr int64_t kBatch = 64;
+    const T* ins[kBatch];
+    T* outs[kBatch];
+    int64_t r = r0;
+    while (r < r1) {
+      TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
+      const int64_t token = cur.g;
+      int64_t n = 0;
+      while (r < r1 && cur.g == token && n < kBatch) {
+        ins[n] = cur.in<T>();
+        outs[n] = cur.out<T>();
+        ++n;
+        ++r;
+        cur.next();
       }
-    } else {
-      float* cd = prepared;
-      float* sd = prepared + R;
-      const float sign = inverse ? -1.0f : 1.0f;
-      for (size_t i = 0; i < h; ++i) {
-        cd[2 * i] = crow[i];
-        cd[2 * i + 1] = crow[i];
-        sd[2 * i] = -sign * srow[i];
-        sd[2 * i + 1] = sign * srow[i];
-      }
-      c_use = cd;
-      s_use = sd;
+      Rows<E, P, kStream>(ins, outs, n, c_use, s_use, p);
     }
-
-    const int64_t w_end = std::min(rpt, w + (r1 - r));
-    // Row pointers of this token: q heads [0, hq), then k heads, each a base plus head * stride.
-    const T* in_base[2];
-    T* out_base[2];
-    for (int i = 0; i < p.ntensors; ++i) {
-      const PlanTensor& t = p.t[i];
-      in_base[i] = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
-      out_base[i] = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
-    }
-    for (int64_t k0 = w; k0 < w_end; k0 += kRowBatch) {
-      const int64_t n = std::min(kRowBatch, w_end - k0);
-      const T* ins[kRowBatch];
-      T* outs[kRowBatch];
-      int64_t j = 0;
-      for (int i = 0; i < 2 && j < n; ++i) {
-        const int64_t first = i == 0 ? 0 : hq;  // row index of this tensor's head 0
-        const int64_t heads = i == 0 ? hq : rpt - hq;
-        const int64_t h0 = std::max<int64_t>(0, k0 + j - first);
-        const int64_t h1 = std::min<int64_t>(heads, k0 + n - first);
-        const PlanTensor& t = p.t[i];
-        for (int64_t head = h0; head < h1; ++head, ++j) {
-          ins[j] = in_base[i] + head * t.in_sh;
-          outs[j] = out_base[i] + head * t.out_sh;
-        }
-      }
-      if constexpr (P == Pairing::kHalfSplit) {
-        HalfRows<E, kStream>(ins, outs, n, c_use, s_use, h, row_outer);
-      } else {
-        InterleavedRows<E, kStream>(ins, outs, n, c_use, s_use, R, row_outer);
-      }
-      if (R < D) {  // out of place: pass-through channels are copied
-        for (int64_t q = 0; q < n; ++q) {
-          if (ins[q] != outs[q]) std::memcpy(outs[q] + R, ins[q] + R, (D - R) * sizeof(T));
-        }
-      }
-    }
-    r += w_end - w;
-    w = 0;
-    ++g;
   }
   if constexpr (kStream) hwy::FlushStream();
 }

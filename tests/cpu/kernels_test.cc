@@ -284,7 +284,7 @@ void expect_same(const Fixture& want_in, const Fixture& got_in, bool exact, cons
 }
 
 /// Runs the case through the dispatched kernel (optionally with streamed stores) and the reference.
-void check_case(const Case& c, bool stream, const std::string& target) {
+void check_case(const Case& c, bool stream, bool row_outer, const std::string& target) {
   Fixture want(c), got(c);
   detail::reference_apply(want.plan);
   detail::cpu::RowJob job;
@@ -292,9 +292,10 @@ void check_case(const Case& c, bool stream, const std::string& target) {
   job.rows_per_token = c.hq + c.hk;
   job.total_rows = c.B * c.S * job.rows_per_token;
   job.stream = stream;
+  job.row_outer = row_outer;
   job.table_fast = c.source == Source::kTableOffset;
   detail::cpu::run_rows(job, 0, job.total_rows);
-  expect_same(want, got, false, target + (stream ? " stream" : ""));
+  expect_same(want, got, false, target + (stream ? " stream" : "") + (row_outer ? " row-outer" : " block-outer"));
 }
 
 std::vector<Case> all_cases() {
@@ -352,8 +353,10 @@ TEST_F(CpuKernelsTest, EveryRunnableTargetMatchesReference) {
     const std::string name = hwy::TargetName(target);
     ASSERT_EQ(std::string(detail::cpu::dispatched_target_name()), name) << "dispatch did not switch target";
     for (const Case& c : cases) {
-      check_case(c, false, name);
-      if (!c.inplace) check_case(c, true, name);
+      for (bool row_outer : {false, true}) {
+        check_case(c, false, row_outer, name);
+        if (!c.inplace) check_case(c, true, row_outer, name);
+      }
     }
     if (HasFailure()) return;  // one target's failures are enough to read
   }

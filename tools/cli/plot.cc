@@ -43,29 +43,33 @@ int spawn_wait(const std::vector<std::string>& argv, bool quiet) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-/// Where python/rotary/report.py is: env ROTARY_SOURCE_DIR, then the source tree this file was compiled from,
-/// then folders above the executable (build tree inside the source tree), then <prefix>/share/rotary.
-std::string find_plot_script() {
+/// Where python/rotary/report.py is. `source_tree` selects the candidates that belong to a source checkout:
+/// env ROTARY_SOURCE_DIR, then the tree this file was compiled from (CMake passes absolute paths, so __FILE__
+/// is <src>/tools/cli/plot.cc). Otherwise: folders above the executable, then <prefix>/share/rotary.
+std::string find_plot_script(bool source_tree) {
   namespace fs = std::filesystem;
   std::vector<fs::path> candidates;
-  if (const char* env = std::getenv("ROTARY_SOURCE_DIR"); env && *env)
-    candidates.push_back(fs::path(env) / "python/rotary/report.py");
+  if (source_tree) {
+    if (const char* env = std::getenv("ROTARY_SOURCE_DIR"); env && *env)
+      candidates.push_back(fs::path(env) / "python/rotary/report.py");
 #ifdef ROTARY_SOURCE_DIR
-  candidates.push_back(fs::path(ROTARY_SOURCE_DIR) / "python/rotary/report.py");
+    candidates.push_back(fs::path(ROTARY_SOURCE_DIR) / "python/rotary/report.py");
 #endif
-  // __FILE__ is tools/cli/plot.cc inside the source tree (CMake passes absolute paths).
-  const fs::path self(__FILE__);
-  if (self.is_absolute())
-    candidates.push_back(self.parent_path().parent_path().parent_path() / "python/rotary/report.py");
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path d = exe.parent_path();
-    for (int up = 0; up < 4 && !d.empty(); ++up, d = d.parent_path()) {
-      candidates.push_back(d / "python/rotary/report.py");
-      candidates.push_back(d / "share/rotary/report.py");
+    const fs::path self(__FILE__);
+    if (self.is_absolute())
+      candidates.push_back(self.parent_path().parent_path().parent_path() / "python/rotary/report.py");
+  } else {
+    std::error_code ec;
+    fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      fs::path d = exe.parent_path();
+      for (int up = 0; up < 4 && !d.empty(); ++up, d = d.parent_path()) {
+        candidates.push_back(d / "python/rotary/report.py");
+        candidates.push_back(d / "share/rotary/report.py");
+      }
     }
   }
+  std::error_code ec;
   for (const auto& c : candidates)
     if (fs::is_regular_file(c, ec)) return c.string();
   return "";
@@ -95,17 +99,19 @@ int run_plotter(const std::string& dir, std::string* note) {
   std::string python = "python3";
   if (const char* env = std::getenv("ROTARY_PYTHON"); env && *env) python = env;
   std::vector<std::string> argv;
-  // The installed package first (python -m rotary.report), else the script in the source tree.
-  if (spawn_wait({python, "-c", "import rotary.report"}, true) == 0) {
-    argv = {python, "-m", "rotary.report", dir};
-  } else {
-    const std::string script = find_plot_script();
-    if (script.empty()) {
-      *note = "the plotter python/rotary/report.py was not found (set ROTARY_SOURCE_DIR to the source tree, or "
-              "install the rotary Python package)";
-      return 2;
-    }
+  // The plotter of the source tree this CLI was built from (same version as the CLI); else the installed
+  // package (python -m rotary.report); else a copy next to the executable. The script never imports the
+  // compiled extension, so it runs from a plain checkout.
+  if (std::string script = find_plot_script(true); !script.empty()) {
     argv = {python, script, dir};
+  } else if (spawn_wait({python, "-c", "import rotary.report"}, true) == 0) {
+    argv = {python, "-m", "rotary.report", dir};
+  } else if (script = find_plot_script(false); !script.empty()) {
+    argv = {python, script, dir};
+  } else {
+    *note = "the plotter python/rotary/report.py was not found (set ROTARY_SOURCE_DIR to the source tree, or "
+            "install the rotary Python package)";
+    return 2;
   }
   std::fflush(stdout);
   const int rc = spawn_wait(argv, false);

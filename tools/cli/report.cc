@@ -104,6 +104,7 @@ struct ModelView {
   Spec spec;                       ///< normalized (text-only copy for M-RoPE specs)
   int64_t L = 0;                   ///< original context
   int64_t max_pos = 0;             ///< max_position_embeddings
+  int64_t extended = 0;            ///< context the scaling is meant for: max(max_pos, factor * L)
   double nominal_factor = 1.0;     ///< the spec's scaling factor (HF default where unset)
   std::optional<int64_t> seq_len;  ///< length at which length-dependent types are shown scaled
   Frequencies scaled;              ///< what the model uses at long context
@@ -233,6 +234,7 @@ ModelView make_model_view(Spec spec) {
   if (m.L <= 0) m.L = 4096;  // unknown context: a conventional value, reported as such
   if (s.scaling.factor) m.nominal_factor = *s.scaling.factor;
   else if (m.max_pos > m.L) m.nominal_factor = double(m.max_pos) / double(m.L);
+  m.extended = std::max<int64_t>(m.max_pos, int64_t(std::llround(m.nominal_factor * double(m.L))));
   m.seq_len = scaled_seq_len(s, m.L);
   m.scaled = compute_frequencies(s, m.seq_len);
   m.unscaled = unscaled_frequencies(s);
@@ -623,7 +625,7 @@ struct Curves {
 Curves write_curves(const ModelView& mv, const std::vector<Variant>& variants, int64_t D,
                     const std::filesystem::path& dir) {
   Curves out;
-  out.r_max = std::max<int64_t>({2 * mv.max_pos, 2 * mv.L, 65536});
+  out.r_max = std::max<int64_t>({2 * mv.extended, 2 * mv.L, 65536});
   out.distances = distance_grid(out.r_max, 80);
   const auto& rs = out.distances;
   auto q = random_normal(size_t(D), 41), k = random_normal(size_t(D), 42);
@@ -977,6 +979,7 @@ Json run_report(const ReportOptions& o) {
     rep["note"] = "M-RoPE spec: shown for text tokens (t = h = w positions), where it equals 1-D RoPE";
   rep["context"] = {{"original", mv.L},
                     {"max_position_embeddings", mv.max_pos},
+                    {"extended", mv.extended},
                     {"scaled_seq_len", mv.seq_len ? Json(*mv.seq_len) : Json(nullptr)}};
 
   print_spec(mv, description);
