@@ -386,11 +386,12 @@ std::vector<IdentityRow> check_identity(const ModelView& mv, int64_t D) {
       {kMaxExactPosition, 0}, {kMaxExactPosition, kMaxExactPosition}};
   const Pairing pairing = mv.spec.pairing;
   const Frequencies& f = mv.scaled;
-  const auto P = int64_t(pairs.size());
   auto q = random_normal(size_t(D), 11), k = random_normal(size_t(D), 12);
   normalize(q);
   normalize(k);
   std::vector<float> qm, kn, qd, k0;
+  std::erase_if(pairs, [](const auto& p) { return p.first < p.second; });
+  const auto P = int64_t(pairs.size());
   std::vector<int64_t> m_ids, n_ids, d_ids, z_ids(size_t(P), 0);
   for (auto [m, n] : pairs) {
     qm.insert(qm.end(), q.begin(), q.end());
@@ -977,6 +978,8 @@ Json run_report(const ReportOptions& o) {
   rep["spec"] = spec_json(mv);
   if (o.spec.mrope.enabled())
     rep["note"] = "M-RoPE spec: shown for text tokens (t = h = w positions), where it equals 1-D RoPE";
+  if (mv.max_pos <= 0 && mv.spec.scaling.original_max_position_embeddings <= 0)
+    rep["note"] = "the config gives no context length: L = 4096 is assumed for the band classes";
   rep["context"] = {{"original", mv.L},
                     {"max_position_embeddings", mv.max_pos},
                     {"extended", mv.extended},
