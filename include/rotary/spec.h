@@ -68,7 +68,7 @@ struct MRope {
 /// A complete RoPE specification. Construct directly, from a preset, or from an HF config.json.
 struct Spec {
   std::string name;                       ///< informational (preset name / config path)
-  int64_t head_dim = 0;                   ///< D
+  int64_t head_dim = 0;                   ///< D, in [1, 65536]
   int64_t rotary_dim = 0;                 ///< R (even, <= D); 0 means "= head_dim" (resolved by validate/normalized)
   double base = 10000.0;                  ///< rope_theta
   Pairing pairing = Pairing::kHalfSplit;  ///< interleaved for GPT-J / Meta checkpoints

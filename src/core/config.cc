@@ -149,6 +149,10 @@ Spec parse(const json& doc, const std::string& source) {
     if (*heads <= 0) invalid(top.field("num_attention_heads") + " must be > 0, got " + std::to_string(*heads));
     spec.head_dim = *hidden / *heads;
   }
+  // Bound head_dim before deriving rotary_dim from it (a hostile value must not overflow the cast below).
+  if (spec.head_dim <= 0 || spec.head_dim > (int64_t(1) << 16))
+    invalid(top.field("head_dim") + " must be in [1, 65536], got " + std::to_string(spec.head_dim) +
+            (top.has("head_dim") || top.has("qk_rope_head_dim") ? "" : " (hidden_size / num_attention_heads)"));
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
 
   // --- the RoPE dict: v5 rope_parameters wins over v4 rope_scaling.

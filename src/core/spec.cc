@@ -9,6 +9,8 @@ namespace rotary {
 namespace {
 
 constexpr const char* kWhere = "rotary_spec";
+// Largest head_dim a Spec accepts (real models use <= 512); bounds every per-frequency allocation.
+constexpr int64_t kMaxSpecHeadDim = int64_t(1) << 16;
 
 struct RopeTypeEntry {
   RopeType type;
@@ -79,6 +81,8 @@ RopeType parse_rope_type(const std::string& s, const char* field) {
 
 void Spec::validate() const {
   if (head_dim <= 0) invalid("head_dim must be > 0, got " + std::to_string(head_dim));
+  if (head_dim > kMaxSpecHeadDim)
+    invalid("head_dim must be <= " + std::to_string(kMaxSpecHeadDim) + " (rotary's limit), got " + std::to_string(head_dim));
   if (rotary_dim < 0) invalid("rotary_dim must be >= 0 (0 = head_dim), got " + std::to_string(rotary_dim));
   const int64_t r = effective_rotary_dim();
   if (r > head_dim)
@@ -170,6 +174,10 @@ void Spec::validate() const {
     for (size_t i = 0; i < mrope.section.size(); ++i) {
       if (mrope.section[i] < 0)
         invalid("mrope.section[" + std::to_string(i) + "] must be >= 0, got " + std::to_string(mrope.section[i]));
+      // Each entry <= r/2 keeps the sum far from int64 overflow (hostile configs).
+      if (mrope.section[i] > r / 2)
+        invalid("mrope.section[" + std::to_string(i) + "] must be <= rotary_dim/2 = " + std::to_string(r / 2) +
+                ", got " + std::to_string(mrope.section[i]));
       sum += mrope.section[i];
     }
     if (sum != r / 2)

@@ -164,7 +164,10 @@ int run_apply(const std::vector<std::string>& argv) {
   for (int64_t i = 0; i < p.numel(); ++i)
     max_pos = std::max<int64_t>(max_pos, p.dtype == DType::kI32 ? p.as<int32_t>()[i] : p.as<int64_t>()[i]);
   RopeOptions options;
-  options.mode = B * S > max_pos + 1 ? CosSinMode::kAuto : CosSinMode::kOnTheFly;
+  // Overflow-safe form of B * S > max_pos + 1 (a hostile positions file may hold INT64_MAX).
+  int64_t tokens = 0;
+  const bool many_tokens = __builtin_mul_overflow(B, S, &tokens) || tokens - 1 > max_pos;
+  options.mode = many_tokens ? CosSinMode::kAuto : CosSinMode::kOnTheFly;
   Rope rope(spec, options);
   rope.apply(args);  // validates everything before writing
   npy_save(output_path, y);

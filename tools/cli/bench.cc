@@ -192,31 +192,26 @@ struct Timing {
   int min_reps;
 };
 
-/// Median seconds per call of fn, called one at a time.
-double time_calls(const std::function<void()>& fn, const Timing& t) {
-  fn();  // warm-up
-  std::vector<double> v;
+/// Times `a` and `b` alternately (batches of `batch` back-to-back calls each, one call per batch for
+/// prefill) until both have at least min_reps samples and min_time_s has passed; returns the median
+/// seconds per call of each. Alternating makes both see the same machine: on a shared machine, a
+/// limit measured a minute earlier than the kernel would compare different conditions.
+std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b, int batch,
+                                    const Timing& t) {
+  for (int i = 0; i < batch; ++i) a();  // warm-up
+  for (int i = 0; i < batch; ++i) b();
+  std::vector<double> va, vb;
   const auto start = Clock::now();
-  while (static_cast<int>(v.size()) < t.min_reps || seconds_since(start) < t.min_time_s) {
-    const auto t0 = Clock::now();
-    fn();
-    v.push_back(seconds_since(t0));
-    if (v.size() >= 100000) break;
+  while (static_cast<int>(va.size()) < t.min_reps || seconds_since(start) < t.min_time_s) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) a();
+    va.push_back(seconds_since(t0) / batch);
+    t0 = Clock::now();
+    for (int i = 0; i < batch; ++i) b();
+    vb.push_back(seconds_since(t0) / batch);
+    if (va.size() >= 100000) break;
   }
-  return median(v);
-}
-
-/// Median seconds per call of fn over batches of `batch` back-to-back calls (calls too short to time singly).
-double time_batched(const std::function<void()>& fn, int batch, const Timing& t) {
-  for (int i = 0; i < batch; ++i) fn();  // warm-up
-  std::vector<double> v;
-  const auto start = Clock::now();
-  while (static_cast<int>(v.size()) < t.min_reps || seconds_since(start) < t.min_time_s) {
-    const auto t0 = Clock::now();
-    for (int i = 0; i < batch; ++i) fn();
-    v.push_back(seconds_since(t0) / batch);
-  }
-  return median(v);
+  return {median(va), median(vb)};
 }
 
 // ------------------------------------------------------------------ cases
@@ -309,38 +304,26 @@ int run_bench(const std::vector<std::string>& args) {
   long long done = 0;
 
   Team team;
-  // (bytes of q+k, threads) -> limits; measured right before the first case that needs them.
-  struct Limits {
-    double rmw_gbps, nt_gbps, memcpy_gbps;
+  float* lim_src = reinterpret_cast<float*>(lim_a.p);
+  float* lim_dst = reinterpret_cast<float*>(lim_b.p);
+  /// Runs body(lo, hi) over [0, n) floats split across `threads` threads.
+  auto split = [&](size_t n, int threads, const std::function<void(size_t, size_t)>& body) {
+    if (threads == 1) return body(0, n);
+    team.run(threads, [&](int i) {
+      const size_t per = (n / threads + 15) / 16 * 16;
+      const size_t lo = std::min(n, per * i), hi = i == threads - 1 ? n : std::min(n, per * (i + 1));
+      body(lo, hi);
+    });
   };
-  std::map<std::pair<size_t, int>, Limits> limits;
-  auto get_limits = [&](size_t bytes, int threads, bool decode) -> Limits {
+  // glibc memcpy of the same bytes, for reference only: (bytes, threads) -> GB/s
+  std::map<std::pair<size_t, int>, double> memcpy_gbps;
+  auto get_memcpy = [&](size_t bytes, int threads, bool decode) {
     auto key = std::make_pair(bytes, threads);
-    if (auto it = limits.find(key); it != limits.end()) return it->second;
-    const size_t n = bytes / 4;
-    float* a = reinterpret_cast<float*>(lim_a.p);
-    float* b = reinterpret_cast<float*>(lim_b.p);
-    auto split = [&](const std::function<void(size_t, size_t)>& body) {
-      if (threads == 1) return body(0, n);
-      team.run(threads, [&](int i) {
-        const size_t per = (n / threads + 15) / 16 * 16;
-        const size_t lo = std::min(n, per * i), hi = i == threads - 1 ? n : std::min(n, per * (i + 1));
-        body(lo, hi);
-      });
-    };
-    auto rmw = [&] { split([&](size_t lo, size_t hi) { limit_rmw(a + lo, hi - lo); }); };
-    auto nt = [&] { split([&](size_t lo, size_t hi) { limit_nt_copy(b + lo, a + lo, hi - lo); }); };
-    auto mc = [&] { split([&](size_t lo, size_t hi) { std::memcpy(b + lo, a + lo, (hi - lo) * 4); }); };
-    const Timing& t = decode ? decode_timing : prefill_timing;
-    auto time = [&](const std::function<void()>& fn) {
-      return decode ? time_batched(fn, decode_batch, t) : time_calls(fn, t);
-    };
-    Limits l;
-    l.rmw_gbps = 2.0 * bytes / time(rmw) / 1e9;
-    l.nt_gbps = 2.0 * bytes / time(nt) / 1e9;
-    l.memcpy_gbps = 2.0 * bytes / time(mc) / 1e9;
-    limits[key] = l;
-    return l;
+    if (auto it = memcpy_gbps.find(key); it != memcpy_gbps.end()) return it->second;
+    auto mc = [&] { split(bytes / 4, threads, [&](size_t lo, size_t hi) { std::memcpy(lim_dst + lo, lim_src + lo, (hi - lo) * 4); }); };
+    const auto [sec, unused] = time_pair(mc, mc, decode ? decode_batch : 1, decode ? decode_timing : prefill_timing);
+    (void)unused;
+    return memcpy_gbps[key] = 2.0 * bytes / sec / 1e9;
   };
 
   std::vector<Row> rows;
@@ -371,7 +354,19 @@ int run_bench(const std::vector<std::string>& args) {
               // The kernel runs a decode token on the calling thread whatever `threads` says;
               // so is its limit measured.
               const int limit_threads = bc.decode ? 1 : threads;
-              const Limits lim = get_limits(qb + kb, limit_threads, bc.decode);
+              const size_t n = (qb + kb) / 4;
+              // Out of place: a non-temporal copy for prefill; a decode token's 40 KiB stay in cache,
+              // where cache-bypassing stores are the wrong tool, so its limit is memcpy.
+              const std::string limit = inplace ? "inplace-stream" : bc.decode ? "memcpy" : "nt-copy";
+              auto limit_fn = [&] {
+                split(n, limit_threads, [&](size_t lo, size_t hi) {
+                  if (inplace) limit_rmw(lim_src + lo, hi - lo);
+                  else if (bc.decode) std::memcpy(lim_dst + lo, lim_src + lo, (hi - lo) * 4);
+                  else limit_nt_copy(lim_dst + lo, lim_src + lo, hi - lo);
+                });
+              };
+              const auto [sec, limit_sec] =
+                  time_pair(call, limit_fn, bc.decode ? decode_batch : 1, bc.decode ? decode_timing : prefill_timing);
               Row r;
               r.case_name = bc.name;
               r.dtype = dtype_name(dtype);
@@ -380,13 +375,13 @@ int run_bench(const std::vector<std::string>& args) {
               r.inplace = inplace;
               r.threads = threads;
               r.decode = bc.decode;
-              r.sec = bc.decode ? time_batched(call, decode_batch, decode_timing) : time_calls(call, prefill_timing);
+              r.sec = sec;
               r.bytes = 2.0 * static_cast<double>(qb + kb);
               // Out of place: a non-temporal copy for prefill; a decode token's 40 KiB stay in cache,
               // where cache-bypassing stores are the wrong tool, so its limit is memcpy.
-              r.limit = inplace ? "inplace-stream" : bc.decode ? "memcpy" : "nt-copy";
-              r.limit_gbps = inplace ? lim.rmw_gbps : bc.decode ? lim.memcpy_gbps : lim.nt_gbps;
-              r.memcpy_gbps = lim.memcpy_gbps;
+              r.limit = limit;
+              r.limit_gbps = 2.0 * static_cast<double>(qb + kb) / limit_sec / 1e9;
+              r.memcpy_gbps = get_memcpy(qb + kb, limit_threads, bc.decode);
               rows.push_back(r);
               progress.step(++done);
               if (json) {

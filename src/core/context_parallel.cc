@@ -1,0 +1,94 @@
+// Context-parallel position mapping (TransformerEngine dual-chunk load balancing), shard <-> global index.
+#include "rotary/context_parallel.h"
+
+#include <string>
+
+namespace rotary {
+namespace {
+
+using Kind = Error::Kind;
+constexpr const char* kWhere = "rotary_context_parallel";
+
+[[noreturn]] void invalid(const std::string& msg) { fail(Kind::kInvalidArgument, kWhere, msg); }
+std::string str(int64_t v) { return std::to_string(v); }
+
+void check_cp(const ContextParallel& cp) {
+  if (cp.size < 1) invalid("cp.size must be >= 1, got " + str(cp.size));
+  if (cp.rank < 0 || cp.rank >= cp.size) invalid("cp.rank must be in [0, cp.size = " + str(cp.size) + "), got " + str(cp.rank));
+}
+
+/// No check: callers validated cp, local_len (even when size > 1) and the index.
+int64_t map(const ContextParallel& cp, int64_t s, int64_t local_len) {
+  if (cp.size == 1) return s;
+  const int64_t c = local_len / 2;
+  return s < c ? cp.rank * c + s : (2 * cp.size - 1 - cp.rank) * c + (s - c);
+}
+
+void check_cu(const ContextParallel& cp, const std::vector<int64_t>& cu) {
+  if (cu.empty()) invalid("global_cu_seqlens must have at least 1 entry [N+1], got 0");
+  if (cu[0] != 0) invalid("global_cu_seqlens[0] must be 0, got " + str(cu[0]));
+  for (std::size_t n = 1; n < cu.size(); ++n) {
+    const int64_t len = cu[n] - cu[n - 1];
+    if (len < 0)
+      invalid("global_cu_seqlens must be non-decreasing, got cu[" + str(static_cast<int64_t>(n)) + "] = " + str(cu[n]) +
+              " < cu[" + str(static_cast<int64_t>(n - 1)) + "] = " + str(cu[n - 1]));
+    if (cp.size > 1 && len % (2 * cp.size) != 0)
+      invalid("every global sequence length must be divisible by 2*cp.size = " + str(2 * cp.size) + ", got length " +
+              str(len) + " for sequence " + str(static_cast<int64_t>(n - 1)));
+  }
+}
+
+}  // namespace
+
+int64_t cp_global_position(const ContextParallel& cp, int64_t local_index, int64_t local_len) {
+  check_cp(cp);
+  if (local_len < 0) invalid("local_len must be >= 0, got " + str(local_len));
+  if (cp.size > 1 && local_len % 2 != 0)
+    invalid("local_len must be even (two chunks per rank) when cp.size > 1, got " + str(local_len));
+  if (local_index < 0 || local_index >= local_len)
+    invalid("local_index must be in [0, local_len = " + str(local_len) + "), got " + str(local_index));
+  return map(cp, local_index, local_len);
+}
+
+std::vector<int64_t> cp_positions(const ContextParallel& cp, int64_t local_len, int64_t offset) {
+  check_cp(cp);
+  if (local_len < 0) invalid("local_len must be >= 0, got " + str(local_len));
+  if (cp.size > 1 && local_len % 2 != 0)
+    invalid("local_len must be even (two chunks per rank) when cp.size > 1, got " + str(local_len));
+  if (offset < 0) invalid("offset must be >= 0, got " + str(offset));
+  std::vector<int64_t> out(static_cast<std::size_t>(local_len));
+  for (int64_t s = 0; s < local_len; ++s) out[static_cast<std::size_t>(s)] = offset + map(cp, s, local_len);
+  return out;
+}
+
+std::vector<int64_t> cp_local_cu_seqlens(const ContextParallel& cp, const std::vector<int64_t>& cu) {
+  check_cp(cp);
+  check_cu(cp, cu);
+  std::vector<int64_t> out(cu.size());
+  for (std::size_t n = 0; n < cu.size(); ++n) out[n] = cu[n] / cp.size;
+  return out;
+}
+
+std::vector<int64_t> cp_positions_packed(const ContextParallel& cp, const std::vector<int64_t>& cu) {
+  const std::vector<int64_t> local = cp_local_cu_seqlens(cp, cu);
+  std::vector<int64_t> out(static_cast<std::size_t>(local.back()));
+  for (std::size_t n = 0; n + 1 < local.size(); ++n) {
+    const int64_t begin = local[n], len = local[n + 1] - local[n];
+    for (int64_t s = 0; s < len; ++s) out[static_cast<std::size_t>(begin + s)] = map(cp, s, len);
+  }
+  return out;
+}
+
+CpLocation cp_locate(int64_t size, int64_t g, int64_t global_len) {
+  if (size < 1) invalid("cp.size must be >= 1, got " + str(size));
+  if (global_len < 0 || global_len % (2 * size) != 0)
+    invalid("global_len must be >= 0 and divisible by 2*cp.size = " + str(2 * size) + ", got " + str(global_len));
+  if (g < 0 || g >= global_len) invalid("global_position must be in [0, " + str(global_len) + "), got " + str(g));
+  if (size == 1) return {0, g};
+  const int64_t c = global_len / (2 * size);  // chunk length
+  const int64_t chunk = g / c, within = g % c;
+  if (chunk < size) return {chunk, within};
+  return {2 * size - 1 - chunk, c + within};
+}
+
+}  // namespace rotary

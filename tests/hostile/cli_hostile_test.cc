@@ -1,0 +1,163 @@
+// Hostile inputs at the CLI: malformed/truncated .npy and config.json, bad positions and flags -> exit 2, message, no output.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "rotary/npy.h"
+#include "testing/shared.h"
+
+namespace rotary {
+namespace {
+
+namespace fs = std::filesystem;
+
+NpyArray make(DType dt, std::vector<int64_t> shape, const void* src) {
+  NpyArray a;
+  a.dtype = dt;
+  a.shape = std::move(shape);
+  a.data.resize(static_cast<size_t>(a.numel()) * dtype_size(dt));
+  if (!a.data.empty()) std::memcpy(a.data.data(), src, a.data.size());
+  return a;
+}
+
+/// A .npy header with arbitrary dict text (and `data_bytes` zero bytes after it).
+std::string raw_npy(const std::string& dict, size_t data_bytes, int major = 1) {
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(major);
+  out += '\0';
+  const uint32_t len = static_cast<uint32_t>(dict.size());
+  out += static_cast<char>(len & 0xff);
+  out += static_cast<char>((len >> 8) & 0xff);
+  if (major >= 2) {
+    out += static_cast<char>((len >> 16) & 0xff);
+    out += static_cast<char>((len >> 24) & 0xff);
+  }
+  return out + dict + std::string(data_bytes, '\0');
+}
+
+class HostileCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cli_ = testing::cli_path();
+    if (cli_.empty() || !fs::exists(cli_)) GTEST_SKIP() << "rotary CLI not built";
+    dir_ = fs::temp_directory_path() / ("rotary_hostile_cli_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path(name), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::string cli_;
+  fs::path dir_;
+};
+
+TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
+  const std::vector<float> x = testing::randn(2 * 3 * 2 * 8, 4);
+  npy_save(path("x.npy"), make(DType::kF32, {2, 3, 2, 8}, x.data()));
+  const std::vector<int64_t> p = {0, 1, 2, 3, 4, 5};
+  npy_save(path("p.npy"), make(DType::kI64, {2, 3}, p.data()));
+  const std::vector<int64_t> pmax = {0, 1, 2, 3, std::numeric_limits<int64_t>::max(), 5};
+  npy_save(path("p_max.npy"), make(DType::kI64, {2, 3}, pmax.data()));
+  const std::vector<int64_t> pmin = {0, 1, std::numeric_limits<int64_t>::min(), 3, 4, 5};
+  npy_save(path("p_min.npy"), make(DType::kI64, {2, 3}, pmin.data()));
+  const std::vector<int64_t> p31 = {0, 1, 2, int64_t(1) << 31, 4, 5};
+  npy_save(path("p_2e31.npy"), make(DType::kI64, {2, 3}, p31.data()));
+  const std::vector<int32_t> p3 = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+  npy_save(path("p_mrope_t.npy"), make(DType::kI32, {3, 3}, p3.data()));
+  const std::vector<int64_t> p18(18, 1);
+  npy_save(path("p_mrope.npy"), make(DType::kI64, {3, 2, 3}, p18.data()));
+  const std::string good = npy_serialize(make(DType::kF32, {2, 3, 2, 8}, x.data()));
+  write("trunc_header.npy", good.substr(0, 40));
+  write("trunc_data.npy", good.substr(0, good.size() - 1));
+  write("extra_data.npy", good + "xx");
+  write("empty.npy", "");
+  write("magic_only.npy", std::string("\x93NUMPY", 6));
+  write("big_endian.npy", raw_npy("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3, 2, 8), }\n", 384));
+  write("fortran.npy", raw_npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 2, 8), }\n", 384));
+  write("overflow.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296, 2, 8), }\n", 0));
+  write("neg_dim.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3, 2, 8), }\n", 0));
+  write("version9.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }\n", 4, 9));
+  write("bad_dict.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2, 8) \n", 384));
+  write("bool_dtype.npy", raw_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (2, 3), }\n", 6));
+  write("cfg.json", R"({"hidden_size": 16, "num_attention_heads": 2, "max_position_embeddings": 64})");
+  write("cfg_trunc.json", R"({"hidden_size": 16, "num_attention_heads": )");
+  write("cfg_binary.json", std::string("\x00\xff\xfe{", 4));
+  write("cfg_heads0.json", R"({"hidden_size": 16, "num_attention_heads": 0})");
+  write("cfg_hd_huge.json", R"({"head_dim": 1e300})");
+  write("cfg_theta_nan.json", R"({"head_dim": 8, "rope_theta": -0.0})");
+  write("cfg_mrope_neg.json", R"({"head_dim": 8, "rope_scaling": {"type": "mrope", "mrope_section": [-1, 3, 2]}})");
+  write("cfg_yarn_beta.json", R"({"head_dim": 8, "max_position_embeddings": 64, "rope_scaling": {"type": "yarn", "factor": 4, "beta_fast": 1, "beta_slow": 32}})");
+
+  const std::string cfg = "--config '" + path("cfg.json") + "' ";
+  auto io = [&](const std::string& in, const std::string& pos) {
+    return "--input '" + path(in) + "' --positions '" + path(pos) + "' --output '" + path("y.npy") + "' ";
+  };
+  struct Case {
+    std::string args;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {cfg + io("x.npy", "p_max.npy"), {"positions.ids[1,1]", "9223372036854775807"}},
+      {cfg + io("x.npy", "p_min.npy"), {"positions.ids[0,2]", "-9223372036854775808"}},
+      {cfg + io("x.npy", "p_2e31.npy"), {"positions.ids[1,0]", "2147483648"}},
+      {cfg + io("trunc_header.npy", "p.npy"), {"trunc_header.npy", "truncated header"}},
+      {cfg + io("trunc_data.npy", "p.npy"), {"trunc_data.npy", "truncated data", "384"}},
+      {cfg + io("extra_data.npy", "p.npy"), {"extra_data.npy", "2 unexpected bytes"}},
+      {cfg + io("empty.npy", "p.npy"), {"empty.npy", "bad magic", "0 bytes"}},
+      {cfg + io("magic_only.npy", "p.npy"), {"magic_only.npy", "bad magic"}},
+      {cfg + io("big_endian.npy", "p.npy"), {"big_endian.npy", "big-endian", ">f4"}},
+      {cfg + io("fortran.npy", "p.npy"), {"fortran.npy", "fortran_order True"}},
+      {cfg + io("overflow.npy", "p.npy"), {"overflow.npy", "4294967296", "overflows"}},
+      {cfg + io("neg_dim.npy", "p.npy"), {"neg_dim.npy", "negative dimension"}},
+      {cfg + io("version9.npy", "p.npy"), {"version9.npy", "version 9.0"}},
+      {cfg + io("bad_dict.npy", "p.npy"), {"bad_dict.npy", "malformed header"}},
+      {cfg + io("x.npy", "bool_dtype.npy"), {"bool_dtype.npy", "unsupported dtype", "|b1"}},
+      {cfg + io("x.npy", "trunc_data.npy"), {"trunc_data.npy", "truncated data"}},
+      {"--config '" + path("cfg_trunc.json") + "' " + io("x.npy", "p.npy"), {"cfg_trunc.json", "not valid JSON"}},
+      {"--config '" + path("cfg_binary.json") + "' " + io("x.npy", "p.npy"), {"cfg_binary.json", "not valid JSON"}},
+      {"--config '" + path("cfg_heads0.json") + "' " + io("x.npy", "p.npy"), {"num_attention_heads must be > 0", "got 0"}},
+      {"--config '" + path("cfg_hd_huge.json") + "' " + io("x.npy", "p.npy"), {"head_dim must be an integer", "1e+300"}},
+      {"--config '" + path("cfg_theta_nan.json") + "' " + io("x.npy", "p.npy"), {"base must be > 0", "-0"}},
+      {"--config '" + path("cfg_mrope_neg.json") + "' " + io("x.npy", "p.npy"), {"mrope.section[0]", "-1"}},
+      {"--config '" + path("cfg_yarn_beta.json") + "' " + io("x.npy", "p.npy"), {"beta_fast must be > scaling.beta_slow", "got 1"}},
+      {cfg + io("x.npy", "p.npy") + "--layout thd", {"needs rank 3", "(2, 3, 2, 8)"}},
+      {cfg + io("x.npy", "p_mrope_t.npy") + "--mrope-section 2,1,1", {"(3, 3)", "(3, 2, 3)"}},
+      {cfg + io("x.npy", "p.npy") + "--mrope-section 2,-1,3", {"--mrope-section", "2,-1,3"}},
+      {cfg + io("x.npy", "p_mrope.npy") + "--mrope-section 9223372036854775807,9223372036854775807,2", {"mrope.section[0]", "9223372036854775807"}},
+      {cfg + io("x.npy", "p.npy") + "--threads -1", {"--threads", "-1"}},
+      {cfg + io("x.npy", "p.npy") + "--seq-len 99999999999999999999", {"--seq-len must be an integer", "99999999999999999999"}},
+      {cfg + io("x.npy", "p.npy") + "--backend cuda", {"cuda", "without CUDA"}},
+  };
+  const std::string x_bytes = testing::read_file(path("x.npy"));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    std::error_code ec;
+    fs::remove(path("y.npy"), ec);
+    std::string out;
+    const int rc = testing::run_command("'" + cli_ + "' apply " + c.args, &out, true);
+    EXPECT_EQ(rc, 2) << out;
+    for (const auto& n : c.needles) EXPECT_NE(out.find(n), std::string::npos) << "'" << n << "' not in: " << out;
+    EXPECT_EQ(out.find("Sanitizer"), std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(path("y.npy"))) << "output written on error";
+  }
+  EXPECT_EQ(testing::read_file(path("x.npy")), x_bytes) << "the input file must never change";
+  // The same files with the good positions work (the cases fail for their own reason).
+  std::string out;
+  EXPECT_EQ(testing::run_command("'" + cli_ + "' apply " + cfg + io("x.npy", "p.npy"), &out, true), 0) << out;
+  EXPECT_TRUE(fs::exists(path("y.npy")));
+}
+
+}  // namespace
+}  // namespace rotary
