@@ -11,3 +11,7 @@
 #include "rotary/apply.h"
 #include "rotary/npy.h"
 #include "rotary/onnx.h"
+#include "rotary/multimodal.h"
+#include "rotary/ggml.h"
+#include "rotary/context_parallel.h"
+#include "rotary/convert.h"

@@ -247,6 +247,84 @@ ROTARY_API rotary_status_t rotary_rope_apply(rotary_rope_t* rope, const rotary_a
 ROTARY_API rotary_status_t rotary_apply_cos_sin(const rotary_tensor_t* cos, const rotary_tensor_t* sin,
                                                 const rotary_apply_args_t* args);
 
+
+/* ------------------------------------------------------------------ multimodal and cross-framework variants
+ * (C mirror of rotary/multimodal.h, ggml.h, context_parallel.h, convert.h; see docs/multimodal.md) */
+
+/* Multi-axis frequencies: pair j rotates by positions[axis_of_freq[j]] * inv_freq[j] (times attention_factor).
+ * Used with rotary_apply_axes and ids of shape [n_axes,B,S] / [n_axes,S] / [n_axes,T]. */
+typedef struct rotary_axis_freqs_t rotary_axis_freqs_t; /* opaque: a validated rotary::AxisFrequencies */
+
+typedef int32_t rotary_vision_t;
+enum {
+  ROTARY_VISION_QWEN2VL = 0, /* HF Qwen2-VL / Qwen2.5-VL ViT 2-D RoPE */
+  ROTARY_VISION_GGML = 1,    /* ggml GGML_ROPE_TYPE_VISION (llama.cpp clip): same as QWEN2VL */
+  ROTARY_VISION_PIXTRAL = 2  /* HF Pixtral (even/odd frequency split); pass INTERLEAVED for mistral's layout */
+};
+
+/* 2-D vision RoPE (2 axes: row, col) for head_dim D (multiple of 4). pairing DEFAULT = half-split. */
+ROTARY_API rotary_status_t rotary_vision_frequencies(rotary_vision_t convention, int64_t head_dim, double base,
+                                                     rotary_pairing_t pairing, rotary_axis_freqs_t** out);
+
+typedef int32_t rotary_ggml_mode_t;
+enum {
+  ROTARY_GGML_NORMAL = 0, /* interleaved pairs over n_dims */
+  ROTARY_GGML_NEOX = 2,   /* half-split pairs over n_dims */
+  ROTARY_GGML_MROPE = 8,  /* sectioned t/h/w/e, 4 position rows */
+  ROTARY_GGML_VISION = 24,/* n_dims = head_dim/2, theta index restarts per section, 4 position rows */
+  ROTARY_GGML_IMROPE = 40 /* interleaved sections (Qwen3-VL), 4 position rows */
+};
+
+/* Mirror of ggml_rope_ext / ggml_rope_multi's parameters. */
+typedef struct rotary_ggml_params_t {
+  size_t struct_size;         /* = sizeof(rotary_ggml_params_t), set by rotary_ggml_params_init */
+  rotary_ggml_mode_t mode;    /* default NORMAL */
+  int64_t n_dims;             /* required */
+  int64_t n_ctx_orig;         /* YaRN (ext_factor != 0) */
+  double freq_base;           /* default 10000 */
+  double freq_scale;          /* default 1 */
+  double ext_factor;          /* default 0 (YaRN off) */
+  double attn_factor;         /* default 1 */
+  double beta_fast;           /* default 32 */
+  double beta_slow;           /* default 1 */
+  int64_t sections[4];        /* MROPE / VISION / IMROPE; default 0 */
+  const double* freq_factors; /* optional (ggml's `c`), freq_factors_len >= pairs */
+  int64_t freq_factors_len;
+} rotary_ggml_params_t;
+
+ROTARY_API void rotary_ggml_params_init(rotary_ggml_params_t* params);
+/* ggml's parameters as multi-axis frequencies (exact angles: ggml's results to its float rounding). */
+ROTARY_API rotary_status_t rotary_ggml_frequencies(const rotary_ggml_params_t* params, rotary_axis_freqs_t** out);
+/* A spec's frequencies for `seq_len` (-1: none) with its M-RoPE axis map (3 axes; 1 without sections). */
+ROTARY_API rotary_status_t rotary_spec_axis_frequencies(const rotary_spec_t* spec, int64_t seq_len,
+                                                        rotary_axis_freqs_t** out);
+/* Sizes and scalars of multi-axis frequencies (any output pointer may be NULL). */
+ROTARY_API rotary_status_t rotary_axis_freqs_describe(const rotary_axis_freqs_t* freqs, int64_t* pairs,
+                                                      int32_t* n_axes, rotary_pairing_t* pairing,
+                                                      double* attention_factor);
+/* Copies min(capacity, pairs) frequencies and axes (either array may be NULL). */
+ROTARY_API rotary_status_t rotary_axis_freqs_get(const rotary_axis_freqs_t* freqs, double* inv_freq,
+                                                 uint8_t* axis_of_freq, int64_t capacity);
+ROTARY_API void rotary_axis_freqs_free(rotary_axis_freqs_t* freqs);
+/* Rotates on the fly with multi-axis frequencies; args->positions must be IDS [n_axes, ...] (n_axes > 1). */
+ROTARY_API rotary_status_t rotary_apply_axes(const rotary_axis_freqs_t* freqs, const rotary_apply_args_t* args);
+
+/* Context parallel (TransformerEngine dual-chunk): global positions of a shard of local_len tokens of
+ * rank `rank` in a group of `cp_size` (out: local_len values, + offset). */
+ROTARY_API rotary_status_t rotary_cp_positions(int64_t rank, int64_t cp_size, int64_t local_len, int64_t offset,
+                                               int64_t* out);
+/* Packed shard from the GLOBAL cu_seqlens (n_cu = N+1 entries). Writes min(capacity, count) positions; *count =
+ * cu_seqlens[N] / cp_size. */
+ROTARY_API rotary_status_t rotary_cp_positions_packed(int64_t rank, int64_t cp_size, const int64_t* cu_seqlens,
+                                                      int64_t n_cu, int64_t* out, int64_t capacity, int64_t* count);
+
+/* Permutes q/k projection rows (weight [n_heads*head_dim, in] or bias [n_heads*head_dim]) from pairing `from`
+ * to pairing `to` (INTERLEAVED -> HALF is HF's convert_llama_weights_to_hf permute). rotary_dim 0 = head_dim;
+ * dst may equal src (in place). */
+ROTARY_API rotary_status_t rotary_permute_qk_weight(const rotary_tensor_t* src, const rotary_tensor_t* dst,
+                                                    int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+                                                    rotary_pairing_t from, rotary_pairing_t to);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -25,7 +25,9 @@ ROTARY_API void compute_cos_sin_row(const double* inv_freq, int64_t half, double
 struct TableOptions {
   int64_t initial_positions = 0;  ///< positions [0, n) built eagerly at construction
   /// Hard cap on positions the table may hold; growth past it throws Error(kOutOfRange).
-  /// Default 2^22 positions (64 MiB for rotary_dim 128... per MiB: 2^22*R*4 bytes).
+  /// Memory is max_positions * rotary_dim * 4 bytes at most (2^22 positions at rotary_dim 128 = 2 GiB),
+  /// allocated only as positions are actually used (amortised doubling). Rope's kAuto mode computes
+  /// cos/sin on the fly instead of growing the table past this cap (see docs/accuracy.md).
   int64_t max_positions = int64_t(1) << 22;
 };
 

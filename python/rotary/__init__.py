@@ -34,6 +34,18 @@ __all__ = [
     "preset_config_json",
     "preset_description",
     "presets",
+    # multimodal / cross-framework (rotary.multimodal)
+    "AxisFrequencies",
+    "apply_axes",
+    "apply_context_parallel",
+    "cp_local_cu_seqlens",
+    "cp_positions",
+    "cp_positions_packed",
+    "ggml_frequencies",
+    "grid_positions",
+    "mrope_frequencies",
+    "permute_qk_weight",
+    "vision_frequencies",
 ]
 
 ArrayLike = Any  # numpy.ndarray or torch.Tensor (CPU)
@@ -341,3 +353,18 @@ def onnx_rotary_embedding(
     _rotary._onnx(xv, cv, sv, ids, ov, int(interleaved), int(rotary_embedding_dim), int(num_heads), int(threads),
                   backend, bf16, cbf16)
     return out
+
+
+from .multimodal import (  # noqa: E402  (uses the helpers above)
+    AxisFrequencies,
+    apply_axes,
+    apply_context_parallel,
+    cp_local_cu_seqlens,
+    cp_positions,
+    cp_positions_packed,
+    ggml_frequencies,
+    grid_positions,
+    mrope_frequencies,
+    permute_qk_weight,
+    vision_frequencies,
+)

@@ -58,5 +58,6 @@ rotary::Backend parse_backend(const std::string& s);
 void register_errors();
 void bind_spec(nb::module_& m);
 void bind_apply(nb::module_& m);
+void bind_multimodal(nb::module_& m);  // multimodal.cc
 
 }  // namespace rotary_py

@@ -106,4 +106,5 @@ NB_MODULE(_rotary, m) {
   rotary_py::register_errors();
   rotary_py::bind_spec(m);
   rotary_py::bind_apply(m);
+  rotary_py::bind_multimodal(m);
 }

@@ -61,11 +61,17 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   v.rank = static_cast<int>(shape.size());
   if (v.rank > kMaxRank) fail(Error::Kind::kInvalidArgument, "rotary_tensor", "rank must be <= 4, got " + std::to_string(v.rank));
   int i = 0;
-  for (int64_t s : shape) v.shape[i++] = s;
+  for (int64_t s : shape) {
+    if (s < 0) fail(Error::Kind::kInvalidArgument, "rotary_tensor", "shape[" + std::to_string(i) + "] must be >= 0, got " + std::to_string(s));
+    v.shape[i++] = s;
+  }
   int64_t stride = 1;
   for (int d = v.rank - 1; d >= 0; --d) {
     v.strides[d] = stride;
-    stride *= v.shape[d];
+    // The last multiplication is not needed for the strides; checking it too rejects element counts
+    // that do not fit int64 (their byte counts could not be addressed either).
+    if (__builtin_mul_overflow(stride, v.shape[d], &stride))
+      fail(Error::Kind::kInvalidArgument, "rotary_tensor", "element count of shape overflows int64 at dim " + std::to_string(d));
   }
   return v;
 }

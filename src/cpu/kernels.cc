@@ -151,10 +151,10 @@ HWY_INLINE void Remainder(size_t& i, size_t n, const Fn& fn) {
 /// is loaded once and stays in a register for all of the token's heads.
 template <Elem E, bool kStream>
 HWY_INLINE void HalfRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* c,
-                         const float* s, size_t h) {
+                         const float* s, size_t h, size_t start = 0) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  size_t i = 0;
+  size_t i = start;
   for (; i + N <= h; i += N) {
     const auto vc = hn::LoadU(d, c + i);
     const auto vs = hn::LoadU(d, s + i);
@@ -171,12 +171,12 @@ HWY_INLINE void HalfRows(const Storage<E>* const* in, Storage<E>* const* out, in
 
 template <Elem E, bool kStream>
 HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* out, int64_t n, const float* cd,
-                                const float* sd, size_t rdim) {
+                                const float* sd, size_t rdim, size_t start = 0) {
   const hn::ScalableTag<float> d;
 #if HWY_TARGET == HWY_SCALAR
   // One-lane vectors cannot hold a pair: rotate pair by pair with the same formula.
   for (int64_t r = 0; r < n; ++r) {
-    for (size_t j = 0; j < rdim; j += 2) {
+    for (size_t j = start; j < rdim; j += 2) {
       const auto x0 = LoadX<E>(d, in[r] + j);
       const auto x1 = LoadX<E>(d, in[r] + j + 1);
       const auto c = hn::LoadU(d, cd + j);
@@ -186,7 +186,7 @@ HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* 
   }
 #else
   const size_t N = hn::Lanes(d);
-  size_t j = 0;
+  size_t j = start;
   for (; j + N <= rdim; j += N) {
     const auto vc = hn::LoadU(d, cd + j);
     const auto vs = hn::LoadU(d, sd + j);
@@ -199,6 +199,86 @@ HWY_INLINE void InterleavedRows(const Storage<E>* const* in, Storage<E>* const* 
       for (int64_t r = 0; r < n; ++r) InterleavedStep<E, false>(dc, in[r], out[r], vc, vs, k);
     });
   }
+#endif
+}
+
+/// Elements to process before `out` reaches a multiple of `bytes` (0 if it cannot: misaligned by
+/// a fraction of an element, or, with `pair`, by an odd number of elements).
+template <typename T>
+HWY_INLINE size_t PeelToAlign(const T* out, size_t bytes, bool pair) {
+  const size_t mis = reinterpret_cast<uintptr_t>(out) % bytes;
+  if (mis == 0 || mis % (pair ? 2 * sizeof(T) : sizeof(T)) != 0) return 0;
+  return (bytes - mis) / sizeof(T);
+}
+
+/// One row of a large call: a few elements first so that the full-width stores are aligned (numpy
+/// arrays start 16 bytes past a cache line: unaligned 64-byte stores would split every line and
+/// rule out streaming), then full vectors (streamed when asked and aligned), with the prefetch of a
+/// row further ahead interleaved (`pf` may be any address: prefetches never fault).
+template <Elem E, bool kStream>
+HWY_INLINE void HalfRowPrefetch(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
+                                const Storage<E>* pf) {
+  using T = Storage<E>;
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t vec_bytes = N * sizeof(T);
+  auto narrow = [&](auto dc, size_t j) {
+    HalfStep<E, false>(dc, in, out, hn::LoadU(dc, c + j), hn::LoadU(dc, s + j), j, h);
+  };
+  hwy::Prefetch(pf);
+  size_t i = 0;
+  const size_t peel = std::min(h, PeelToAlign(out, vec_bytes, false));
+  if (peel != 0) Remainder<8, 1>(i, peel, narrow);
+  // Both halves aligned (h * sizeof(T) a multiple of the vector) and no fraction left: stream.
+  const bool stream = kStream && reinterpret_cast<uintptr_t>(out + i) % vec_bytes == 0 &&
+                      (h * sizeof(T)) % vec_bytes == 0;
+  if (stream) {
+    for (; i + N <= h; i += N) {
+      hwy::Prefetch(pf + i);
+      hwy::Prefetch(pf + h + i);
+      HalfStep<E, kStream>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+    }
+  } else {
+    for (; i + N <= h; i += N) {
+      hwy::Prefetch(pf + i);
+      hwy::Prefetch(pf + h + i);
+      HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+    }
+  }
+  if (i < h) Remainder<8, 1>(i, h, narrow);
+}
+
+template <Elem E, bool kStream>
+HWY_INLINE void InterleavedRowPrefetch(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
+                                       size_t rdim, const Storage<E>* pf) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)pf;
+  InterleavedRows<E, false>(&in, &out, 1, cd, sd, rdim);
+#else
+  using T = Storage<E>;
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const size_t vec_bytes = N * sizeof(T);
+  auto narrow = [&](auto dc, size_t k) {
+    InterleavedStep<E, false>(dc, in, out, hn::LoadU(dc, cd + k), hn::LoadU(dc, sd + k), k);
+  };
+  hwy::Prefetch(pf);
+  size_t j = 0;
+  const size_t peel = std::min(rdim, PeelToAlign(out, vec_bytes, true));
+  if (peel != 0) Remainder<8, 2>(j, peel, narrow);
+  const bool stream = kStream && reinterpret_cast<uintptr_t>(out + j) % vec_bytes == 0;
+  if (stream) {
+    for (; j + N <= rdim; j += N) {
+      hwy::Prefetch(pf + j);
+      InterleavedStep<E, kStream>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+    }
+  } else {
+    for (; j + N <= rdim; j += N) {
+      hwy::Prefetch(pf + j);
+      InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+    }
+  }
+  if (j < rdim) Remainder<8, 2>(j, rdim, narrow);
 #endif
 }
 
@@ -311,6 +391,8 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   using T = Storage<E>;
   const Plan& p = *job.plan;
   const size_t h = static_cast<size_t>(p.half);
+  const size_t R = static_cast<size_t>(p.rotary_dim);
+  const size_t D = static_cast<size_t>(p.head_dim);
   // scratch: [resolved cos|sin (2h)] [signed / duplicated rows (4h)]
   float* scratch = Scratch(6 * h + 16);
   float* resolved = scratch;
@@ -333,14 +415,23 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
         token = cur.g;
       }
+      const T* pf = nullptr;
       if (r + ahead_rows < job.total_rows) {
-        const uint8_t* pf = reinterpret_cast<const uint8_t*>(ahead.in<T>());
-        for (size_t off = 0; off < row_bytes; off += 64) hwy::Prefetch(pf + off);
+        pf = ahead.in<T>();
         ahead.next();
       }
       const T* in = cur.in<T>();
       T* out = cur.out<T>();
-      Rows<E, P, kStream>(&in, &out, 1, c_use, s_use, p);
+      if (pf == nullptr) pf = in;  // nothing ahead: prefetch what is already in cache
+      if constexpr (P == Pairing::kHalfSplit) {
+        HalfRowPrefetch<E, kStream>(in, out, c_use, s_use, h, pf);
+      } else {
+        InterleavedRowPrefetch<E, kStream>(in, out, c_use, s_use, R, pf);
+      }
+      if (R < D && in != out) {
+        for (size_t off = R; off < D; off += 64 / sizeof(T)) hwy::Prefetch(pf + off);
+        std::memcpy(out + R, in + R, (D - R) * sizeof(T));
+      }
       cur.next();
     }
   } else {
@@ -352,32 +443,31 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
     int64_t r = r0;
     while (r < r1) {
       TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
-      const int64_t token = cur.g;
-      int64_t n = 0;
-      while (r < r1 && cur.g == token && n < kBatch) {
-        ins[n] = cur.in<T>();
-        outs[n] = cur.out<T>();
-        ++n;
-        ++r;
-        cur.next();
+      // This token's rows [w, w_end): pointers by stepping each tensor's head stride.
+      const int64_t w_end = std::min(cur.rpt, cur.w + (r1 - r));
+      for (int64_t w0 = cur.w; w0 < w_end; w0 += kBatch) {
+        const int64_t w1 = std::min(w_end, w0 + kBatch);
+        int64_t n = 0;
+        for (int i = 0; i < 2; ++i) {
+          const int64_t first = i == 0 ? 0 : cur.hq;  // row index of this tensor's head 0
+          const int64_t last = i == 0 ? cur.hq : cur.rpt;
+          const int64_t lo = std::max(w0, first), hi = std::min(w1, last);
+          if (lo >= hi) continue;
+          const PlanTensor& t = p.t[i];
+          const T* in = static_cast<const T*>(t.in) + cur.b * t.in_sb + cur.s * t.in_ss + (lo - first) * t.in_sh;
+          T* out = static_cast<T*>(t.out) + cur.b * t.out_sb + cur.s * t.out_ss + (lo - first) * t.out_sh;
+          for (int64_t k = lo; k < hi; ++k, ++n, in += t.in_sh, out += t.out_sh) {
+            ins[n] = in;
+            outs[n] = out;
+          }
+        }
+        Rows<E, P, kStream>(ins, outs, n, c_use, s_use, p);
       }
-      Rows<E, P, kStream>(ins, outs, n, c_use, s_use, p);
+      r += w_end - cur.w;
+      cur.seek(r);
     }
   }
   if constexpr (kStream) hwy::FlushStream();
-}
-
-/// True if every output row (and, half-split, the second half) starts on a `bytes` boundary.
-inline bool OutputsAligned(const RowJob& job, size_t esize, size_t bytes) {
-  const Plan& p = *job.plan;
-  auto ok = [&](int64_t elems) { return (static_cast<uint64_t>(elems) * esize) % bytes == 0; };
-  if (p.pairing == Pairing::kHalfSplit && !ok(p.half)) return false;
-  for (int i = 0; i < p.ntensors; ++i) {
-    const PlanTensor& t = p.t[i];
-    if (reinterpret_cast<uintptr_t>(t.out) % bytes != 0) return false;
-    if (!ok(t.out_sb) || !ok(t.out_ss) || !ok(t.out_sh)) return false;
-  }
-  return true;
 }
 
 template <Elem E>
@@ -385,9 +475,10 @@ void RunRowsE(const RowJob& job, int64_t r0, int64_t r1) {
   const hn::ScalableTag<float> d;
   const size_t esize = sizeof(Storage<E>);
   const size_t store_bytes = hn::Lanes(d) * esize;
-  // Non-temporal stores only with full native vectors (Highway streams at least 16 bytes).
-  const bool stream = job.stream && HWY_TARGET != HWY_SCALAR && store_bytes >= 16 &&
-                      OutputsAligned(job, esize, store_bytes);
+  // Non-temporal stores only with full native vectors (Highway streams at least 16 bytes), only in
+  // the row-by-row order (write-combining needs each line written in one go), and only on aligned
+  // rows (checked per row).
+  const bool stream = job.stream && job.row_outer && HWY_TARGET != HWY_SCALAR && store_bytes >= 16;
   const bool half = job.plan->pairing == Pairing::kHalfSplit;
   if (half) {
     stream ? RunRowsT<E, Pairing::kHalfSplit, true>(job, r0, r1)

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -85,9 +86,19 @@ class Pool {
   std::atomic<int64_t> next_{0};
 };
 
+std::atomic<Pool*> g_pool{nullptr};
+std::once_flag g_pool_once;
+
+/// A forked child has none of the parent's worker threads: it starts over with an empty pool
+/// (the parent's Pool object is leaked in the child, as its mutexes may have been held at fork).
+void reset_pool_in_child() { g_pool.store(new Pool, std::memory_order_release); }
+
 Pool& pool() {
-  static Pool* p = new Pool;  // never destroyed: workers may still be parked at exit
-  return *p;
+  std::call_once(g_pool_once, [] {
+    g_pool.store(new Pool, std::memory_order_release);  // never destroyed: workers stay parked at exit
+    pthread_atfork(nullptr, nullptr, reset_pool_in_child);
+  });
+  return *g_pool.load(std::memory_order_acquire);
 }
 
 void run_serial(int64_t nchunks, void (*fn)(void*, int64_t), void* ctx) {

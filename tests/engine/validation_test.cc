@@ -160,7 +160,7 @@ std::vector<HostileCase> cases() {
       {"freqs empty", [](Fx& f) { f.freqs.inv_freq.clear(); }, K::kInvalidArgument, {"freqs.inv_freq must not be empty"}},
       {"freqs NaN", [](Fx& f) { f.freqs.inv_freq[2] = std::nan(""); }, K::kInvalidArgument, {"freqs.inv_freq[2]", "nan"}},
       {"attention factor inf", [](Fx& f) { f.freqs.attention_factor = INFINITY; }, K::kInvalidArgument, {"freqs.attention_factor", "inf"}},
-      {"byte size overflow", [](Fx& f) { f.a.k = {}; f.a.q = TensorView::strided(f.q.data(), DType::kF32, {int64_t(1) << 40, int64_t(1) << 20, 4, 8}, {int64_t(1) << 25, 32, 8, 1}); }, K::kInvalidArgument, {"q", "overflows int64"}},
+      {"byte size overflow", [](Fx& f) { f.a.k = {}; f.a.q.shape[0] = int64_t(1) << 40; f.a.q.shape[1] = int64_t(1) << 20; f.a.q.strides[0] = int64_t(1) << 25; }, K::kInvalidArgument, {"q", "overflows int64"}},
       {"seq_len non-positive", [](Fx& f) { f.a.seq_len = 0; }, K::kInvalidArgument, {"seq_len must be > 0", "got 0"}},
       {"M-RoPE ids need 3 axes", [](Fx& f) { f.via = Via::kRope; f.spec.mrope.section = {2, 1, 1}; f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 3})); }, K::kInvalidArgument, {"positions.ids must have shape [3,B,S]", "[2,3]"}},
       {"Rope table mode with fractional ids", [](Fx& f) { f.via = Via::kRope; f.rope_options.mode = CosSinMode::kTable; f.a.positions = Positions::from_ids(TensorView::contiguous(f.f64.data(), DType::kF64, {2, 3})); }, K::kInvalidArgument, {"positions.ids", "fractional"}},

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
@@ -13,6 +15,28 @@
 #include "testing/shared.h"
 
 namespace {
+
+/// When ROTARY_ERRORS_DOC names a file, appends "boundary<TAB>case<TAB>kind<TAB>message" rows to it
+/// (scripts/gen_errors_doc.py turns them into docs/errors.md).
+inline void doc_row(const char* boundary, const std::string& name, const std::string& kind, const std::string& msg) {
+  const char* path = std::getenv("ROTARY_ERRORS_DOC");
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream f(path, std::ios::app);
+  std::string m = msg;
+  for (char& c : m)
+    if (c == '\n' || c == '\t') c = ' ';
+  f << boundary << '\t' << name << '\t' << kind << '\t' << m << '\n';
+}
+
+/// The markdown form of a message as docs/errors.md lists it ('|' escaped for tables).
+inline std::string doc_escape(const std::string& msg) {
+  std::string out;
+  for (char c : msg) {
+    if (c == '|') out += '\\';
+    out += (c == '\n' || c == '\t') ? ' ' : c;
+  }
+  return out;
+}
 
 constexpr int64_t kB = 2, kS = 3, kH = 2, kD = 8;
 
@@ -118,7 +142,7 @@ std::vector<CCase> c_cases() {
       // positions
       {"ids i64 2^31", [big](CCall& c) { c.ids[5] = big; c.use_ids(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"positions.ids[1,2]", "2147483648"}},
       {"ids past a fixed table", [](CCall& c) { c.ids[2] = 16; c.use_ids(); return rotary_rope_apply(c.fixed, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"position 16", "max_positions is 16"}},
-      {"ids past caller cos rows", [](CCall& c) { c.ids[1] = 4; c.use_ids(); return rotary_apply_cos_sin(&c.cos_t, &c.sin_t, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"position 4", "4 rows"}},
+      {"ids past caller cos rows", [](CCall& c) { c.ids = {0, 4, 1, 2, 3, 0}; c.use_ids(); return rotary_apply_cos_sin(&c.cos_t, &c.sin_t, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"position 4", "4 rows"}},
       {"fractional NaN", [](CCall& c) { c.fids[3] = NAN; c.use_ids(ROTARY_DTYPE_F64); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"positions.ids[1,0]", "nan"}},
       {"cu_seqlens not matching T", [](CCall& c) { c.cu = {0, 2, 5}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"cu_seqlens[2]", "T = 6", "got 5"}},
       {"cu_seqlens not monotone", [](CCall& c) { c.cu = {0, 4, 3, 6}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"non-decreasing", "cu_seqlens[2] = 3"}},
@@ -141,6 +165,7 @@ std::vector<CCase> c_cases() {
 TEST(HostileC, EveryCaseReturnsItsStatusNamesTheArgumentAndWritesNothing) {
   const auto all = c_cases();
   EXPECT_GE(all.size(), 40u);
+  std::vector<std::string> messages;
   for (const CCase& c : all) {
     SCOPED_TRACE(c.name);
     CCall call;
@@ -148,6 +173,8 @@ TEST(HostileC, EveryCaseReturnsItsStatusNamesTheArgumentAndWritesNothing) {
     g_unused = nullptr;
     const rotary_status_t st = c.call(call);
     const std::string msg = rotary_last_error();
+    doc_row("C", c.name, rotary_status_name(st), msg);
+    messages.push_back(msg);
     EXPECT_EQ(st, c.status) << rotary_status_name(st) << ": " << msg;
     EXPECT_EQ(msg.rfind("[rotary", 0), 0u) << msg;
     for (const auto& n : c.needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
@@ -157,6 +184,10 @@ TEST(HostileC, EveryCaseReturnsItsStatusNamesTheArgumentAndWritesNothing) {
     EXPECT_EQ(0, std::memcmp(call.k.data(), k0.data(), k0.size() * sizeof(float))) << "k changed";
     EXPECT_EQ(0, std::memcmp(call.spare.data(), spare0.data(), spare0.size() * sizeof(float))) << "k_out changed";
   }
+  const std::string doc = rotary::testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/errors.md");
+  for (const auto& m : messages)
+    EXPECT_NE(doc.find(doc_escape(m)), std::string::npos)
+        << "docs/errors.md is out of date (regenerate with python3 scripts/gen_errors_doc.py); missing: " << m;
 }
 
 TEST(HostileC, TheUnbrokenCallsSucceed) {

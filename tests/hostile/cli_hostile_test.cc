@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,29 @@ namespace rotary {
 namespace {
 
 namespace fs = std::filesystem;
+
+/// When ROTARY_ERRORS_DOC names a file, appends "boundary<TAB>case<TAB>kind<TAB>message" rows to it
+/// (scripts/gen_errors_doc.py turns them into docs/errors.md).
+inline void doc_row(const char* boundary, const std::string& name, const std::string& kind, const std::string& msg) {
+  const char* path = std::getenv("ROTARY_ERRORS_DOC");
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream f(path, std::ios::app);
+  std::string m = msg;
+  for (char& c : m)
+    if (c == '\n' || c == '\t') c = ' ';
+  f << boundary << '\t' << name << '\t' << kind << '\t' << m << '\n';
+}
+
+/// The markdown form of a message as docs/errors.md lists it ('|' escaped for tables).
+inline std::string doc_escape(const std::string& msg) {
+  std::string out;
+  for (char c : msg) {
+    if (c == '|') out += '\\';
+    out += (c == '\n' || c == '\t') ? ' ' : c;
+  }
+  return out;
+}
+
 
 NpyArray make(DType dt, std::vector<int64_t> shape, const void* src) {
   NpyArray a;
@@ -148,6 +172,14 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
     std::string out;
     const int rc = testing::run_command("'" + cli_ + "' apply " + c.args, &out, true);
     EXPECT_EQ(rc, 2) << out;
+    {
+      std::string m = out, d = dir_.string() + "/";
+      for (size_t at; (at = m.find(d)) != std::string::npos;) m.replace(at, d.size(), "");
+      while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+      std::string shown = c.args;
+      for (size_t at; (at = shown.find(d)) != std::string::npos;) shown.replace(at, d.size(), "");
+      doc_row("CLI", "rotary apply " + shown, "exit " + std::to_string(rc), m);
+    }
     for (const auto& n : c.needles) EXPECT_NE(out.find(n), std::string::npos) << "'" << n << "' not in: " << out;
     EXPECT_EQ(out.find("Sanitizer"), std::string::npos) << out;
     EXPECT_FALSE(fs::exists(path("y.npy"))) << "output written on error";

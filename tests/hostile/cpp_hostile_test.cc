@@ -4,7 +4,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
@@ -18,6 +20,29 @@ namespace rotary {
 namespace {
 
 using K = Error::Kind;
+
+/// When ROTARY_ERRORS_DOC names a file, appends "boundary<TAB>case<TAB>kind<TAB>message" rows to it
+/// (scripts/gen_errors_doc.py turns them into docs/errors.md).
+inline void doc_row(const char* boundary, const std::string& name, const std::string& kind, const std::string& msg) {
+  const char* path = std::getenv("ROTARY_ERRORS_DOC");
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream f(path, std::ios::app);
+  std::string m = msg;
+  for (char& c : m)
+    if (c == '\n' || c == '\t') c = ' ';
+  f << boundary << '\t' << name << '\t' << kind << '\t' << m << '\n';
+}
+
+/// The markdown form of a message as docs/errors.md lists it ('|' escaped for tables).
+inline std::string doc_escape(const std::string& msg) {
+  std::string out;
+  for (char c : msg) {
+    if (c == '|') out += '\\';
+    out += (c == '\n' || c == '\t') ? ' ' : c;
+  }
+  return out;
+}
+
 constexpr int64_t kBig31 = int64_t(1) << 31;
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
@@ -171,6 +196,17 @@ std::vector<Case> cases() {
   };
 }
 
+const char* kind_name(K k) {
+  switch (k) {
+    case K::kInvalidArgument: return "invalid argument";
+    case K::kOutOfRange: return "out of range";
+    case K::kUnsupported: return "unsupported";
+    case K::kIo: return "io";
+    case K::kInternal: return "internal";
+  }
+  return "?";
+}
+
 std::string describe(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += "'" + x + "' ";
@@ -180,6 +216,7 @@ std::string describe(const std::vector<std::string>& v) {
 TEST(HostileCpp, EveryCaseFailsWithItsKindNamesTheArgumentAndWritesNothing) {
   const auto all = cases();
   EXPECT_GE(all.size(), 40u);
+  std::vector<std::string> messages;
   for (const Case& c : all) {
     SCOPED_TRACE(c.name);
     Call call;
@@ -191,6 +228,8 @@ TEST(HostileCpp, EveryCaseFailsWithItsKindNamesTheArgumentAndWritesNothing) {
       continue;
     } catch (const Error& e) {
       const std::string msg = e.what();
+      doc_row("C++", c.name, kind_name(e.kind()), msg);
+      messages.push_back(msg);
       EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(c.kind)) << msg;
       EXPECT_EQ(msg.rfind("[rotary_", 0), 0u) << "message must start with [rotary_...]: " << msg;
       for (const auto& n : c.needles) EXPECT_NE(msg.find(n), std::string::npos) << describe(c.needles) << "\n got: " << msg;
@@ -201,6 +240,11 @@ TEST(HostileCpp, EveryCaseFailsWithItsKindNamesTheArgumentAndWritesNothing) {
     EXPECT_EQ(0, std::memcmp(call.k.data(), k0.data(), k0.size() * sizeof(float))) << "k changed";
     EXPECT_EQ(0, std::memcmp(call.spare.data(), spare0.data(), spare0.size() * sizeof(float))) << "output changed";
   }
+  // docs/errors.md lists the real messages: every message of this battery must appear there verbatim.
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/errors.md");
+  for (const auto& m : messages)
+    EXPECT_NE(doc.find(doc_escape(m)), std::string::npos)
+        << "docs/errors.md is out of date (regenerate with python3 scripts/gen_errors_doc.py); missing: " << m;
 }
 
 TEST(HostileCpp, TheUnbrokenCallSucceedsThroughEveryEntryPoint) {

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "rotary/apply.h"
+#include "rotary/multimodal.h"
 #include "rotary/npy.h"
 
 namespace rotary::cli {
@@ -14,7 +15,9 @@ namespace {
 constexpr const char* kUsage =
     "rotary apply (--config FILE | --preset NAME) --input X.npy --positions P.npy --output Y.npy "
     "[--layout bshd|bhsd|thd] [--pairing half|interleaved] [--inverse] [--seq-len N] "
-    "[--mrope-section T,H,W] [--mrope-interleaved] [--backend auto|cpu|reference] [--threads N]";
+    "[--mrope-section T,H,W] [--mrope-interleaved] [--backend auto|cpu|reference] [--threads N]\n"
+    "       rotary apply --vision qwen2vl|ggml-vision|pixtral [--base B] --input X.npy --positions P.npy "
+    "--output Y.npy [--layout ...] [--pairing ...] [--inverse]   (2-D vision RoPE, P = (row, col) ids (2, ...))";
 
 constexpr const char* kWhere = "rotary_apply";
 
@@ -78,12 +81,67 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
   return out;
 }
 
+/// --vision: 2-D vision RoPE (rotary::vision_frequencies) on the fly, positions (2, B, S), (2, S) or (2, T).
+int run_vision(const Flags& flags) {
+  for (const char* f : {"config", "preset", "mrope-section", "seq-len"})
+    if (flags.has(f)) throw UsageError(std::string("--") + f + " cannot be combined with --vision");
+  if (flags.has("mrope-interleaved")) throw UsageError("--mrope-interleaved cannot be combined with --vision");
+  VisionSpec vs;
+  vs.convention = parse_vision_convention(*flags.get("vision"), "--vision");
+  if (auto b = flags.get("base")) {
+    double v = 0;
+    auto [ptr, ec] = std::from_chars(b->data(), b->data() + b->size(), v);
+    if (b->empty() || ec != std::errc() || ptr != b->data() + b->size())
+      throw UsageError("--base must be a number, got \"" + *b + "\"");
+    vs.base = v;
+  }
+  ApplyArgs args;
+  args.layout = parse_layout(flags.get("layout").value_or("bshd"));
+  if (auto p = flags.get("pairing")) vs.pairing = parse_pairing(*p);
+  args.direction = flags.has("inverse") ? Direction::kInverse : Direction::kForward;
+  if (auto b = flags.get("backend")) args.backend = parse_backend(*b);
+  if (auto t = flags.get_int("threads")) {
+    if (*t < 0 || *t > 4096) throw UsageError("--threads must be in [0, 4096], got " + std::to_string(*t));
+    args.threads = static_cast<int>(*t);
+  }
+  const std::string input_path = flags.require("input");
+  const std::string positions_path = flags.require("positions");
+  const std::string output_path = flags.require("output");
+  NpyArray x = npy_load(input_path);
+  if (x.is_uint16 || (x.dtype != DType::kF32 && x.dtype != DType::kF16))
+    invalid("--input " + input_path + " must be float32 or float16, got " + npy_dtype_name(x));
+  const size_t want_rank = args.layout == Layout::kTHD ? 3 : 4;
+  if (x.shape.size() != want_rank)
+    invalid("--input " + input_path + " has shape " + shape_str(x.shape) + " but --layout " +
+            layout_name(args.layout) + " needs rank " + std::to_string(want_rank));
+  vs.head_dim = x.shape.back();
+  const AxisFrequencies af = vision_frequencies(vs);
+  NpyArray p = npy_load(positions_path);
+  if (p.is_uint16 || (p.dtype != DType::kI32 && p.dtype != DType::kI64))
+    invalid("--positions " + positions_path + " must be int32 or int64, got " + npy_dtype_name(p));
+  if (p.shape.empty() || p.shape[0] != 2)
+    invalid("--positions " + positions_path + " has shape " + shape_str(p.shape) +
+            "; --vision needs (row, col) ids of shape (2, B, S), (2, S) or (2, T)");
+  NpyArray y;
+  y.dtype = x.dtype;
+  y.shape = x.shape;
+  y.data.resize(x.data.size());
+  args.q = x.view();
+  args.q_out = y.view();
+  args.positions = Positions::from_ids(p.view());
+  apply_axes(af, args);  // validates shapes and values before writing
+  npy_save(output_path, y);
+  return 0;
+}
+
 int run_apply(const std::vector<std::string>& argv) {
   Flags flags(argv,
               {"config", "preset", "input", "positions", "output", "layout", "pairing", "seq-len", "mrope-section",
-               "backend", "threads"},
+               "backend", "threads", "vision", "base"},
               {"inverse", "mrope-interleaved"});
   if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
+  if (flags.has("vision")) return run_vision(flags);
+  if (flags.has("base")) throw UsageError("--base is only used with --vision (a config or preset sets rope_theta)");
   Spec spec = spec_from_flags(flags);
   const std::string input_path = flags.require("input");
   const std::string positions_path = flags.require("positions");

@@ -1,0 +1,176 @@
+"""Multimodal and cross-framework RoPE variants: multi-axis frequencies (M-RoPE, 2-D vision RoPE, ggml modes),
+context-parallel shard positions, and q/k weight permutation between interleaved and half-split layouts.
+
+    import rotary
+    f = rotary.vision_frequencies("qwen2vl", head_dim=80)           # 2 axes: (row, col)
+    ids = rotary.grid_positions(16, 16)                              # [2, 256]
+    q = rotary.apply_axes(q, ids, f, layout="thd")                   # q: [256, heads, 80]
+
+    g = rotary.ggml_frequencies("neox", n_dims=128, freq_base=1e6)   # ggml_rope_ext parameters
+    w_hf = rotary.permute_qk_weight(w_meta, n_heads=32, head_dim=128) # Meta (interleaved) -> HF (half-split)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _rotary
+from ._rotary import cp_local_cu_seqlens, cp_positions, cp_positions_packed, grid_positions
+
+__all__ = [
+    "AxisFrequencies",
+    "apply_axes",
+    "apply_context_parallel",
+    "cp_local_cu_seqlens",
+    "cp_positions",
+    "cp_positions_packed",
+    "ggml_frequencies",
+    "grid_positions",
+    "mrope_frequencies",
+    "permute_qk_weight",
+    "vision_frequencies",
+]
+
+
+@dataclass(frozen=True)
+class AxisFrequencies:
+    """Frequencies whose pairs read different position axes.
+
+    Pair j rotates by positions[axis_of_freq[j]] * inv_freq[j]; cos/sin are multiplied by attention_factor.
+    Positions for apply_axes have shape [n_axes, B, S] / [n_axes, S] (bshd/bhsd) or [n_axes, T] (thd).
+    pairing ("half" or "interleaved") is the convention's pairing, used unless apply_axes(pairing=...) is given.
+    """
+
+    inv_freq: np.ndarray
+    axis_of_freq: np.ndarray
+    n_axes: int
+    pairing: str
+    attention_factor: float
+
+    @property
+    def rotary_dim(self) -> int:
+        return 2 * int(self.inv_freq.shape[0])
+
+
+def _wrap(t: tuple) -> AxisFrequencies:
+    inv, axis, n, pairing, af = t
+    return AxisFrequencies(inv, axis, int(n), str(pairing), float(af))
+
+
+def mrope_frequencies(spec: Any, seq_len: Optional[int] = None) -> AxisFrequencies:
+    """A Spec's frequencies with its M-RoPE axis map (3 axes t, h, w; 1 axis without sections)."""
+    return _wrap(_rotary._mrope_frequencies(spec, seq_len))
+
+
+def vision_frequencies(convention: str, head_dim: int, base: float = 10000.0, *,
+                       pairing: Optional[str] = None) -> AxisFrequencies:
+    """2-D vision RoPE (2 axes: row, col). convention:
+
+    "qwen2vl"      HF Qwen2-VL / Qwen2.5-VL ViT: ladder base^(-4k/D) for row, the same for col; half-split.
+    "ggml-vision"  ggml GGML_ROPE_TYPE_VISION as llama.cpp's clip uses it: identical to "qwen2vl".
+    "pixtral"      HF Pixtral: row uses the even-index frequencies base^(-2i/D), col the odd ones; half-split.
+                   mistral's original code pairs interleaved: pass pairing="interleaved".
+    """
+    return _wrap(_rotary._vision_frequencies(convention, int(head_dim), float(base), pairing))
+
+
+def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq_scale: float = 1.0,
+                     ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+                     beta_slow: float = 1.0, n_ctx_orig: int = 0, sections: Sequence[int] = (),
+                     freq_factors: Optional[Sequence[float]] = None) -> AxisFrequencies:
+    """ggml_rope_ext / ggml_rope_multi parameters as AxisFrequencies.
+
+    mode: "normal" (0), "neox" (2), "mrope" (8), "vision" (24), "imrope" (40) (names or numbers as strings).
+    Multi-rope modes take 4 position rows (t, h, w, e) exactly as ggml; VISION needs n_dims = head_dim / 2.
+    rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
+    """
+    ff = [] if freq_factors is None else [float(v) for v in freq_factors]
+    return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), int(n_ctx_orig), float(freq_base),
+                                           float(freq_scale), float(ext_factor), float(attn_factor),
+                                           float(beta_fast), float(beta_slow), [int(s) for s in sections], ff))
+
+
+def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None, layout: str = "bshd",
+               pairing: Optional[str] = None, inverse: bool = False, out: Any = None, threads: int = 0,
+               backend: str = "auto") -> Any:
+    """Rotates x (and k, returned as a tuple) with multi-axis frequencies, cos/sin computed exactly on the fly.
+
+    positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float.
+    For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted.
+    """
+    from . import _as_core_array, _check_out, _empty_like, _index_array
+
+    if not isinstance(freqs, AxisFrequencies):
+        raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
+    xv, bf16 = _as_core_array(x, "x", readonly=True)
+    if out is None:
+        out = _empty_like(x)
+    else:
+        _check_out(out, x, "out")
+    ov, _ = _as_core_array(out, "out")
+    kv = kov = k_out = None
+    if k is not None:
+        kv, _ = _as_core_array(k, "k", readonly=True)
+        k_out = _empty_like(k)
+        kov, _ = _as_core_array(k_out, "k_out")
+    ids = _index_array(positions, "positions", allow_float=True)
+    _rotary._apply_axes([float(v) for v in freqs.inv_freq], [int(a) for a in freqs.axis_of_freq], freqs.n_axes,
+                        freqs.pairing, freqs.attention_factor, xv, ov, kv, kov, ids, layout, pairing, bool(inverse),
+                        int(threads), backend, bf16)
+    return out if k is None else (out, k_out)
+
+
+def apply_context_parallel(x: Any, spec: Any, rank: int, cp_size: int, *, layout: str = "bshd", offset: int = 0,
+                           cu_seqlens: Any = None, pairing: Optional[str] = None, inverse: bool = False,
+                           threads: int = 0, backend: str = "auto") -> Any:
+    """Rotates one context-parallel shard x (this rank's tokens, TransformerEngine dual-chunk order).
+
+    bshd/bhsd: x holds local_len = S tokens per sequence; positions are cp_positions(rank, cp_size, S, offset).
+    thd: cu_seqlens are the GLOBAL (padded) boundaries, as TransformerEngine takes them.
+    Length-dependent scaling sees the global length, so the result equals the matching rows of the
+    unsharded rotary.apply bit-exactly.
+    """
+    from . import apply
+
+    if layout == "thd":
+        if cu_seqlens is None:
+            raise ValueError("[rotary_apply_context_parallel] thd shards need the global cu_seqlens")
+        cu = [int(v) for v in np.asarray(cu_seqlens).reshape(-1)]
+        ids = cp_positions_packed(rank, cp_size, cu)
+        seq_len = max([cu[i + 1] - cu[i] for i in range(len(cu) - 1)] + [1])
+    else:
+        S = x.shape[1] if layout == "bshd" else x.shape[2]
+        ids = cp_positions(rank, cp_size, int(S), int(offset))
+        seq_len = int(offset) + int(S) * int(cp_size)
+    if _is_torch_tensor(x):
+        import torch
+
+        ids = torch.from_numpy(ids)
+    return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
+                 backend=backend)
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 0, src: str = "interleaved",
+                      dst: str = "half") -> Any:
+    """Permutes the rows of a q/k projection weight [n_heads*head_dim, in] or bias [n_heads*head_dim].
+
+    src/dst: "interleaved" (Meta) or "half" (HF). interleaved -> half is HF's convert_llama_weights_to_hf
+    permute; half -> interleaved its inverse (llama.cpp's). Only the first rotary_dim rows of each head move
+    (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype.
+    """
+    from . import _as_core_array, _empty_like
+
+    wv, bf16 = _as_core_array(w, "w", readonly=True)
+    out = _empty_like(w)
+    ov, _ = _as_core_array(out, "out")
+    _rotary._permute_qk(wv, ov, int(n_heads), int(head_dim), int(rotary_dim), src, dst, bf16)
+    return out

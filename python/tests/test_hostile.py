@@ -1,0 +1,170 @@
+"""Hostile inputs at the Python boundary: each case asserts the exception type, that the message names the
+argument and the offending value, and that in-place inputs are bit-identical afterwards."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import rotary
+
+D = 8
+
+
+def spec(**kw):
+    kw.setdefault("max_position_embeddings", 64)
+    return rotary.Spec(D, **kw)
+
+
+def x4(B=2, S=3, H=2, seed=0):
+    return np.random.default_rng(seed).standard_normal((B, S, H, D)).astype(np.float32)
+
+
+# Each case: (name, callable(x) that performs the call on x in place when possible, exception, needles)
+def _shifted_out(x):
+    buf = np.zeros(x.size + 8, dtype=np.float32)
+    buf[: x.size] = x.ravel()
+    xv = buf[: x.size].reshape(x.shape)
+    out = buf[8:].reshape(x.shape)
+    try:
+        rotary.apply(xv, 0, spec(), out=out)
+    finally:
+        x[...] = xv  # report what happened to x's data
+
+
+def _aliasing_qk(x):
+    k = x[:, :, :1, :]  # a view of q's memory, rotated in place together with q
+    rotary.apply_qk(x, k, 0, spec(), inplace=True)
+
+
+def _mrope_ids(x):
+    s = spec(mrope_section=[2, 1, 1])
+    rotary.apply(x, np.zeros((2, 3), dtype=np.int64), s, out=x)
+
+
+def _onnx_past_table(x):
+    X = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # [B, H, S, D]
+    cos = np.ones((4, D // 2), np.float32)
+    sin = np.zeros((4, D // 2), np.float32)
+    rotary.onnx_rotary_embedding(X, cos, sin, np.array([[0, 1, 4], [0, 1, 2]], dtype=np.int64))
+
+
+def _onnx_dtype(x):
+    X = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    rotary.onnx_rotary_embedding(X, np.ones((8, 4), np.float32), np.zeros((8, 4), np.float64),
+                                 np.zeros((2, 3), dtype=np.int64))
+
+
+def _thd(x, cu, **kw):
+    t = x.reshape(6, 2, D)
+    rotary.apply(t, 0, spec(), layout="thd", out=t, cu_seqlens=np.asarray(cu), **kw)
+
+
+CASES = [
+    ("x rank 3 for bshd", lambda x: rotary.apply(x.reshape(6, 2, D), 0, spec(), out=x.reshape(6, 2, D)),
+     ValueError, ["rank 4", "got rank 3"]),
+    ("out partially overlapping x", _shifted_out, ValueError, ["q_out must either be q itself"]),
+    ("out with reversed strides", lambda x: rotary.apply(x.copy(), 0, spec(), out=np.empty_like(x)[:, ::-1]),
+     ValueError, ["strides must be >= 0", "-"]),
+    ("out dtype differs", lambda x: rotary.apply(x, 0, spec(), out=np.empty(x.shape, np.float64)),
+     TypeError, ["out", "dtype", "float64"]),
+    ("negative offset", lambda x: rotary.apply(x, -1, spec(), out=x), ValueError, ["positions.offset", "-1"]),
+    ("offset 2^31", lambda x: rotary.apply(x, 2**31, spec(), out=x), ValueError, ["positions.offset", "2147483648"]),
+    ("ids 2^31", lambda x: rotary.apply(x, np.array([0, 1, 2**31]), spec(), out=x), ValueError,
+     ["positions.ids[2]", "2147483648"]),
+    ("ids negative", lambda x: rotary.apply(x, np.array([[0, 1, 2], [3, -4, 5]]), spec(), out=x), ValueError,
+     ["positions.ids[1,1]", "-4"]),
+    ("ids uint64 beyond int64", lambda x: rotary.apply(x, np.array([0, 1, 2**63 + 5], dtype=np.uint64), spec(), out=x),
+     ValueError, ["positions.ids[2]"]),
+    ("fractional NaN", lambda x: rotary.apply(x, np.array([0.0, np.nan, 2.0]), spec(), out=x), ValueError,
+     ["positions.ids[1]", "nan"]),
+    ("fractional 3e9", lambda x: rotary.apply(x, np.array([0.0, 3e9, 2.0]), spec(), out=x), ValueError,
+     ["positions.ids[1]", "2^31"]),
+    ("ids shape", lambda x: rotary.apply(x, np.zeros((2, 4), np.int64), spec(), out=x), ValueError,
+     ["positions.ids shape [2,4]"]),
+    ("cu_seqlens not monotone", lambda x: _thd(x, [0, 4, 2, 6]), ValueError, ["non-decreasing", "cu_seqlens[2] = 2"]),
+    ("cu_seqlens not matching T", lambda x: _thd(x, [0, 2, 5]), ValueError, ["cu_seqlens[2]", "T = 6", "got 5"]),
+    ("cu_seqlens float", lambda x: _thd(x, [0.0, 6.0]), TypeError, ["cu_seqlens", "float64"]),
+    ("seq_offsets negative", lambda x: _thd(x, [0, 6], seq_offsets=np.array([-3])), ValueError,
+     ["positions.seq_offsets[0]", "-3"]),
+    ("batch_offsets length", lambda x: rotary.apply(x, 0, spec(), out=x, batch_offsets=np.array([1, 2, 3])),
+     ValueError, ["positions.batch_offsets", "[3]"]),
+    ("M-RoPE spec with [B,S] ids", _mrope_ids, ValueError, ["positions.ids must have shape [3,B,S]", "[2,3]"]),
+    ("q and k alias in place", _aliasing_qk, ValueError, ["overlap"]),
+    ("k dtype differs", lambda x: rotary.apply_qk(x, x[:, :, :1].astype(np.float16), 0, spec()), TypeError,
+     ["same dtype", "float16"]),
+    ("k head_dim differs", lambda x: rotary.apply_qk(x, np.zeros((2, 3, 1, 4), np.float32), 0, spec()), ValueError,
+     ["k head_dim", "got 4"]),
+    ("x int32", lambda x: rotary.apply(np.zeros((2, 3, 2, D), np.int32), 0, spec()), TypeError, ["dtype", "i32"]),
+    ("x head_dim below rotary_dim", lambda x: rotary.apply(np.zeros((2, 3, 2, 4), np.float32), 0, spec()),
+     ValueError, ["rotary_dim must be <= head_dim 4", "got 8"]),
+    ("layout", lambda x: rotary.apply(x, 0, spec(), layout="bsdh", out=x), ValueError, ["layout", "bsdh"]),
+    ("pairing", lambda x: rotary.apply(x, 0, spec(), pairing="zigzag", out=x), ValueError, ["pairing", "zigzag"]),
+    ("threads", lambda x: rotary.apply(x, 0, spec(), threads=-1, out=x), ValueError, ["threads", "-1"]),
+    ("seq_len", lambda x: rotary.apply(x, 0, spec(), seq_len=0, out=x), ValueError, ["seq_len", "got 0"]),
+    ("onnx id past the caller table", _onnx_past_table, ValueError, ["position 4", "4 rows"]),
+    ("onnx cos/sin dtypes differ", _onnx_dtype, TypeError, ["sin dtype", "f64"]),
+    ("spec odd rotary_dim", lambda x: rotary.Spec(7), ValueError, ["rotary_dim must be even", "7"]),
+    ("spec mrope sum", lambda x: spec(mrope_section=[1, 1, 1]), ValueError, ["mrope.section", "4", "got 3"]),
+    ("spec huge head_dim", lambda x: rotary.Spec(2**40), ValueError, ["head_dim", "1099511627776"]),
+    ("spec negative base", lambda x: spec(base=-1.0), ValueError, ["base", "-1"]),
+    ("config factor string",
+     lambda x: rotary.Spec.from_hf_config({"head_dim": 8, "rope_scaling": {"type": "linear", "factor": "2"}}),
+     ValueError, ["rope_scaling.factor", '"2"']),
+]
+
+
+@pytest.mark.parametrize("name,call,exc,needles", CASES, ids=[c[0] for c in CASES])
+def test_hostile_case(name, call, exc, needles):
+    x = x4()
+    before = x.copy()
+    with pytest.raises(exc) as info:
+        call(x)
+    msg = str(info.value)
+    doc = os.environ.get("ROTARY_ERRORS_DOC")
+    if doc:  # scripts/gen_errors_doc.py collects the real messages for docs/errors.md
+        with open(doc, "a") as f:
+            f.write(f"Python\t{name}\t{info.type.__name__}\t{' '.join(msg.split())}\n")
+    assert msg.startswith("[rotary"), msg
+    for n in needles:
+        assert n in msg, f"{n!r} not in {msg!r}"
+    assert x.tobytes() == before.tobytes(), "inputs changed by a failed call"
+
+
+def test_hostile_battery_size():
+    assert len(CASES) >= 30
+
+
+def test_malformed_config_files(tmp_path):
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text('{"head_dim": 64, "rope_theta": 1e6,')
+    with pytest.raises(OSError, match="not valid JSON"):
+        rotary.Spec.from_hf_config(str(truncated))
+    missing = tmp_path / "missing.json"
+    with pytest.raises(OSError, match="missing.json"):
+        rotary.Spec.from_hf_config(str(missing))
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({"head_dim": 2**63 - 1}))
+    with pytest.raises(ValueError, match="9223372036854775807"):
+        rotary.Spec.from_hf_config(str(huge))
+
+
+def test_torch_out_with_zero_stride_is_rejected_and_inputs_kept():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(2, 3, 2, D)
+    before = x.clone()
+    out = torch.empty(1, 3, 1, D).expand(2, 3, 2, D)
+    with pytest.raises(ValueError, match="stride of dim"):
+        rotary.apply(x, 0, spec(), out=out)
+    assert torch.equal(x, before)
+
+
+def test_growable_table_beyond_and_exactness():
+    # Positions far beyond any table are exact (on the fly), never the identity.
+    s = spec()
+    x = x4(B=1, S=2, H=1)
+    ids = np.array([5, 2**31 - 1])
+    y = rotary.apply(x, ids, s)
+    y64 = rotary.apply(x.astype(np.float64), ids.astype(np.float64), s)
+    assert not np.array_equal(y, x)
+    np.testing.assert_allclose(y, y64, atol=1e-5)
