@@ -1,7 +1,6 @@
 // CPU backend entry point: picks the SIMD kernel or the reference fallback, and splits rows over threads.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
@@ -54,7 +53,7 @@ void cpu_apply(const Plan& plan) {
   const int64_t moved = 2 * out_bytes;
   bool inplace = true;
   for (int i = 0; i < plan.ntensors; ++i) inplace = inplace && plan.t[i].inplace();
-  job.stream = !inplace && out_bytes > (std::getenv("ROTARY_ST") ? std::atoll(std::getenv("ROTARY_ST")) : kStreamBytes);
+  job.stream = !inplace && out_bytes > kStreamBytes;
   // One token (decode): share cos/sin registers across its heads; more: stream rows in order.
   job.row_outer = job.stream || plan.B * plan.S > 1;
 

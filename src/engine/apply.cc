@@ -54,6 +54,9 @@ void apply_cos_sin(TensorView cos, TensorView sin, const ApplyArgs& args) {
   if (cos.shape[cos.rank - 1] <= 0)
     fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
          "cos last dim must be rotary_dim/2 > 0, got " + std::to_string(cos.shape[cos.rank - 1]));
+  if (cos.shape[cos.rank - 1] > INT64_MAX / 2)
+    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
+         "cos last dim must be rotary_dim/2 (at most head_dim/2), got " + std::to_string(cos.shape[cos.rank - 1]));
   detail::PlanRequest req;
   req.rotary_dim = 2 * cos.shape[cos.rank - 1];
   detail::PositionRange range;

@@ -32,7 +32,7 @@ struct PlanPositions {
   const void* ids = nullptr;
   DType ids_dtype = DType::kI64;
   int64_t ids_sb = 0, ids_ss = 0, ids_sa = 0;
-  int n_axes = 1;  ///< 3 for M-RoPE
+  int n_axes = 1;  ///< position axes (1..kMaxPositionAxes): 3 for M-RoPE, 2 for 2-D vision, 4 for ggml multi-rope
   // kPerToken: packed batches resolved by the engine into one int64 per token (s index)
   std::vector<int64_t> per_token;
 
@@ -51,7 +51,8 @@ struct PlanCosSin {
   // kOnTheFly
   const double* inv_freq = nullptr;
   double attention_factor = 1.0;
-  // M-RoPE: axis_of_freq[j] in {0,1,2} tells which position axis frequency j uses (size half), empty = off
+  // Multi-axis (M-RoPE, vision, ggml): axis_of_freq[j] < pos.n_axes is the position axis frequency j uses
+  // (size half), empty = off. Table sources need every axis position to be a table row.
   std::vector<uint8_t> axis_of_freq;
 };
 

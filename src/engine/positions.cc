@@ -3,6 +3,7 @@
 
 #include "engine/convert.h"
 #include "engine/plan.h"
+#include "rotary/multimodal.h"
 #include "rotary/table.h"
 
 namespace rotary::detail {
@@ -68,7 +69,8 @@ void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, con
         *sin_row = row + h;
         return;
       }
-      const int64_t p[3] = {token_position(plan, b, s, 0), token_position(plan, b, s, 1), token_position(plan, b, s, 2)};
+      int64_t p[kMaxPositionAxes] = {0, 0, 0, 0};
+      for (int a = 0; a < plan.pos.n_axes; ++a) p[a] = token_position(plan, b, s, a);
       for (int64_t j = 0; j < h; ++j) {
         const float* row = cs.table + p[cs.axis_of_freq[static_cast<std::size_t>(j)]] * 2 * h;
         scratch[j] = row[j];
@@ -81,8 +83,8 @@ void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, con
         compute_cos_sin_row(cs.inv_freq, h, cs.attention_factor, token_position_f(plan, b, s), scratch, scratch + h);
         return;
       }
-      const double p[3] = {token_position_f(plan, b, s, 0), token_position_f(plan, b, s, 1),
-                           token_position_f(plan, b, s, 2)};
+      double p[kMaxPositionAxes] = {0, 0, 0, 0};
+      for (int a = 0; a < plan.pos.n_axes; ++a) p[a] = token_position_f(plan, b, s, a);
       for (int64_t j = 0; j < h; ++j)
         compute_cos_sin_row(cs.inv_freq + j, 1, cs.attention_factor, p[cs.axis_of_freq[static_cast<std::size_t>(j)]],
                             scratch + j, scratch + h + j);

@@ -73,6 +73,11 @@ void Rope::apply(const ApplyArgs& args) {
   req.mrope = spec.mrope.enabled();
   detail::PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
+  if (plan.head_dim != spec.head_dim)
+    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
+         "q head_dim must equal spec.head_dim " + std::to_string(spec.head_dim) + ", got " +
+             std::to_string(plan.head_dim));
+  if (plan.ntensors == 0 || plan.B == 0 || plan.S == 0) return;  // nothing to rotate (validated above)
   plan.cs.axis_of_freq = im.axis_of_freq;
 
   // Frequencies for this call's length (HF: seq_len = max(position_ids) + 1 when not given).
@@ -99,7 +104,8 @@ void Rope::apply(const ApplyArgs& args) {
     const int64_t tokens = plan.B * plan.S;
     const int64_t missing = range.max_int + 1 - table->size();
     if (range.max_int >= table->max_positions()) use_table = false;
-    else if (missing > std::max<int64_t>(kAutoGrowthSlack, 16 * tokens)) use_table = false;
+    else if (missing > std::max<int64_t>(kAutoGrowthSlack, tokens > INT64_MAX / 16 ? INT64_MAX : 16 * tokens))
+      use_table = false;
   }
 
   if (use_table) {

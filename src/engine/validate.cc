@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/build.h"
+#include "rotary/multimodal.h"
 
 namespace rotary::detail {
 namespace {
@@ -27,15 +28,18 @@ std::string num(double v) {
   return buf;
 }
 
+/// Dims shown for a view: its rank clamped to [0, kMaxRank] (messages may describe a view with a bad rank).
+int shown_rank(const TensorView& v) { return v.rank < 0 ? 0 : (v.rank > kMaxRank ? kMaxRank : v.rank); }
+
 std::string shape_str(const TensorView& v) {
   std::string s = "[";
-  for (int i = 0; i < v.rank; ++i) s += (i ? "," : "") + str(v.shape[i]);
+  for (int i = 0; i < shown_rank(v); ++i) s += (i ? "," : "") + str(v.shape[i]);
   return s + "]";
 }
 
 std::string strides_str(const TensorView& v) {
   std::string s = "[";
-  for (int i = 0; i < v.rank; ++i) s += (i ? "," : "") + str(v.strides[i]);
+  for (int i = 0; i < shown_rank(v); ++i) s += (i ? "," : "") + str(v.strides[i]);
   return s + "]";
 }
 
@@ -274,7 +278,8 @@ void check_int_position(int64_t p, const std::string& where_text) {
   if (p > kMaxPosition) out_of_range(where_text + " must be < 2^31, got " + str(p));
 }
 
-void plan_offset(const Positions& pos, Plan& plan, PositionRange* range) {
+/// `scan`: read position values (false for empty calls, whose token grid may be huge and unbacked).
+void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool scan) {
   if (pos.offset < 0) invalid("positions.offset must be >= 0, got " + str(pos.offset));
   if (pos.offset > kMaxPosition) out_of_range("positions.offset must be < 2^31, got " + str(pos.offset));
   plan.pos.kind = PlanPositions::Kind::kOffset;
@@ -282,7 +287,7 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range) {
   int64_t max_bo = 0;
   if (!absent(pos.batch_offsets)) {
     check_int_vector(pos.batch_offsets, "positions.batch_offsets", plan.B, "B");
-    for (int64_t b = 0; b < plan.B; ++b) {
+    for (int64_t b = 0; scan && b < plan.B; ++b) {
       const int64_t v = read_int(pos.batch_offsets.data, pos.batch_offsets.dtype, b * pos.batch_offsets.strides[0]);
       check_int_position(v, "positions.batch_offsets[" + str(b) + "]");
       max_bo = std::max(max_bo, v);
@@ -291,7 +296,7 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range) {
     plan.pos.batch_offsets_dtype = pos.batch_offsets.dtype;
     plan.pos.batch_offsets_stride = pos.batch_offsets.strides[0];
   }
-  if (plan.B > 0 && plan.S > 0) {
+  if (scan && plan.B > 0 && plan.S > 0) {
     const int64_t last = pos.offset + max_bo + (plan.S - 1);  // each term < 2^31: no overflow
     if (last > kMaxPosition)
       out_of_range("positions: offset " + str(pos.offset) + " + batch offset " + str(max_bo) + " + seq index " +
@@ -300,7 +305,8 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range) {
   }
 }
 
-void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan& plan, PositionRange* range) {
+void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan& plan, PositionRange* range,
+              bool scan) {
   const TensorView& ids = pos.ids;
   const std::string name = "positions.ids";
   const bool thd = layout == Layout::kTHD;
@@ -349,6 +355,7 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   }
 
   range->fractional = frac;
+  if (!scan) return;
   for (int a = 0; a < pp.n_axes; ++a)
     for (int64_t b = 0; b < plan.B; ++b)
       for (int64_t s = 0; s < plan.S; ++s) {
@@ -375,7 +382,7 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
       }
 }
 
-void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange* range) {
+void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange* range, bool scan) {
   if (layout != Layout::kTHD)
     invalid(std::string("positions.kind packed (cu_seqlens) requires layout thd, got layout ") + layout_name(layout));
   const TensorView& cu = pos.cu_seqlens;
@@ -386,7 +393,7 @@ void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange*
   const int64_t T = plan.S;
   auto cu_at = [&](int64_t i) { return read_int(cu.data, cu.dtype, i * cu.strides[0]); };
   if (cu_at(0) != 0) invalid("positions.cu_seqlens[0] must be 0, got " + str(cu_at(0)));
-  for (int64_t i = 1; i <= n_seq; ++i)
+  for (int64_t i = 1; scan && i <= n_seq; ++i)
     if (cu_at(i) < cu_at(i - 1))
       invalid("positions.cu_seqlens must be non-decreasing, got cu_seqlens[" + str(i) + "] = " + str(cu_at(i)) +
               " < cu_seqlens[" + str(i - 1) + "] = " + str(cu_at(i - 1)));
@@ -395,6 +402,7 @@ void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange*
             ", got " + str(cu_at(n_seq)));
   const bool has_off = !absent(pos.seq_offsets);
   if (has_off) check_int_vector(pos.seq_offsets, "positions.seq_offsets", n_seq, "N");
+  if (!scan) return;
   plan.pos.kind = PlanPositions::Kind::kPerToken;
   plan.pos.per_token.assign(static_cast<std::size_t>(T), 0);
   for (int64_t n = 0; n < n_seq; ++n) {
@@ -534,14 +542,15 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
     plan.threads = hc == 0 ? 1 : static_cast<int>(hc);
   }
 
-  // ---- positions
+  // ---- positions (an empty call is checked for shape only: its token grid may be huge and unbacked)
+  const bool scan = plan.ntensors > 0 && plan.B > 0 && plan.S > 0;
   switch (args.positions.kind) {
-    case Positions::Kind::kOffset: plan_offset(args.positions, plan, range); break;
+    case Positions::Kind::kOffset: plan_offset(args.positions, plan, range, scan); break;
     case Positions::Kind::kIds:
       if (absent(args.positions.ids)) invalid("positions.ids must be given for positions of kind ids, got none");
-      plan_ids(args.positions, layout, req, plan, range);
+      plan_ids(args.positions, layout, req, plan, range, scan);
       break;
-    case Positions::Kind::kPacked: plan_packed(args.positions, layout, plan, range); break;
+    case Positions::Kind::kPacked: plan_packed(args.positions, layout, plan, range, scan); break;
   }
   if (args.seq_len && *args.seq_len <= 0) invalid("seq_len must be > 0 when given, got " + str(*args.seq_len));
   return plan;
@@ -582,26 +591,7 @@ void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& 
 }
 
 std::vector<uint8_t> mrope_axis_of_freq(const MRope& mrope, int64_t half) {
-  if (mrope.section.size() != 3)
-    invalid("spec.mrope.section must have 3 entries (t, h, w), got " + str(static_cast<int64_t>(mrope.section.size())));
-  int64_t sum = 0;
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (mrope.section[i] < 0) invalid("spec.mrope.section[" + str(static_cast<int64_t>(i)) + "] must be >= 0, got " + str(mrope.section[i]));
-    sum += mrope.section[i];
-  }
-  if (sum != half) invalid("spec.mrope.section must sum to rotary_dim/2 = " + str(half) + ", got " + str(sum));
-  std::vector<uint8_t> axis(static_cast<std::size_t>(half), 0);
-  for (int64_t j = 0; j < half; ++j) {
-    uint8_t a = 0;
-    if (mrope.interleaved) {
-      if (j % 3 == 1 && j < 3 * mrope.section[1]) a = 1;
-      else if (j % 3 == 2 && j < 3 * mrope.section[2]) a = 2;
-    } else {
-      if (j >= mrope.section[0]) a = j < mrope.section[0] + mrope.section[1] ? 1 : 2;
-    }
-    axis[static_cast<std::size_t>(j)] = a;
-  }
-  return axis;
+  return mrope_axis_map(mrope, half);  // core (rotary/multimodal.h): strict section checks + the axis rule
 }
 
 }  // namespace rotary::detail

@@ -416,7 +416,7 @@ TEST(HostileConcurrency, SharedRopeGrowingUnderManyThreadsMatchesSingleThreaded)
     SCOPED_TRACE(static_cast<int>(mode));
     RopeOptions o;
     o.mode = mode;
-    o.table.max_positions = 40000;
+    o.table.max_positions = int64_t(1) << 18;
     auto run = [&](Rope& rope, int th, int it) {
       std::vector<float> x = input(th, it);
       const auto ids = ids_of(th, it);

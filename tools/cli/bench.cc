@@ -269,8 +269,8 @@ int run_bench(const std::vector<std::string>& args) {
     if (*n < 1 || *n > 1024) throw UsageError("--threads must be in [1, 1024], got " + std::to_string(*n));
     thread_counts = {static_cast<int>(*n)};
   }
-  const Timing prefill_timing = quick ? Timing{0.05, 3} : Timing{0.25, 5};
-  const Timing decode_timing = quick ? Timing{0.02, 5} : Timing{0.1, 11};
+  const Timing prefill_timing = quick ? Timing{0.05, 3} : Timing{0.6, 9};
+  const Timing decode_timing = quick ? Timing{0.02, 5} : Timing{0.2, 15};
   const int decode_batch = quick ? 200 : 1000;
 
   // Llama-3-8B rotary: head 128, theta 5e5, llama3 scaling (the values do not change the timing).

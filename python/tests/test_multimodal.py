@@ -1,0 +1,199 @@
+"""Multimodal / cross-framework variants: 2-D vision RoPE vs transformers' live vision rotary modules and fp64,
+ggml frequencies, context-parallel shards == unsharded, q/k weight permutation (HF permute, logit invariance)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rotary
+from reference import rotate
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+def _rotate_half_np(x, emb):
+    """x * cos(emb) + rotate_half(x) * sin(emb) in float64 (HF's apply form, full head)."""
+    h = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
+    return x * np.cos(emb) + rot * np.sin(emb)
+
+
+VISION = [
+    # module, config class, rotary class, convention, kwargs
+    ("qwen2_vl", "Qwen2VLVisionConfig", "Qwen2VLVisionRotaryEmbedding", "qwen2vl", dict(embed_dim=160, num_heads=2)),
+    ("qwen3_vl", "Qwen3VLVisionConfig", "Qwen3VLVisionRotaryEmbedding", "qwen2vl",
+     dict(hidden_size=128, num_heads=2)),
+    ("pixtral", "PixtralVisionConfig", "PixtralVisionRotaryEmbedding", "pixtral",
+     dict(hidden_size=128, num_attention_heads=2, head_dim=64)),
+]
+
+
+@pytest.mark.parametrize("model,cfg_cls,rope_cls,convention,kw", VISION, ids=[v[0] for v in VISION])
+def test_vision_matches_transformers(model, cfg_cls, rope_cls, convention, kw):
+    import importlib
+
+    try:
+        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
+        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    except ImportError as e:  # pragma: no cover
+        pytest.skip(f"transformers has no {model}: {e}")
+    config = getattr(cfg_mod, cfg_cls)(**kw)
+    try:
+        hf_rope = getattr(mdl_mod, rope_cls)(config)
+    except Exception as e:  # pragma: no cover - older transformers have other signatures
+        pytest.skip(f"{rope_cls}(config) not constructible here: {e}")
+    D = hf_rope.inv_freq.shape[0] * (4 if convention == "qwen2vl" else 2)
+    base = float(config.rope_parameters["rope_theta"])
+    hg, wg = 6, 9
+    ids = rotary.grid_positions(hg, wg)  # [2, T]
+    T = ids.shape[1]
+    pos_hf = torch.from_numpy(ids.T.copy())  # HF takes (N, 2) (row, col) per patch
+    x = torch.randn(T, 3, D, generator=torch.Generator().manual_seed(1))
+    cos, sin = hf_rope(x, pos_hf)  # [T, D]
+    assert cos.shape == (T, D)
+    # HF's own application: q*cos + rotate_half(q)*sin, cos broadcast over heads.
+    hf = (x.double() * cos[:, None, :].double() + torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1).double()
+          * sin[:, None, :].double()).numpy()
+    f = rotary.vision_frequencies(convention, D, base)
+    ours = rotary.apply_axes(x, torch.from_numpy(ids), f, layout="thd").numpy()
+    # HF's angles are float32 products of positions < 10 (error < 1e-6 rad).
+    np.testing.assert_allclose(ours, hf, rtol=0, atol=1e-5)
+    # fp64 truth with rotary's frequencies and HF's channel layout (emb = cat(angles, angles)).
+    ang = ids[f.axis_of_freq, :].T * f.inv_freq  # [T, D/2]
+    emb = np.concatenate([ang, ang], -1)[:, None, :]
+    np.testing.assert_allclose(ours, _rotate_half_np(x.double().numpy(), emb), rtol=0, atol=4e-6)
+
+
+def test_vision_conventions_differ_and_pixtral_mistral_is_interleaved():
+    D, base = 32, 10000.0
+    q2 = rotary.vision_frequencies("qwen2vl", D, base)
+    px = rotary.vision_frequencies("pixtral", D, base)
+    gg = rotary.vision_frequencies("ggml-vision", D, base)
+    np.testing.assert_array_equal(q2.inv_freq, gg.inv_freq)
+    assert not np.allclose(q2.inv_freq, px.inv_freq)
+    f = base ** (-np.arange(0, D, 2) / D)
+    np.testing.assert_allclose(px.inv_freq, np.concatenate([f[0::2], f[1::2]]), rtol=1e-15)
+    # mistral's reference: complex pairs (2j, 2j+1) times exp(i * cat(row*f[::2], col*f[1::2])).
+    ids = rotary.grid_positions(3, 4)
+    x = np.random.default_rng(0).standard_normal((12, 2, D))
+    fm = rotary.vision_frequencies("pixtral", D, base, pairing="interleaved")
+    ours = rotary.apply_axes(x, ids, fm, layout="thd")
+    ang = np.concatenate([np.outer(ids[0], f[0::2]), np.outer(ids[1], f[1::2])], -1)[:, None, :]
+    z = (x[..., 0::2] + 1j * x[..., 1::2]) * np.exp(1j * ang)
+    want = np.stack([z.real, z.imag], -1).reshape(x.shape)
+    np.testing.assert_allclose(ours, want, atol=1e-12)
+
+
+def test_ggml_frequencies_formula():
+    # NEOX + YaRN: theta_j * (fs (1 - mix) + mix), mscale = attn (1 + 0.1 ln(1/fs)).
+    g = rotary.ggml_frequencies("neox", 64, freq_base=1e6, freq_scale=0.25, ext_factor=1.0, n_ctx_orig=4096)
+    assert g.pairing == "half" and g.n_axes == 1 and g.rotary_dim == 64
+    assert g.attention_factor == pytest.approx(1 + 0.1 * np.log(4.0), rel=1e-15)
+    j = np.arange(32)
+    theta = 1e6 ** (-2 * j / 64)
+
+    def corr(beta):
+        return 64 * np.log(4096 / (beta * 2 * np.pi)) / (2 * np.log(1e6))
+
+    low, high = max(0, np.floor(corr(32))), min(63, np.ceil(corr(1)))
+    mix = 1 - np.clip((j - low) / max(0.001, high - low), 0, 1)
+    np.testing.assert_allclose(g.inv_freq, theta * (0.25 * (1 - mix) + mix), rtol=1e-13)
+    # NORMAL is interleaved; multi-rope modes have 4 position rows.
+    assert rotary.ggml_frequencies("normal", 32).pairing == "interleaved"
+    m = rotary.ggml_frequencies("imrope", 64, sections=[12, 10, 10, 0])
+    assert m.n_axes == 4 and set(np.unique(m.axis_of_freq)) <= {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="n_dims must be even"):
+        rotary.ggml_frequencies("neox", 63)
+
+
+def test_mrope_frequencies_via_apply_axes_equal_rotary_apply():
+    spec = rotary.Spec(32, base=1e6, mrope_section=[4, 6, 6], mrope_interleaved=True)
+    f = rotary.mrope_frequencies(spec)
+    assert f.n_axes == 3
+    r = np.random.default_rng(3)
+    x = r.standard_normal((2, 5, 2, 32)).astype(np.float32)
+    pos = r.integers(0, 100, (3, 2, 5))
+    a = rotary.apply(x, pos, spec)
+    b = rotary.apply_axes(x, pos, f)
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+def test_context_parallel_shards_equal_unsharded(cp):
+    spec = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=16)
+    r = np.random.default_rng(cp)
+    B, S, H, D = 2, 32, 2, 16
+    x = r.standard_normal((B, S, H, D)).astype(np.float32)
+    full = rotary.apply(x, 0, spec)
+    for rank in range(cp):
+        pos = rotary.cp_positions(rank, cp, S // cp)
+        shard = np.ascontiguousarray(x[:, pos])
+        got = rotary.apply_context_parallel(shard, spec, rank, cp)
+        np.testing.assert_array_equal(got, full[:, pos])
+    # thd with global cu_seqlens
+    cu = np.array([0, 8, 8, 24], dtype=np.int64)
+    xt = r.standard_normal((24, H, D)).astype(np.float32)
+    fullt = rotary.apply(xt, 0, spec, layout="thd", cu_seqlens=cu)
+    if 8 % (2 * cp) == 0 and 16 % (2 * cp) == 0:
+        for rank in range(cp):
+            local = rotary.cp_local_cu_seqlens(rank, cp, cu)
+            pos = rotary.cp_positions_packed(rank, cp, cu)
+            rows = np.concatenate([cu[n] + pos[local[n]:local[n + 1]] for n in range(len(cu) - 1)])
+            got = rotary.apply_context_parallel(np.ascontiguousarray(xt[rows]), spec, rank, cp, layout="thd",
+                                                cu_seqlens=cu)
+            np.testing.assert_array_equal(got, fullt[rows])
+
+
+def _hf_permute(w, n_heads, dim1, dim2):
+    # transformers/models/llama/convert_llama_weights_to_hf.py permute
+    return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_permute_matches_hf_converter_and_round_trips(dtype):
+    n, D, inp = 4, 16, 12
+    w = torch.randn(n * D, inp, generator=torch.Generator().manual_seed(0)).to(dtype)
+    p = rotary.permute_qk_weight(w, n, D)
+    assert torch.equal(p, _hf_permute(w, n, n * D, inp))
+    back = rotary.permute_qk_weight(p, n, D, src="half", dst="interleaved")
+    assert torch.equal(back, w)
+    wn = w.float().numpy()
+    np.testing.assert_array_equal(rotary.permute_qk_weight(wn, n, D), _hf_permute(w.float(), n, n * D, inp).numpy())
+
+
+def test_permute_logit_invariance_gqa_partial():
+    r = np.random.default_rng(7)
+    hq, hk, D, R, inp, S = 8, 2, 24, 16, 40, 6
+    x = r.standard_normal((S, inp))
+    wq, wk = r.standard_normal((hq * D, inp)), r.standard_normal((hk * D, inp))
+    spec_meta = rotary.Spec(D, R, pairing="interleaved")
+    spec_hf = rotary.Spec(D, R, pairing="half")
+
+    def logits(wq, wk, spec):
+        q = (x @ wq.T).reshape(1, S, hq, D)
+        k = (x @ wk.T).reshape(1, S, hk, D)
+        q, k = rotary.apply_qk(q, k, 100, spec)
+        k = np.repeat(k, hq // hk, axis=2)
+        return np.einsum("bmhd,bnhd->hmn", q, k)
+
+    a = logits(wq, wk, spec_meta)
+    b = logits(rotary.permute_qk_weight(wq, hq, D, rotary_dim=R), rotary.permute_qk_weight(wk, hk, D, rotary_dim=R),
+               spec_hf)
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-10 * np.abs(a).max())
+    assert np.abs(a - logits(wq, wk, spec_hf)).max() > 1e-2 * np.abs(a).max()
+
+
+def test_fractional_positions_match_fp64():
+    spec = rotary.Spec(32, base=500000.0)
+    r = np.random.default_rng(2)
+    x = r.standard_normal((2, 7, 2, 32))
+    pos = r.uniform(0, 1e5, (2, 7))
+    y = rotary.apply(x, pos, spec)
+    inv, af = spec.frequencies()
+    truth = rotate(x, (pos[..., None] * inv)[:, :, None, :], scale=af)
+    np.testing.assert_allclose(y, truth, rtol=0, atol=1e-11)
+    # integer-valued floats == integers, bit for bit (f32)
+    xi = x.astype(np.float32)
+    p = r.integers(0, 70000, (2, 7))
+    np.testing.assert_array_equal(rotary.apply(xi, p, spec), rotary.apply(xi, p.astype(np.float64), spec))
