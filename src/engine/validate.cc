@@ -236,6 +236,13 @@ bool elements_overlap(const Grid& a, const Grid& out) {
   return false;
 }
 
+/// "N bytes after" / "N bytes before" / "at the same address as" the reference pointer, for aliasing messages.
+std::string byte_offset_str(const void* p, const void* ref) {
+  const intptr_t d = reinterpret_cast<intptr_t>(p) - reinterpret_cast<intptr_t>(ref);
+  if (d == 0) return "at the same address";
+  return std::to_string(d > 0 ? d : -d) + (d > 0 ? " bytes after it" : " bytes before it");
+}
+
 bool same_view(const TensorView& a, const TensorView& b) {
   if (a.data != b.data || a.rank != b.rank) return false;
   for (int i = 0; i < a.rank; ++i)
@@ -495,16 +502,17 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
   check_no_self_overlap(q_out, absent(args.q_out) ? "q (rotated in place)" : "q_out");
   const Grid gq = grid_of(args.q, layout), gqo = grid_of(q_out, layout);
   if (!q_inplace && intervals_overlap(gq, gqo))
-    invalid("q_out must either be q itself (same data and strides: in place) or not overlap q's memory, got q_out at " +
-            std::string("an address range overlapping q with different data pointer or strides ") + strides_str(q_out) +
-            " vs " + strides_str(args.q));
+    invalid("q_out must either be q itself (same data and strides: in place) or not overlap q's memory, got q_out "
+            "overlapping q, starting " + byte_offset_str(q_out.data, args.q.data) + " with strides " + strides_str(q_out) +
+            " vs q's " + strides_str(args.q));
   if (has_k) {
     const bool k_inplace = same_view(k_out, args.k);
     check_no_self_overlap(k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out");
     const Grid gk = grid_of(args.k, layout), gko = grid_of(k_out, layout);
     if (!k_inplace && intervals_overlap(gk, gko))
       invalid("k_out must either be k itself (same data and strides: in place) or not overlap k's memory, got k_out "
-              "overlapping k with different data pointer or strides " + strides_str(k_out) + " vs " + strides_str(args.k));
+              "overlapping k, starting " + byte_offset_str(k_out.data, args.k.data) + " with strides " +
+              strides_str(k_out) + " vs k's " + strides_str(args.k));
     if (elements_overlap(gko, gqo))
       invalid(std::string("the outputs for q and k overlap in memory (") + (q_inplace ? "q" : "q_out") + " and " +
               (k_inplace ? "k" : "k_out") + " share elements), got q and k outputs that alias");

@@ -34,6 +34,7 @@ struct Case {
   int64_t B = 1, S = 3, hq = 4, hk = 2;  ///< hk = 0: q only
   Strides strides = Strides::kBSHD;
   int64_t misalign = 0;  ///< elements added to every base pointer
+  bool aligned_out = false;  ///< out of place: 64-byte aligned, contiguous output rows (streamable)
   Source source = Source::kTableOffset;
   int64_t offset = 5;
 
@@ -50,16 +51,31 @@ struct Case {
 constexpr uint16_t kCanary16 = 0x7E01;  // a NaN payload no kernel produces
 constexpr uint32_t kCanary32 = 0x7FC01234u;
 
+/// 64-byte aligned storage, so that offsets from a buffer's start have the same alignment in every
+/// fixture (and in copies of it).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  template <class U>
+  bool operator==(const Aligned64<U>&) const { return true; }
+};
+using Bytes = std::vector<unsigned char, Aligned64<unsigned char>>;
+
 /// Owns raw storage for every tensor of a case, laid out as the case's strides say, with canaries
 /// around and between rows so that stray writes are detected.
 struct Buffers {
   size_t esize = 4;
-  std::vector<unsigned char> q, k, q_out, k_out;
+  Bytes q, k, q_out, k_out;
   // element strides (b, s, h), channel stride 1
   int64_t q_sb, q_ss, q_sh, k_sb, k_ss, k_sh, k_base, o_q_sb, o_q_ss, o_q_sh, o_k_sb, o_k_ss, o_k_sh;
 };
 
-void fill_canary(std::vector<unsigned char>& v, size_t esize) {
+void fill_canary(Bytes& v, size_t esize) {
   for (size_t i = 0; i + esize <= v.size(); i += esize) {
     if (esize == 2) std::memcpy(&v[i], &kCanary16, 2);
     else std::memcpy(&v[i], &kCanary32, 4);
@@ -118,21 +134,26 @@ struct Fixture {
         break;
     }
     // Outputs (out of place): contiguous bshd with a padded head stride.
-    buf.o_q_sh = D + 2; buf.o_q_ss = c.hq * (D + 2); buf.o_q_sb = c.S * c.hq * (D + 2);
-    buf.o_k_sh = D + 2; buf.o_k_ss = c.hk * (D + 2); buf.o_k_sb = c.S * c.hk * (D + 2);
+    const int64_t od = c.aligned_out ? D : D + 2;
+    buf.o_q_sh = od; buf.o_q_ss = c.hq * od; buf.o_q_sb = c.S * c.hq * od;
+    buf.o_k_sh = od; buf.o_k_ss = c.hk * od; buf.o_k_sb = c.S * c.hk * od;
 
     const int64_t in_elems = c.strides == Strides::kFusedQKV ? c.B * c.S * H * (D + pad)
                                                              : c.B * c.S * c.hq * D;
     const int64_t k_elems = c.strides == Strides::kFusedQKV ? 0 : c.B * c.S * c.hk * D;
     const int64_t guard = 16;
-    auto alloc = [&](std::vector<unsigned char>& v, int64_t elems) {
+    auto alloc = [&](Bytes& v, int64_t elems) {
       v.assign(static_cast<size_t>((elems + 2 * guard) * static_cast<int64_t>(buf.esize)), 0);
       fill_canary(v, buf.esize);
     };
     alloc(buf.q, in_elems);
     alloc(buf.k, k_elems);
-    alloc(buf.q_out, c.B * c.S * c.hq * (D + 2));
-    alloc(buf.k_out, c.B * c.S * c.hk * (D + 2));
+    alloc(buf.q_out, c.B * c.S * c.hq * (D + 2) + 64);
+    alloc(buf.k_out, c.B * c.S * c.hk * (D + 2) + 64);
+    if (c.aligned_out) {  // whole cache lines: the streamed path
+      q_out_shift = (64 - reinterpret_cast<uintptr_t>(base(buf.q_out)) % 64) % 64;
+      k_out_shift = (64 - reinterpret_cast<uintptr_t>(base(buf.k_out)) % 64) % 64;
+    }
 
     // Random inputs in every channel of every row (padding keeps its canaries).
     std::vector<float> r = testing::randn(static_cast<size_t>(c.B * c.S * (c.hq + c.hk) * D), 1234);
@@ -219,7 +240,16 @@ struct Fixture {
     plan.cs.table_size = npos;
   }
 
-  void* base(std::vector<unsigned char>& v) { return v.data() + (16 + c.misalign) * buf.esize; }
+  /// Byte offsets that put the outputs on a cache line (aligned_out), fixed at construction so that
+  /// copies of the fixture (whose buffers move) address the same elements.
+  size_t q_out_shift = 0, k_out_shift = 0;
+
+  void* base(Bytes& v) {
+    unsigned char* p = v.data() + (16 + c.misalign) * buf.esize;
+    if (&v == &buf.q_out) p += q_out_shift;
+    if (&v == &buf.k_out) p += k_out_shift;
+    return p;
+  }
 
   unsigned char* q_elem(bool out, int64_t b, int64_t s, int64_t h, int64_t d) {
     if (out && !c.inplace)
@@ -332,6 +362,11 @@ std::vector<Case> all_cases() {
           c.strides = Strides::kBHSD; c.source = Source::kOnTheFly; c.head_dim = 96; c.rotary_dim = 80;
           c.misalign = 1;
           cases.push_back(c);
+          if (!inplace) {  // 64-byte aligned output rows of whole cache lines: non-temporal stores
+            c = base;
+            c.S = 4; c.hq = 3; c.hk = 2; c.aligned_out = true;
+            cases.push_back(c);
+          }
           c = base;  // more rows per token than one row batch (64), partial rotary, q in place / k not
           c.S = 2; c.hq = 66; c.hk = 3; c.head_dim = 64; c.rotary_dim = 48; c.k_out_of_place = inplace;
           cases.push_back(c);

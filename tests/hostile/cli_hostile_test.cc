@@ -98,8 +98,8 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
   npy_save(path("p_min.npy"), make(DType::kI64, {2, 3}, pmin.data()));
   const std::vector<int64_t> p31 = {0, 1, 2, int64_t(1) << 31, 4, 5};
   npy_save(path("p_2e31.npy"), make(DType::kI64, {2, 3}, p31.data()));
-  const std::vector<int32_t> p3 = {0, 1, 2, 0, 1, 2, 0, 1, 2};
-  npy_save(path("p_mrope_t.npy"), make(DType::kI32, {3, 3}, p3.data()));
+  const std::vector<int32_t> p3(12, 1);  // (3, 4): neither (3, B, S) nor (3, S) for S = 3
+  npy_save(path("p_mrope_t.npy"), make(DType::kI32, {3, 4}, p3.data()));
   const std::vector<int64_t> p18(18, 1);
   npy_save(path("p_mrope.npy"), make(DType::kI64, {3, 2, 3}, p18.data()));
   const std::string good = npy_serialize(make(DType::kF32, {2, 3, 2, 8}, x.data()));
@@ -157,7 +157,7 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
       {"--config '" + path("cfg_mrope_neg.json") + "' " + io("x.npy", "p.npy"), {"mrope.section[0]", "-1"}},
       {"--config '" + path("cfg_yarn_beta.json") + "' " + io("x.npy", "p.npy"), {"beta_fast must be > scaling.beta_slow", "got 1"}},
       {cfg + io("x.npy", "p.npy") + "--layout thd", {"needs rank 3", "(2, 3, 2, 8)"}},
-      {cfg + io("x.npy", "p_mrope_t.npy") + "--mrope-section 2,1,1", {"(3, 3)", "(3, 2, 3)"}},
+      {cfg + io("x.npy", "p_mrope_t.npy") + "--mrope-section 2,1,1", {"(3, 4)", "(3, 2, 3)"}},
       {cfg + io("x.npy", "p.npy") + "--mrope-section 2,-1,3", {"--mrope-section", "2,-1,3"}},
       {cfg + io("x.npy", "p_mrope.npy") + "--mrope-section 9223372036854775807,9223372036854775807,2", {"mrope.section[0]", "9223372036854775807"}},
       {cfg + io("x.npy", "p.npy") + "--threads -1", {"--threads", "-1"}},
