@@ -52,7 +52,8 @@ ROTARY_API CpLocation cp_locate(int64_t size, int64_t global_position, int64_t g
 ///   thd:       args.positions must be kPacked with the GLOBAL cu_seqlens (seq_offsets not allowed).
 /// args.seq_len unset -> the global length (bshd/bhsd: local S * size; thd: longest global sequence),
 /// so length-dependent scaling sees what an unsharded call sees. Results equal the unsharded call's
-/// rows bit-exactly (same cos/sin rows, same kernel).
+/// rows bit-exactly (same cos/sin rows, same kernel). M-RoPE specs take per-axis ids: shard those with
+/// cp_positions and call Rope::apply with [3, ...] ids instead (this function passes 1-axis ids).
 ROTARY_API void apply_context_parallel(Rope& rope, const ContextParallel& cp, const ApplyArgs& args);
 ROTARY_API void apply_context_parallel(const Frequencies& freqs, const ContextParallel& cp, const ApplyArgs& args);
 

@@ -153,3 +153,21 @@ def preset_config_json(name: str) -> str:
 
 def default_inv_freq(base: float, rotary_dim: int) -> Annotated[NDArray[numpy.float64], dict(shape=(None,))]:
     """base^(-2i/rotary_dim) in double, no scaling."""
+
+def grid_positions(height: int, width: int) -> Annotated[NDArray[numpy.int64], dict(shape=(None, None))]:
+    """
+    (row, col) ids [2, height*width] of a patch grid in row-major order: the [2, T] positions of one image.
+    """
+
+def cp_positions(rank: int, cp_size: int, local_len: int, offset: int = 0) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]:
+    """
+    Global positions [local_len] of a context-parallel shard (TransformerEngine dual-chunk: rank r holds chunks r and 2*cp_size-1-r of the sequence), plus offset.
+    """
+
+def cp_positions_packed(rank: int, cp_size: int, cu_seqlens: Sequence[int]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]:
+    """
+    Positions of a packed (thd) shard from the GLOBAL cu_seqlens (each length divisible by 2*cp_size).
+    """
+
+def cp_local_cu_seqlens(rank: int, cp_size: int, cu_seqlens: Sequence[int]) -> Annotated[NDArray[numpy.int64], dict(shape=(None,))]:
+    """The shard's cu_seqlens: global cu_seqlens / cp_size."""

@@ -77,3 +77,37 @@ def test_mrope_thd_and_errors():
         rotary.Spec(32, mrope_section=[4, 6, 5])  # sum must be rotary_dim / 2
     with pytest.raises(ValueError):
         rotary.apply(x, pos[:2], spec, layout="thd")  # needs 3 position rows
+
+
+@pytest.mark.parametrize("model,config_cls,rope_cls,section,interleaved", CASES, ids=[c[0] for c in CASES])
+def test_mrope_section_assignment_is_transformers_own_in_float64(model, config_cls, rope_cls, section, interleaved):
+    """transformers' live recomposition (Qwen2-VL split/cat, Qwen3-VL interleave) fed float64 angles built from
+    rotary's frequencies: the rotation must equal rotary's to f32 cos/sin rounding, at large positions too."""
+    import importlib
+
+    try:
+        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
+        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
+    except ImportError as e:  # pragma: no cover
+        pytest.skip(f"transformers has no {model}: {e}")
+    params = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": section}
+    if interleaved:
+        params["mrope_interleaved"] = True
+    config = getattr(cfg_mod, config_cls)(hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
+                                          head_dim=128, rope_parameters=params, max_position_embeddings=4096)
+    hf_rope = getattr(mdl_mod, rope_cls)(config)
+    if not hasattr(hf_rope, "recomposition_frequencies"):  # pragma: no cover - older transformers
+        pytest.skip("this transformers has no recomposition_frequencies")
+    spec = rotary.Spec.from_hf_config(config)
+    inv, _ = spec.frequencies()
+    r = np.random.default_rng(4)
+    B, S, H, D = 1, 12, 2, 128
+    pos3 = r.integers(0, 1 << 20, (3, B, S))
+    freqs = torch.from_numpy(pos3[..., None].astype(np.float64) * inv)  # [3, B, S, 64] exact angles
+    emb = hf_rope.recomposition_frequencies(freqs).numpy()  # [B, S, 128], HF's own section assignment
+    x = r.standard_normal((B, S, H, D))
+    h = D // 2
+    rot = np.concatenate([-x[..., h:], x[..., :h]], -1)
+    want = x * np.cos(emb[:, :, None, :]) + rot * np.sin(emb[:, :, None, :])
+    ours = rotary.apply(x, pos3, spec)
+    np.testing.assert_allclose(ours, want, rtol=0, atol=2e-7)

@@ -402,7 +402,7 @@ TEST(HostileOutOfRange, CallerTablesNeverReturnIdentityPastTheirRows) {
 
 // Many threads share one Rope (every mode) while its table grows; results equal the single-threaded ones.
 TEST(HostileConcurrency, SharedRopeGrowingUnderManyThreadsMatchesSingleThreaded) {
-  constexpr int kThreads = 8, kIters = 10;
+  constexpr int kThreads = 6, kIters = 6;
   const int64_t D = 32, S = 4;
   Spec s;
   s.head_dim = D;
