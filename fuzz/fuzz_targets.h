@@ -64,12 +64,22 @@ inline const char* npy_target(const uint8_t* data, size_t size) {
     if (e.kind() != Error::Kind::kIo) return "npy_parse failed with a kind other than kIo";
     return nullptr;
   }
-  int64_t n = 1;
-  for (int64_t d : a.shape) {
+  for (int64_t d : a.shape)
     if (d < 0) return "npy_parse returned a negative dimension";
-    n *= d;
+  int64_t n = 0;
+  try {
+    n = a.numel();  // 0 for any zero dim (the other dims may be huge), else bounded by the data size
+  } catch (const Error&) {
+    return "numel() failed on a parsed array";
   }
   if (static_cast<uint64_t>(n) * dtype_size(a.dtype) != a.data.size()) return "npy data size does not match its shape";
+  if (a.shape.size() <= 4) {
+    try {
+      (void)a.view();  // strides of an empty array with huge dims must not overflow silently
+    } catch (const Error& e) {
+      if (e.kind() != Error::Kind::kInvalidArgument) return "view() failed with an unexpected kind";
+    }
+  }
   try {
     const NpyArray b = npy_parse(npy_serialize(a), "roundtrip.npy");
     if (b.shape != a.shape || b.dtype != a.dtype || b.data != a.data || b.is_uint16 != a.is_uint16)

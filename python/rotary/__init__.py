@@ -70,7 +70,8 @@ def _is_torch(x: Any) -> bool:
 
 
 def _is_numpy_bf16(a: np.ndarray) -> bool:
-    return a.dtype.name == "bfloat16"
+    # dtype.name builds a string each call; ml_dtypes' bfloat16 is the only kind-'V' dtype we accept.
+    return a.dtype.kind == "V" and a.dtype.name == "bfloat16"
 
 
 def _check_torch_cpu(t: Any, what: str) -> None:

@@ -27,6 +27,15 @@ using Storage = std::conditional_t<E == Elem::kF32, float, uint16_t>;
 
 // x86 targets from AVX2 up have F16C, whose conversions round to nearest even. Every other target
 // uses the integer conversions below (Highway 1.0's portable f16 demotion truncates).
+#undef ROTARY_AVX3_WORDS
+// AVX-512 (BW): 16-bit word permutes for the bf16 full-vector load/store (raw intrinsics; Highway
+// 1.0 has no odd-half truncation). Other widths and targets use the portable ops.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_TARGET != HWY_SCALAR
+#define ROTARY_AVX3_WORDS 1
+#else
+#define ROTARY_AVX3_WORDS 0
+#endif
+
 #undef ROTARY_HW_F16
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define ROTARY_HW_F16 1
@@ -43,6 +52,17 @@ HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
     const hn::RebindToUnsigned<D> du;
     const hn::Rebind<uint16_t, D> d16;
     if constexpr (E == Elem::kBF16) {
+#if ROTARY_AVX3_WORDS
+      if constexpr (hn::MaxLanes(d) == 16) {
+        // One lane-crossing word permute puts bf16 i into the upper half of f32 lane i and zeroes
+        // the lower halves (instead of zero-extend + shift: one port-5 op instead of two ops).
+        alignas(64) static constexpr uint16_t kUpper[32] = {0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,
+                                                            0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
+        const __m512i idx = _mm512_load_si512(kUpper);
+        const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return hn::BitCast(d, hn::Vec512<uint32_t>{_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, raw)});
+      }
+#endif
       return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
     } else {
 #if ROTARY_HW_F16
@@ -81,12 +101,25 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
     const hn::Rebind<uint16_t, D> d16;
     hn::Vec<decltype(d16)> packed;
     if constexpr (E == Elem::kBF16) {
+      // Round to nearest even on the f32 bits: bits + 0x7FFF + (bit 16), the bf16 is the upper half.
+      // NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
       const auto bits = hn::BitCast(du, v);
       const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-      auto r = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
-      const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x0040u));
-      r = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), quiet_nan, r);
-      packed = hn::DemoteTo(d16, hn::BitCast(di, r));
+      auto r = hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), lsb);
+      r = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)), r);
+#if ROTARY_AVX3_WORDS
+      if constexpr (hn::MaxLanes(d) == 16) {
+        // Upper halves of the 16 lanes in one word permute (vs shift + pack + qword permute).
+        alignas(64) static constexpr uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                          23, 25, 27, 29, 31, 1,  3,  5,  7,  9,  11,
+                                                          13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+        const __m512i w = _mm512_permutexvar_epi16(_mm512_load_si512(kOdd), r.raw);
+        packed = hn::Vec256<uint16_t>{_mm512_castsi512_si256(w)};
+      } else
+#endif
+      {
+        packed = hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(r)));
+      }
     } else {
 #if ROTARY_HW_F16
       const hn::Rebind<hwy::float16_t, D> dh;

@@ -48,39 +48,48 @@ bool absent(const TensorView& v) { return v.data == nullptr && v.rank == 0; }
 
 bool valid_dtype(DType d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) <= 5; }
 
+/// Element size in bytes, inlined (the hot path calls it per tensor); matches rotary::dtype_size.
+inline int64_t elem_size(DType d) {
+  switch (d) {
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kF64: case DType::kI64: return 8;
+    default: return 4;  // f32, i32 (other values are rejected by valid_dtype first)
+  }
+}
+
 /// Rank, shape, stride, null-pointer and byte-size checks shared by every tensor argument.
 /// `allow_broadcast_zero`: zero strides on dims of size > 1 (read-only index tensors).
-void check_view(const TensorView& v, const std::string& name, bool allow_broadcast_zero = false) {
-  if (v.rank < 0 || v.rank > kMaxRank) invalid(name + " rank must be in [0, 4], got " + str(v.rank));
-  if (!valid_dtype(v.dtype)) invalid(name + " dtype is not a rotary::DType, got " + str(static_cast<int>(v.dtype)));
+void check_view(const TensorView& v, const char* name, bool allow_broadcast_zero = false) {
+  if (v.rank < 0 || v.rank > kMaxRank) invalid(std::string(name) + " rank must be in [0, 4], got " + str(v.rank));
+  if (!valid_dtype(v.dtype)) invalid(std::string(name) + " dtype is not a rotary::DType, got " + str(static_cast<int>(v.dtype)));
   int64_t numel = 1;
   int64_t extent = 0;  // largest element offset
   bool empty = false;
   for (int i = 0; i < v.rank; ++i)
     if (v.shape[i] == 0) empty = true;
   for (int i = 0; i < v.rank; ++i) {
-    if (v.shape[i] < 0) invalid(name + " shape[" + str(i) + "] must be >= 0, got " + str(v.shape[i]) + " (shape " + shape_str(v) + ")");
+    if (v.shape[i] < 0) invalid(std::string(name) + " shape[" + str(i) + "] must be >= 0, got " + str(v.shape[i]) + " (shape " + shape_str(v) + ")");
     if (v.strides[i] < 0)
-      invalid(name + " strides must be >= 0 (negative strides are not supported), got stride " + str(v.strides[i]) +
+      invalid(std::string(name) + " strides must be >= 0 (negative strides are not supported), got stride " + str(v.strides[i]) +
               " for dim " + str(i) + " (strides " + strides_str(v) + ")");
     if (v.strides[i] == 0 && v.shape[i] > 1 && !allow_broadcast_zero && !empty)
-      invalid(name + " stride of dim " + str(i) + " is 0 but its size is " + str(v.shape[i]) +
+      invalid(std::string(name) + " stride of dim " + str(i) + " is 0 but its size is " + str(v.shape[i]) +
               " (zero strides are only allowed on size-1 dims)");
     if (__builtin_mul_overflow(numel, v.shape[i], &numel))
-      invalid(name + " element count overflows int64 (shape " + shape_str(v) + ")");
+      invalid(std::string(name) + " element count overflows int64 (shape " + shape_str(v) + ")");
   }
   if (!empty) {
     for (int i = 0; i < v.rank; ++i) {
       int64_t term;
       if (__builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &term) || __builtin_add_overflow(extent, term, &extent))
-        invalid(name + " memory extent overflows int64 (shape " + shape_str(v) + ", strides " + strides_str(v) + ")");
+        invalid(std::string(name) + " memory extent overflows int64 (shape " + shape_str(v) + ", strides " + strides_str(v) + ")");
     }
     int64_t bytes;
     if (__builtin_add_overflow(extent, 1, &bytes) ||
-        __builtin_mul_overflow(bytes, static_cast<int64_t>(dtype_size(v.dtype)), &bytes) ||
-        __builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(v.dtype)), &bytes))
-      invalid(name + " byte size overflows int64 (shape " + shape_str(v) + ", strides " + strides_str(v) + ")");
-    if (v.data == nullptr) invalid(name + " data is null but it has " + str(numel) + " elements (shape " + shape_str(v) + ")");
+        __builtin_mul_overflow(bytes, elem_size(v.dtype), &bytes) ||
+        __builtin_mul_overflow(numel, elem_size(v.dtype), &bytes))
+      invalid(std::string(name) + " byte size overflows int64 (shape " + shape_str(v) + ", strides " + strides_str(v) + ")");
+    if (v.data == nullptr) invalid(std::string(name) + " data is null but it has " + str(numel) + " elements (shape " + shape_str(v) + ")");
   }
 }
 
@@ -123,12 +132,12 @@ const char* layout_dims(Layout l) {
   return "?";
 }
 
-void check_activation(const TensorView& v, const std::string& name, Layout layout) {
+void check_activation(const TensorView& v, const char* name, Layout layout) {
   if (v.rank != expected_rank(layout))
-    invalid(name + " must have rank " + str(expected_rank(layout)) + " " + layout_dims(layout) + " for layout " +
+    invalid(std::string(name) + " must have rank " + str(expected_rank(layout)) + " " + layout_dims(layout) + " for layout " +
             layout_name(layout) + ", got rank " + str(v.rank) + " (shape " + shape_str(v) + ")");
   check_view(v, name);
-  if (!is_floating(v.dtype)) invalid(name + " dtype must be floating (f32, f16, bf16, f64), got " + dtype_name(v.dtype));
+  if (!is_floating(v.dtype)) invalid(std::string(name) + " dtype must be floating (f32, f16, bf16, f64), got " + dtype_name(v.dtype));
 }
 
 /// Insertion sort of at most 4 dim indices (std::sort trips GCC 12's -Warray-bounds on tiny arrays).
@@ -140,8 +149,16 @@ void sort_dims(int* idx, int n, Less less) {
 
 /// An output must not write two elements to one address: with dims sorted by stride, every
 /// stride must exceed the extent of all faster dims (a sufficient, standard condition).
-void check_no_self_overlap(const TensorView& v, const std::string& name) {
+void check_no_self_overlap(const TensorView& v, const char* name) {
   if (!has_elements(v)) return;
+  // Fast path (the common case): row-major strides, each dim exactly the extent of the faster ones.
+  bool row_major = true;
+  int64_t expect = 1;
+  for (int i = v.rank - 1; i >= 0 && row_major; --i) {
+    row_major = v.shape[i] == 1 || v.strides[i] == expect;
+    expect *= v.shape[i];  // no overflow: check_view bounded the element count
+  }
+  if (row_major) return;
   int idx[kMaxRank];
   int n = 0;
   for (int i = 0; i < v.rank; ++i)
@@ -151,7 +168,7 @@ void check_no_self_overlap(const TensorView& v, const std::string& name) {
   for (int k = 0; k < n; ++k) {
     const int i = idx[k];
     if (v.strides[i] <= span)
-      invalid(name + " elements overlap in memory: stride " + str(v.strides[i]) + " of dim " + str(i) +
+      invalid(std::string(name) + " elements overlap in memory: stride " + str(v.strides[i]) + " of dim " + str(i) +
               " is not larger than the extent " + str(span) + " of the faster dims (shape " + shape_str(v) +
               ", strides " + strides_str(v) + ")");
     span += v.strides[i] * (v.shape[i] - 1);
@@ -177,7 +194,7 @@ Grid grid_of(const TensorView& v, Layout layout) {
   Canon c = canonical(v, layout);
   Grid g;
   g.base = reinterpret_cast<uintptr_t>(v.data);
-  g.es = static_cast<int64_t>(dtype_size(v.dtype));
+  g.es = elem_size(v.dtype);
   const int64_t n[4] = {c.B, c.S, c.H, c.D};
   const int64_t s[4] = {c.sb, c.ss, c.sh, c.sd};
   for (int i = 0; i < 4; ++i) {
@@ -266,12 +283,12 @@ double read_float(const void* base, DType dt, int64_t idx) {
   }
 }
 
-void check_int_vector(const TensorView& v, const std::string& name, int64_t expected_len, const std::string& what) {
-  if (v.rank != 1) invalid(name + " must have rank 1 [" + what + "], got rank " + str(v.rank) + " (shape " + shape_str(v) + ")");
+void check_int_vector(const TensorView& v, const char* name, int64_t expected_len, const std::string& what) {
+  if (v.rank != 1) invalid(std::string(name) + " must have rank 1 [" + what + "], got rank " + str(v.rank) + " (shape " + shape_str(v) + ")");
   check_view(v, name, /*allow_broadcast_zero=*/true);
-  if (!is_integer(v.dtype)) invalid(name + " dtype must be i32 or i64, got " + dtype_name(v.dtype));
+  if (!is_integer(v.dtype)) invalid(std::string(name) + " dtype must be i32 or i64, got " + dtype_name(v.dtype));
   if (expected_len >= 0 && v.shape[0] != expected_len)
-    invalid(name + " must have shape [" + what + "] = [" + str(expected_len) + "], got " + shape_str(v));
+    invalid(std::string(name) + " must have shape [" + what + "] = [" + str(expected_len) + "], got " + shape_str(v));
 }
 
 void note_position(PositionRange* r, int64_t p) {
@@ -315,15 +332,15 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool sc
 void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan& plan, PositionRange* range,
               bool scan) {
   const TensorView& ids = pos.ids;
-  const std::string name = "positions.ids";
+  const char* name = "positions.ids";
   const bool thd = layout == Layout::kTHD;
-  const std::string grid = thd ? "T" : "B,S";
-  if (ids.rank < 1 || ids.rank > 3) invalid(name + " must have rank 1, 2 or 3, got rank " + str(ids.rank));
+  const char* grid = thd ? "T" : "B,S";
+  if (ids.rank < 1 || ids.rank > 3) invalid(std::string(name) + " must have rank 1, 2 or 3, got rank " + str(ids.rank));
   check_view(ids, name, /*allow_broadcast_zero=*/true);
   const bool frac = ids.dtype == DType::kF32 || ids.dtype == DType::kF64;
-  if (!is_integer(ids.dtype) && !frac) invalid(name + " dtype must be i32, i64, f32 or f64, got " + dtype_name(ids.dtype));
+  if (!is_integer(ids.dtype) && !frac) invalid(std::string(name) + " dtype must be i32, i64, f32 or f64, got " + dtype_name(ids.dtype));
   if (frac && !req.allow_fractional)
-    invalid(name + " dtype is " + dtype_name(ids.dtype) +
+    invalid(std::string(name) + " dtype is " + dtype_name(ids.dtype) +
             " (fractional positions) but this cos/sin source only supports integer positions; "
             "use apply_frequencies or Rope (on-the-fly) for fractional positions");
 
@@ -335,7 +352,7 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   int first = 0;
   if (req.mrope) {
     if (ids.rank < 2 || ids.shape[0] != 3)
-      invalid(name + " must have shape [3," + grid + "] (t, h, w position per token) for an M-RoPE spec, got " + shape_str(ids));
+      invalid(std::string(name) + " must have shape [3," + grid + "] (t, h, w position per token) for an M-RoPE spec, got " + shape_str(ids));
     pp.n_axes = 3;
     pp.ids_sa = ids.strides[0];
     first = 1;
@@ -346,18 +363,18 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   const int rest = ids.rank - first;
   if (rest == 2) {
     if (ids.shape[first] != plan.B || ids.shape[first + 1] != plan.S)
-      invalid(name + " shape " + shape_str(ids) + " does not match the token grid [" + (req.mrope ? "3," : "") +
+      invalid(std::string(name) + " shape " + shape_str(ids) + " does not match the token grid [" + (req.mrope ? "3," : "") +
               str(plan.B) + "," + str(plan.S) + "] (" + grid + ")");
     pp.ids_sb = ids.shape[first] == 1 ? 0 : ids.strides[first];
     pp.ids_ss = ids.strides[first + 1];
   } else if (rest == 1) {
     if (ids.shape[first] != plan.S)
-      invalid(name + " shape " + shape_str(ids) + " does not match " + (thd ? "T = " : "S = ") + str(plan.S) +
+      invalid(std::string(name) + " shape " + shape_str(ids) + " does not match " + (thd ? "T = " : "S = ") + str(plan.S) +
               " (expected [" + (req.mrope ? "3," : "") + grid + "]" + (thd ? "" : " or [S] broadcast over batch") + ")");
     pp.ids_sb = 0;
     pp.ids_ss = ids.strides[first];
   } else {
-    invalid(name + " must have shape [" + (req.mrope ? "3," : "") + grid + "]" + (thd ? "" : " or [S]") + ", got " +
+    invalid(std::string(name) + " must have shape [" + (req.mrope ? "3," : "") + grid + "]" + (thd ? "" : " or [S]") + ", got " +
             shape_str(ids));
   }
 
@@ -368,7 +385,7 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
       for (int64_t s = 0; s < plan.S; ++s) {
         const int64_t idx = a * pp.ids_sa + b * pp.ids_sb + s * pp.ids_ss;
         auto label = [&] {
-          std::string l = name + "[";
+          std::string l = std::string(name) + "[";
           if (req.mrope) l += str(a) + ",";
           if (!thd && rest == 2) l += str(b) + ",";
           return l + str(s) + "]";
@@ -476,14 +493,14 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
               str(cq.S) + ", got " + str(ck.S) + " (k shape " + shape_str(args.k) + ")");
     if (ck.D != cq.D) invalid("k head_dim must equal q's " + str(cq.D) + ", got " + str(ck.D) + " (k shape " + shape_str(args.k) + ")");
   }
-  auto check_out = [&](const TensorView& out, const TensorView& in, const std::string& name, const std::string& in_name) {
+  auto check_out = [&](const TensorView& out, const TensorView& in, const char* name, const char* in_name) {
     if (absent(out)) return;
     check_activation(out, name, layout);
     if (out.dtype != in.dtype)
-      invalid(name + " dtype must equal " + in_name + " dtype " + dtype_name(in.dtype) + ", got " + dtype_name(out.dtype));
+      invalid(std::string(name) + " dtype must equal " + in_name + " dtype " + dtype_name(in.dtype) + ", got " + dtype_name(out.dtype));
     for (int i = 0; i < in.rank; ++i)
       if (out.shape[i] != in.shape[i])
-        invalid(name + " shape must equal " + in_name + " shape " + shape_str(in) + ", got " + shape_str(out));
+        invalid(std::string(name) + " shape must equal " + in_name + " shape " + shape_str(in) + ", got " + shape_str(out));
   };
   check_out(args.q_out, args.q, "q_out", "q");
   if (!absent(args.k_out) && !has_k) invalid("k_out is given but k is absent, got k_out shape " + shape_str(args.k_out));
@@ -500,7 +517,8 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
   const TensorView& k_out = absent(args.k_out) ? args.k : args.k_out;
   const bool q_inplace = same_view(q_out, args.q);
   check_no_self_overlap(q_out, absent(args.q_out) ? "q (rotated in place)" : "q_out");
-  const Grid gq = grid_of(args.q, layout), gqo = grid_of(q_out, layout);
+  const Grid gq = grid_of(args.q, layout);
+  const Grid gqo = &q_out == &args.q ? gq : grid_of(q_out, layout);  // in place (q_out absent): same grid
   if (!q_inplace && intervals_overlap(gq, gqo))
     invalid("q_out must either be q itself (same data and strides: in place) or not overlap q's memory, got q_out "
             "overlapping q, starting " + byte_offset_str(q_out.data, args.q.data) + " with strides " + strides_str(q_out) +
@@ -508,7 +526,8 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
   if (has_k) {
     const bool k_inplace = same_view(k_out, args.k);
     check_no_self_overlap(k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out");
-    const Grid gk = grid_of(args.k, layout), gko = grid_of(k_out, layout);
+    const Grid gk = grid_of(args.k, layout);
+    const Grid gko = &k_out == &args.k ? gk : grid_of(k_out, layout);
     if (!k_inplace && intervals_overlap(gk, gko))
       invalid("k_out must either be k itself (same data and strides: in place) or not overlap k's memory, got k_out "
               "overlapping k, starting " + byte_offset_str(k_out.data, args.k.data) + " with strides " +
@@ -546,8 +565,12 @@ Plan build_plan(const ApplyArgs& args, const PlanRequest& req, PositionRange* ra
   if (args.threads > 0) {
     plan.threads = args.threads;
   } else {
-    const unsigned hc = std::thread::hardware_concurrency();
-    plan.threads = hc == 0 ? 1 : static_cast<int>(hc);
+    // hardware_concurrency() reads /sys on glibc (microseconds): ask once per process.
+    static const int all_cores = [] {
+      const unsigned hc = std::thread::hardware_concurrency();
+      return hc == 0 ? 1 : static_cast<int>(hc);
+    }();
+    plan.threads = all_cores;
   }
 
   // ---- positions (an empty call is checked for shape only: its token grid may be huge and unbacked)

@@ -222,8 +222,13 @@ int64_t checked_bytes(const std::vector<int64_t>& shape, size_t itemsize, const 
 }  // namespace
 
 int64_t NpyArray::numel() const {
+  // An empty array may list huge other dims (a hostile header): 0 without multiplying them.
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      fail(Error::Kind::kInvalidArgument, "npy", "element count of shape overflows int64 (dim " + std::to_string(d) + ")");
   return n;
 }
 
@@ -239,7 +244,9 @@ TensorView NpyArray::view() {
   for (int d = v.rank - 1; d >= 0; --d) {
     v.shape[d] = shape[d];
     v.strides[d] = stride;
-    stride *= shape[d];
+    if (d > 0 && __builtin_mul_overflow(stride, shape[d], &stride))
+      fail(Error::Kind::kInvalidArgument, "npy", "shape dim " + std::to_string(d) + " = " + std::to_string(shape[d]) +
+                                                     " makes the strides of a tensor view overflow int64");
   }
   return v;
 }

@@ -115,6 +115,9 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
   write("version9.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }\n", 4, 9));
   write("bad_dict.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, 2, 8) \n", 384));
   write("bool_dtype.npy", raw_npy("{'descr': '|b1', 'fortran_order': False, 'shape': (2, 3), }\n", 6));
+  // Fuzz regression (fuzz/corpus/npy/regression-zero-dim-huge-dims.npy): empty arrays with huge other dims.
+  write("x_empty_huge.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4444444442, 4444444442, 8), }\n", 0));
+  write("p_empty_huge.npy", raw_npy("{'descr': '<i8', 'fortran_order': False, 'shape': (0, 4444444442), }\n", 0));
   write("cfg.json", R"({"hidden_size": 16, "num_attention_heads": 2, "max_position_embeddings": 64})");
   write("cfg_trunc.json", R"({"hidden_size": 16, "num_attention_heads": )");
   write("cfg_binary.json", std::string("\x00\xff\xfe{", 4));
@@ -147,6 +150,7 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
       {cfg + io("neg_dim.npy", "p.npy"), {"neg_dim.npy", "negative dimension"}},
       {cfg + io("version9.npy", "p.npy"), {"version9.npy", "version 9.0"}},
       {cfg + io("bad_dict.npy", "p.npy"), {"bad_dict.npy", "malformed header"}},
+      {cfg + io("x_empty_huge.npy", "p_empty_huge.npy"), {"shape dim 1 = 4444444442", "overflow int64"}},
       {cfg + io("x.npy", "bool_dtype.npy"), {"bool_dtype.npy", "unsupported dtype", "|b1"}},
       {cfg + io("x.npy", "trunc_data.npy"), {"trunc_data.npy", "truncated data"}},
       {"--config '" + path("cfg_trunc.json") + "' " + io("x.npy", "p.npy"), {"cfg_trunc.json", "not valid JSON"}},

@@ -47,6 +47,20 @@ constexpr int64_t kBig31 = int64_t(1) << 31;
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 
+/// A view filled field by field: TensorView::strided itself refuses overflowing shapes, but a caller
+/// can always build such a struct by hand, so the apply entry points must reject it too.
+TensorView raw_view(void* data, DType dtype, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t x : shape) v.shape[i++] = x;
+  i = 0;
+  for (int64_t x : strides) v.strides[i++] = x;
+  return v;
+}
+
 Frequencies default_freqs(int64_t rotary_dim, double base = 10000.0) {
   Spec s;
   s.head_dim = rotary_dim;
@@ -150,7 +164,7 @@ std::vector<Case> cases() {
       {"q dtype out of enum", [](Call& c) { c.a.q.dtype = static_cast<DType>(42); c.a.k = {}; }, K::kInvalidArgument, {"q dtype", "42"}},
       // ---- rotary_dim / head_dim
       {"cos half-width 5 for head_dim 8", [](Call& c) { c.entry = Entry::kCosSin; c.cos_v = TensorView::contiguous(c.cos.data(), DType::kF32, {3, 5}); c.sin_v = TensorView::contiguous(c.sin.data(), DType::kF32, {3, 5}); }, K::kInvalidArgument, {"rotary_dim must be <= head_dim 8", "got 10"}},
-      {"cos half-width 2^62 (2*w overflows)", [](Call& c) { c.entry = Entry::kCosSin; c.cos_v = TensorView::strided(c.cos.data(), DType::kF32, {1, int64_t(1) << 62}, {1, 1}); c.sin_v = c.cos_v; }, K::kInvalidArgument, {"cos last dim", "4611686018427387904"}},
+      {"cos half-width 2^62 (2*w overflows)", [](Call& c) { c.entry = Entry::kCosSin; c.cos_v = raw_view(c.cos.data(), DType::kF32, {1, int64_t(1) << 62}, {1, 1}); c.sin_v = c.cos_v; }, K::kInvalidArgument, {"cos last dim", "4611686018427387904"}},
       {"spec rotary_dim odd", [](Call& c) { c.spec.rotary_dim = 5; }, K::kInvalidArgument, {"rotary_dim must be even", "5"}},
       // ---- positions
       {"offset negative", [](Call& c) { c.a.positions = Positions::contiguous(-1); }, K::kInvalidArgument, {"positions.offset must be >= 0", "-1"}},
@@ -186,8 +200,8 @@ std::vector<Case> cases() {
       {"null cos data", [](Call& c) { c.entry = Entry::kCosSin; c.sin_v.data = nullptr; }, K::kInvalidArgument, {"sin data is null"}},
       {"null cu_seqlens with a shape", [](Call& c) { c.thd(); c.a.positions = Positions::packed(TensorView::contiguous(static_cast<void*>(nullptr), DType::kI32, {3})); }, K::kInvalidArgument, {"positions.cu_seqlens data is null"}},
       // ---- byte counts that overflow int64
-      {"f64 byte count overflows", [](Call& c) { c.a.k = {}; c.a.q = TensorView::strided(c.q.data(), DType::kF64, {int64_t(1) << 29, int64_t(1) << 30, 1, 8}, {int64_t(1) << 33, 8, 8, 1}); }, K::kInvalidArgument, {"q", "overflows int64", "536870912"}},
-      {"element count overflows", [](Call& c) { c.a.k = {}; c.a.q = TensorView::strided(c.q.data(), DType::kF32, {kI64Max, 2, 1, 8}, {16, 8, 8, 1}); }, K::kInvalidArgument, {"q element count overflows int64", "9223372036854775807"}},
+      {"f64 byte count overflows", [](Call& c) { c.a.k = {}; c.a.q = raw_view(c.q.data(), DType::kF64, {int64_t(1) << 29, int64_t(1) << 30, 1, 8}, {int64_t(1) << 33, 8, 8, 1}); }, K::kInvalidArgument, {"q", "overflows int64", "536870912"}},
+      {"element count overflows", [](Call& c) { c.a.k = {}; c.a.q = raw_view(c.q.data(), DType::kF32, {kI64Max, 2, 1, 8}, {16, 8, 8, 1}); }, K::kInvalidArgument, {"q element count overflows int64", "9223372036854775807"}},
       {"stride extent overflows", [](Call& c) { c.a.k = {}; c.a.q.strides[0] = kI64Max; }, K::kInvalidArgument, {"q memory extent overflows int64", "9223372036854775807"}},
       // ---- table limits
       {"apply_table past max_positions", [](Call& c) { c.entry = Entry::kTable; c.table_options.max_positions = 10; c.a.positions = Positions::contiguous(8); }, K::kOutOfRange, {"position 10", "max_positions is 10"}},
@@ -268,23 +282,57 @@ TEST(HostileCpp, EmptyCallsOverHugeTokenGridsAreCheapNoOps) {
     s.head_dim = 8;
     Rope rope(s);
     ApplyArgs a;
-    a.q = TensorView::strided(dummy, DType::kF32, {int64_t(1) << 40, int64_t(1) << 22, 0, 8}, {0, 0, 0, 1});
+    a.q = raw_view(dummy, DType::kF32, {int64_t(1) << 40, int64_t(1) << 22, 0, 8}, {0, 0, 0, 1});
     EXPECT_NO_THROW(rope.apply(a));
     // Broadcast ids [S] (stride 0) over the huge grid.
     int64_t zero = 0;
-    a.q = TensorView::strided(dummy, DType::kF32, {1, int64_t(1) << 40, 0, 8}, {0, 0, 0, 1});
-    a.positions = Positions::from_ids(TensorView::strided(&zero, DType::kI64, {int64_t(1) << 40}, {0}));
+    a.q = raw_view(dummy, DType::kF32, {1, int64_t(1) << 40, 0, 8}, {0, 0, 0, 1});
+    a.positions = Positions::from_ids(raw_view(&zero, DType::kI64, {int64_t(1) << 40}, {0}));
     EXPECT_NO_THROW(rope.apply(a));
     // Packed: cu_seqlens [0, T] with T = 2^40 tokens of zero heads.
     int64_t cu[2] = {0, int64_t(1) << 40};
     ApplyArgs p;
     p.layout = Layout::kTHD;
-    p.q = TensorView::strided(dummy, DType::kF32, {int64_t(1) << 40, 0, 8}, {0, 0, 1});
+    p.q = raw_view(dummy, DType::kF32, {int64_t(1) << 40, 0, 8}, {0, 0, 1});
     p.positions = Positions::packed(TensorView::contiguous(cu, DType::kI64, {2}));
     EXPECT_NO_THROW(rope.apply(p));
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 60.0) << "empty calls must not scan the token grid";  // generous: a scan of 2^40 never ends
+}
+
+// Fuzz regression (fuzz/corpus/npy/regression-zero-dim-huge-dims.npy): a zero dim next to huge dims made
+// the element count / strides overflow (UB) in NpyArray::numel() and NpyArray::view().
+TEST(HostileNpy, EmptyArraysWithHugeDimsNeverOverflow) {
+  auto header = [](const std::string& shape) {
+    std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }\n";
+    std::string out("\x93NUMPY\x01\x00", 8);
+    out += static_cast<char>(dict.size() & 0xff);
+    out += static_cast<char>(dict.size() >> 8);
+    return out + dict;
+  };
+  NpyArray a = npy_parse(header("(1, 2, 444444444424, 4444444442, 44444444444244, 44444440, 0, 44444)"));
+  EXPECT_EQ(a.numel(), 0);
+  EXPECT_TRUE(a.data.empty());
+  EXPECT_THROW(a.view(), Error);  // rank 8
+  NpyArray b = npy_parse(header("(0, 4444444442, 4444444442, 8)"));
+  EXPECT_EQ(b.numel(), 0);
+  try {
+    (void)b.view();
+    ADD_FAILURE() << "strides overflow must be reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), K::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("4444444442"), std::string::npos) << e.what();
+  }
+  // A view that does not overflow but whose element count does is rejected by apply, not rotated.
+  NpyArray c = npy_parse(header("(4444444442, 4444444442, 0, 8)"));
+  TensorView v = c.view();
+  Spec s;
+  s.head_dim = 8;
+  Rope rope(s);
+  ApplyArgs args;
+  args.q = v;
+  EXPECT_THROW(rope.apply(args), Error);
 }
 
 // ---------------------------------------------------------------- defined out-of-range behaviour
