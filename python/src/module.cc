@@ -103,6 +103,10 @@ rotary::Backend parse_backend(const std::string& s) {
 NB_MODULE(_rotary, m) {
   m.doc() = "Native core of the rotary package (use the `rotary` package, not this module directly).";
   m.attr("__version__") = ROTARY_VERSION_STRING;
+  // rotary.torch.patch() stores Spec objects inside transformers' module globals (patched forward
+  // functions), which Python tears down after this extension at interpreter exit; nanobind then
+  // reports those still-referenced objects as "leaks". They are not leaks of ours, so the report is off.
+  nb::set_leak_warnings(false);
   rotary_py::register_errors();
   rotary_py::bind_spec(m);
   rotary_py::bind_apply(m);
