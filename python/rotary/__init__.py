@@ -34,19 +34,7 @@ __all__ = [
     "preset_config_json",
     "preset_description",
     "presets",
-    # multimodal / cross-framework (rotary.multimodal)
-    "AxisFrequencies",
-    "apply_axes",
-    "apply_context_parallel",
-    "cp_local_cu_seqlens",
-    "cp_positions",
-    "cp_positions_packed",
-    "ggml_frequencies",
-    "grid_positions",
-    "mrope_frequencies",
-    "permute_qk_weight",
-    "vision_frequencies",
-]
+]  # + the multimodal / cross-framework names of rotary.multimodal, appended at the end of this file
 
 ArrayLike = Any  # numpy.ndarray or torch.Tensor (CPU)
 PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
@@ -356,16 +344,7 @@ def onnx_rotary_embedding(
     return out
 
 
-from .multimodal import (  # noqa: E402  (uses the helpers above)
-    AxisFrequencies,
-    apply_axes,
-    apply_context_parallel,
-    cp_local_cu_seqlens,
-    cp_positions,
-    cp_positions_packed,
-    ggml_frequencies,
-    grid_positions,
-    mrope_frequencies,
-    permute_qk_weight,
-    vision_frequencies,
-)
+from . import multimodal as _multimodal  # noqa: E402  (it uses the helpers above)
+from .multimodal import *  # noqa: E402,F401,F403
+
+__all__ += _multimodal.__all__

@@ -106,7 +106,7 @@ NB_MODULE(_rotary, m) {
   // rotary.torch.patch() stores Spec objects inside transformers' module globals (patched forward
   // functions), which Python tears down after this extension at interpreter exit; nanobind then
   // reports those still-referenced objects as "leaks". They are not leaks of ours, so the report is off.
-  nb::set_leak_warnings(false);
+  nanobind::set_leak_warnings(false);
   rotary_py::register_errors();
   rotary_py::bind_spec(m);
   rotary_py::bind_apply(m);
