@@ -73,8 +73,10 @@ step_cpp_test() {
 step_py_test() {
   log "Python tests (pytest)"
   # Run from a neutral directory so the installed package (not python/rotary sources) is imported.
-  (cd "$ROOT/python/tests" && ROTARY_SHARED_DIR="${ROTARY_SHARED_DIR:-$ROOT/../shared}" \
-     "$VENV/bin/python" -m pytest -q -p no:cacheprovider .)
+  local cli="$BUILD/rotary"
+  [[ "$cli" = /* ]] || cli="$ROOT/$cli"
+  (cd "$ROOT/python/tests" && ROTARY_SHARED_DIR="${ROTARY_SHARED_DIR:-$ROOT/../shared}" ROTARY_CLI="$cli" \
+     "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider .)
 }
 
 step_main() {
