@@ -53,11 +53,15 @@ step_deps() {
   fi
 }
 
-step_build() {
-  log "configure + build C++ ($BUILD)"
+step_build() {  # step_build [TARGET...]  (no target: everything, tests included)
+  log "configure + build C++ ($BUILD${*:+: $*})"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DROTARY_SHARED_DIR="$ROOT/../shared" >/dev/null
-  cmake --build "$BUILD" -j "$JOBS"
+  if (($#)); then
+    cmake --build "$BUILD" -j "$JOBS" --target "$@"
+  else
+    cmake --build "$BUILD" -j "$JOBS"
+  fi
 }
 
 step_python() {
@@ -87,7 +91,7 @@ step_main() {
 }
 
 case "${1:-}" in
-  main)     step_deps; step_build; step_python; step_main ;;
+  main)     step_deps; step_build rotary_cli; step_python; step_main ;;
   test)     step_deps; step_build; step_python; step_cpp_test; step_py_test ;;
   deps)     step_deps ;;
   build)    step_build ;;
