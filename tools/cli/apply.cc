@@ -12,6 +12,15 @@
 namespace rotary::cli {
 namespace {
 
+/// An output array with x's dtype and shape (zero-filled; every element is written by the apply call).
+NpyArray output_like(const NpyArray& x) {
+  NpyArray y;
+  y.dtype = x.dtype;
+  y.shape = x.shape;
+  y.data.resize(x.data.size());
+  return y;
+}
+
 constexpr const char* kUsage =
     "rotary apply (--config FILE | --preset NAME) --input X.npy --positions P.npy --output Y.npy "
     "[--layout bshd|bhsd|thd] [--pairing half|interleaved] [--inverse] [--seq-len N] "
@@ -122,10 +131,7 @@ int run_vision(const Flags& flags) {
   if (p.shape.empty() || p.shape[0] != 2)
     invalid("--positions " + positions_path + " has shape " + shape_str(p.shape) +
             "; --vision needs (row, col) ids of shape (2, B, S), (2, S) or (2, T)");
-  NpyArray y;
-  y.dtype = x.dtype;
-  y.shape = x.shape;
-  y.data.resize(x.data.size());
+  NpyArray y = output_like(x);
   args.q = x.view();
   args.q_out = y.view();
   args.positions = Positions::from_ids(p.view());
@@ -208,10 +214,7 @@ int run_apply(const std::vector<std::string>& argv) {
                                                std::to_string(S) + ",)"));
   }
 
-  NpyArray y;
-  y.dtype = x.dtype;
-  y.shape = x.shape;
-  y.data.resize(x.data.size());
+  NpyArray y = output_like(x);
   args.q = x.view();
   args.q_out = y.view();
   args.positions = Positions::from_ids(p.view());
