@@ -11,16 +11,50 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "cpu/kernels.h"
 
+// Included once (foreach_target re-includes this file per target).
+#ifndef ROTARY_CPU_KERNELS_ONCE
+#define ROTARY_CPU_KERNELS_ONCE
+#if HWY_ARCH_X86
+#include <cpuid.h>
+#endif
+namespace rotary::detail::cpu {
+namespace {
+/// AVX512-BF16 (CPUID leaf 7 subleaf 1, EAX bit 5); the AVX-512 state itself is Highway's check.
+bool CpuHasAvx512Bf16() {
+#if HWY_ARCH_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d) == 0) return false;
+  return (a >> 5) & 1u;
+#else
+  return false;
+#endif
+}
+std::atomic<bool> g_native_bf16{CpuHasAvx512Bf16()};
+}  // namespace
+inline bool NativeBF16() { return g_native_bf16.load(std::memory_order_relaxed); }
+bool set_native_bf16(bool on) {
+  const bool usable = on && CpuHasAvx512Bf16();
+  g_native_bf16.store(usable, std::memory_order_relaxed);
+  return usable;
+}
+}  // namespace rotary::detail::cpu
+#endif  // ROTARY_CPU_KERNELS_ONCE
+
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-enum class Elem { kF32, kF16, kBF16 };
+/// Element type in memory. kBF16Native: bf16 narrowed by AVX512-BF16's VCVTNEPS2BF16 on CPUs that
+/// have it (AVX3 target only; elsewhere it behaves exactly like kBF16).
+enum class Elem { kF32, kF16, kBF16, kBF16Native };
+
+constexpr bool IsBF16(Elem e) { return e == Elem::kBF16 || e == Elem::kBF16Native; }
 
 template <Elem E>
 using Storage = std::conditional_t<E == Elem::kF32, float, uint16_t>;
@@ -51,7 +85,7 @@ HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
   } else {
     const hn::RebindToUnsigned<D> du;
     const hn::Rebind<uint16_t, D> d16;
-    if constexpr (E == Elem::kBF16) {
+    if constexpr (IsBF16(E)) {
 #if ROTARY_AVX3_WORDS
       if constexpr (hn::MaxLanes(d) == 16) {
         // One lane-crossing word permute puts bf16 i into the upper half of f32 lane i and zeroes
@@ -100,7 +134,25 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
     const hn::RebindToSigned<D> di;
     const hn::Rebind<uint16_t, D> d16;
     hn::Vec<decltype(d16)> packed;
-    if constexpr (E == Elem::kBF16) {
+    if constexpr (IsBF16(E)) {
+#if ROTARY_AVX3_WORDS
+      if constexpr (E == Elem::kBF16Native && hn::MaxLanes(d) == 16) {
+        // VCVTNEPS2BF16 rounds to nearest even and quiets NaNs exactly like the code below, but
+        // flushes f32 subnormals to zero: lanes holding one (fpclass 0x20, rare) take the code below.
+        // Written as inline asm: Highway 1.0's AVX3 target is compiled without AVX512-BF16.
+        if (_mm512_fpclass_ps_mask(v.raw, 0x20) == 0) {
+          __m256i narrowed;
+          asm("vcvtneps2bf16 %1, %0" : "=v"(narrowed) : "v"(v.raw));
+          packed = hn::Vec256<uint16_t>{narrowed};
+          if constexpr (kStream) {
+            hn::Stream(packed, d16, p);
+          } else {
+            hn::StoreU(packed, d16, p);
+          }
+          return;
+        }
+      }
+#endif
       // Round to nearest even on the f32 bits: bits + 0x7FFF + (bit 16), the bf16 is the upper half.
       // NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
       const auto bits = hn::BitCast(du, v);
@@ -148,6 +200,30 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
     }
   }
 }
+
+#if ROTARY_AVX3_WORDS
+/// Two vectors of 16 f32 lanes narrowed to 32 contiguous bf16 (lo first) by one VCVTNE2PS2BF16.
+/// The instruction flushes f32 subnormals to zero, so when any output word is a zero (a true zero or
+/// a flushed subnormal; one test for all 32) the inputs are classified and, if a subnormal is among
+/// them, both vectors take the portable rounding instead.
+template <bool kStream, class D>
+HWY_INLINE void StoreBF16Pair(D d, hn::Vec<D> lo, hn::Vec<D> hi, uint16_t* HWY_RESTRICT p) {
+  static_assert(hn::MaxLanes(D()) == 16, "AVX3 full vectors only");
+  __m512i packed;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed) : "v"(hi.raw), "v"(lo.raw));  // words 0-15: lo
+  if (HWY_UNLIKELY(_mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7FFF)) != 0) &&
+      (_mm512_fpclass_ps_mask(lo.raw, 0x20) | _mm512_fpclass_ps_mask(hi.raw, 0x20)) != 0) {
+    StoreX<Elem::kBF16, kStream>(d, lo, p);
+    StoreX<Elem::kBF16, kStream>(d, hi, p + 16);
+    return;
+  }
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
+  } else {
+    _mm512_storeu_si512(p, packed);
+  }
+}
+#endif
 
 // ------------------------------------------------------------------ rows of one token
 
@@ -247,48 +323,33 @@ HWY_INLINE size_t PeelToAlign(const T* out, size_t bytes, bool pair) {
   return (bytes - mis) / sizeof(T);
 }
 
-/// One row of a large call: a few elements first so that the full-width stores are aligned (numpy
-/// arrays start 16 bytes past a cache line: unaligned 64-byte stores would split every line), then
-/// full vectors (streamed when asked and the row is whole cache lines), with the prefetch of a row
+/// One row of a large call whose output rows are not all cache-line aligned: a few elements first
+/// so that the full-width stores are aligned (numpy arrays start 16 bytes past a cache line:
+/// unaligned 64-byte stores would split every line), then full vectors, with the prefetch of a row
 /// further ahead interleaved (`pf` may be any address: prefetches never fault).
-template <Elem E, bool kStream>
-HWY_INLINE void HalfRowPrefetch(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
-                                const Storage<E>* pf) {
+template <Elem E>
+HWY_INLINE void HalfRowPeeled(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
+                              const Storage<E>* pf) {
   using T = Storage<E>;
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  const size_t vec_bytes = N * sizeof(T);
   auto narrow = [&](auto dc, size_t j) {
     HalfStep<E, false>(dc, in, out, hn::LoadU(dc, c + j), hn::LoadU(dc, s + j), j, h);
   };
-  hwy::Prefetch(pf);
   size_t i = 0;
-  const size_t peel = std::min(h, PeelToAlign(out, vec_bytes, false));
+  const size_t peel = std::min(h, PeelToAlign(out, N * sizeof(T), false));
   if (peel != 0) Remainder<8, 1>(i, peel, narrow);
-  // Stream only whole cache lines that no regular store of this or another row touches: the row
-  // and both halves start on a line and the halves are whole lines (mixing streamed and cached
-  // stores in one line costs far more than not streaming: measured 10x slower on f16 rows).
-  const bool stream = kStream && peel == 0 && reinterpret_cast<uintptr_t>(out) % kLine == 0 &&
-                      (h * sizeof(T)) % kLine == 0;
-  if (stream) {
-    for (; i + N <= h; i += N) {
-      hwy::Prefetch(pf + i);
-      hwy::Prefetch(pf + h + i);
-      HalfStep<E, kStream>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
-    }
-  } else {
-    for (; i + N <= h; i += N) {
-      hwy::Prefetch(pf + i);
-      hwy::Prefetch(pf + h + i);
-      HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
-    }
+  for (; i + N <= h; i += N) {
+    hwy::Prefetch(pf + i);
+    hwy::Prefetch(pf + h + i);
+    HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
   }
   if (i < h) Remainder<8, 1>(i, h, narrow);
 }
 
-template <Elem E, bool kStream>
-HWY_INLINE void InterleavedRowPrefetch(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
-                                       size_t rdim, const Storage<E>* pf) {
+template <Elem E>
+HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
+                                     size_t rdim, const Storage<E>* pf) {
 #if HWY_TARGET == HWY_SCALAR
   (void)pf;
   InterleavedRows<E, false>(&in, &out, 1, cd, sd, rdim);
@@ -296,26 +357,15 @@ HWY_INLINE void InterleavedRowPrefetch(const Storage<E>* in, Storage<E>* out, co
   using T = Storage<E>;
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  const size_t vec_bytes = N * sizeof(T);
   auto narrow = [&](auto dc, size_t k) {
     InterleavedStep<E, false>(dc, in, out, hn::LoadU(dc, cd + k), hn::LoadU(dc, sd + k), k);
   };
-  hwy::Prefetch(pf);
   size_t j = 0;
-  const size_t peel = std::min(rdim, PeelToAlign(out, vec_bytes, true));
+  const size_t peel = std::min(rdim, PeelToAlign(out, N * sizeof(T), true));
   if (peel != 0) Remainder<8, 2>(j, peel, narrow);
-  const bool stream = kStream && peel == 0 && reinterpret_cast<uintptr_t>(out) % kLine == 0 &&
-                      (rdim * sizeof(T)) % kLine == 0;
-  if (stream) {
-    for (; j + N <= rdim; j += N) {
-      hwy::Prefetch(pf + j);
-      InterleavedStep<E, kStream>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
-    }
-  } else {
-    for (; j + N <= rdim; j += N) {
-      hwy::Prefetch(pf + j);
-      InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
-    }
+  for (; j + N <= rdim; j += N) {
+    hwy::Prefetch(pf + j);
+    InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
   }
   if (j < rdim) Remainder<8, 2>(j, rdim, narrow);
 #endif
@@ -329,41 +379,6 @@ inline float* Scratch(size_t floats) {
   if (buf.size() < floats) buf.resize(floats);
   return buf.data();
 }
-
-/// Walks rows in job order: token (b, s), then q heads, then k heads.
-struct RowCursor {
-  const Plan* p;
-  int64_t rpt, hq;
-  int64_t g = 0, w = 0, b = 0, s = 0;
-
-  void seek(int64_t r) {
-    g = r / rpt;
-    w = r % rpt;
-    b = g / p->S;
-    s = g % p->S;
-  }
-  void next() {
-    if (++w < rpt) return;
-    w = 0;
-    ++g;
-    if (++s == p->S) {
-      s = 0;
-      ++b;
-    }
-  }
-  template <typename T>
-  const T* in() const {
-    const PlanTensor& t = p->t[w < hq ? 0 : 1];
-    const int64_t head = w < hq ? w : w - hq;
-    return static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + head * t.in_sh;
-  }
-  template <typename T>
-  T* out() const {
-    const PlanTensor& t = p->t[w < hq ? 0 : 1];
-    const int64_t head = w < hq ? w : w - hq;
-    return static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + head * t.out_sh;
-  }
-};
 
 /// The rows a kernel multiplies by for one token: cos and sin as the pairing wants them
 /// (half-split: c, s or -s; interleaved: duplicated per channel with the pair's signs).
@@ -425,7 +440,160 @@ HWY_INLINE void Rows(const Storage<E>* const* in, Storage<E>* const* out, int64_
 /// misses in flight once f16/bf16 conversions lengthen the loop (measured: f16 P1 in place about 1.5x faster).
 constexpr int64_t kPrefetchBytes = 4096;
 
-template <Elem E, Pairing P, bool kStream>
+/// Byte distance from a row to the row to prefetch while working on it: kPrefetchBytes ahead when
+/// the tensor's rows of consecutive tokens follow each other in memory (thd, bshd), else the same
+/// head of the next token (bhsd, strided views).
+inline int64_t PrefetchDelta(const PlanTensor& t, int64_t head_dim, size_t esize) {
+  const bool dense = t.in_sh == head_dim && t.in_ss == t.heads * head_dim;
+  return dense ? kPrefetchBytes : t.in_ss * static_cast<int64_t>(esize);
+}
+
+/// Every output row of the call starts on a cache line, and so does every half of a half-split row
+/// (`half_bytes`), so full-width stores need no peeling and may stream.
+inline bool RowsAligned(const Plan& p, size_t esize, size_t half_bytes) {
+  if (half_bytes % kLine != 0) return false;
+  for (int i = 0; i < p.ntensors; ++i) {
+    const PlanTensor& t = p.t[i];
+    const auto es = static_cast<int64_t>(esize);
+    if (reinterpret_cast<uintptr_t>(t.out) % kLine != 0 || (t.out_sb * es) % kLine != 0 ||
+        (t.out_ss * es) % kLine != 0 || (t.out_sh * es) % kLine != 0)
+      return false;
+  }
+  return true;
+}
+
+/// One row of a large call whose output rows are all cache-line aligned: full vectors only (streamed
+/// when asked), prefetching the row `pf` further ahead.
+template <Elem E, bool kStream>
+HWY_INLINE void HalfRowAligned(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
+                               const Storage<E>* pf) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  for (; i + N <= h; i += N) {
+    hwy::Prefetch(pf + i);
+    hwy::Prefetch(pf + h + i);
+    HalfStep<E, kStream>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+  }
+  if (i < h) {
+    Remainder<8, 1>(i, h, [&](auto dc, size_t j) {
+      HalfStep<E, false>(dc, in, out, hn::LoadU(dc, c + j), hn::LoadU(dc, s + j), j, h);
+    });
+  }
+}
+
+template <Elem E, bool kStream>
+HWY_INLINE void InterleavedRowAligned(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
+                                      size_t rdim, const Storage<E>* pf) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)pf;
+  InterleavedRows<E, false>(&in, &out, 1, cd, sd, rdim);
+#else
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t j = 0;
+  for (; j + N <= rdim; j += N) {
+    hwy::Prefetch(pf + j);
+    InterleavedStep<E, kStream>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+  }
+  if (j < rdim) {
+    Remainder<8, 2>(j, rdim, [&](auto dc, size_t k) {
+      InterleavedStep<E, false>(dc, in, out, hn::LoadU(dc, cd + k), hn::LoadU(dc, sd + k), k);
+    });
+  }
+#endif
+}
+
+/// `n` rows of one tensor and one token (row k at in + k*in_step, out + k*out_step) whose rotated
+/// part is exactly K full vectors per half (half-split) or K vectors (interleaved): the token's cos
+/// and sin vectors are loaded once into registers and every row is fully unrolled, so a row costs
+/// only its loads, multiplies and stores. With kPrefetch, each row prefetches the row `pf_delta`
+/// bytes further on.
+template <size_t K, Elem E, Pairing P, bool kStream, bool kPrefetch>
+HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n, int64_t in_step,
+                                int64_t out_step, const float* c, const float* s, size_t h, int64_t pf_delta) {
+  using T = Storage<E>;
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  using V = hn::Vec<decltype(d)>;
+  V vc[K], vs[K];
+  for (size_t k = 0; k < K; ++k) {
+    vc[k] = hn::LoadU(d, c + k * N);
+    vs[k] = hn::LoadU(d, s + k * N);
+  }
+  for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
+    if constexpr (kPrefetch) {
+      const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
+      const size_t bytes = (P == Pairing::kHalfSplit ? 2 : 1) * K * N * sizeof(T);
+      for (size_t off = 0; off < bytes; off += kLine) hwy::Prefetch(pf + off);
+    }
+#if ROTARY_AVX3_WORDS
+    if constexpr (E == Elem::kBF16Native && K % 2 == 0 && hn::MaxLanes(d) == 16) {
+      // Pairs of vectors: one 64-byte narrowing and store per pair (see StoreBF16Pair).
+      for (size_t k = 0; k < K; k += 2) {
+        const size_t i = k * N;
+        if constexpr (P == Pairing::kHalfSplit) {
+          const auto a0 = LoadX<E>(d, in + i), a1 = LoadX<E>(d, in + h + i);
+          const auto b0 = LoadX<E>(d, in + i + N), b1 = LoadX<E>(d, in + h + i + N);
+          StoreBF16Pair<kStream>(d, hn::NegMulAdd(a1, vs[k], hn::Mul(a0, vc[k])),
+                                 hn::NegMulAdd(b1, vs[k + 1], hn::Mul(b0, vc[k + 1])), out + i);
+          StoreBF16Pair<kStream>(d, hn::MulAdd(a0, vs[k], hn::Mul(a1, vc[k])),
+                                 hn::MulAdd(b0, vs[k + 1], hn::Mul(b1, vc[k + 1])), out + h + i);
+        } else {
+          const auto a = LoadX<E>(d, in + i), b = LoadX<E>(d, in + i + N);
+          StoreBF16Pair<kStream>(d, hn::MulAdd(hn::Reverse2(d, a), vs[k], hn::Mul(a, vc[k])),
+                                 hn::MulAdd(hn::Reverse2(d, b), vs[k + 1], hn::Mul(b, vc[k + 1])), out + i);
+        }
+      }
+      continue;
+    }
+#endif
+    for (size_t k = 0; k < K; ++k) {
+      if constexpr (P == Pairing::kHalfSplit) {
+        HalfStep<E, kStream>(d, in, out, vc[k], vs[k], k * N, h);
+      } else {
+        InterleavedStep<E, kStream>(d, in, out, vc[k], vs[k], k * N);
+      }
+    }
+  }
+}
+
+/// Vectors per half (half-split) or per rotated row (interleaved) when RowsInRegisters applies
+/// (a multiple of the vector length, at most 8 vectors), else 0.
+template <Pairing P>
+HWY_INLINE size_t RegisterVectors(const Plan& p) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)p;
+  return 0;
+#else
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(p.half) : static_cast<size_t>(p.rotary_dim);
+  if (len % N != 0) return 0;
+  const size_t k = len / N;
+  return (k == 1 || k == 2 || k == 4 || k == 8) ? k : 0;
+#endif
+}
+
+/// RowsInRegisters with K chosen at run time.
+template <Elem E, Pairing P, bool kStream, bool kPrefetch>
+HWY_INLINE void RowsInRegistersK(size_t K, const Storage<E>* in, Storage<E>* out, int64_t n, int64_t in_step,
+                                 int64_t out_step, const float* c, const float* s, size_t h, int64_t pf_delta) {
+  switch (K) {
+    case 1: return RowsInRegisters<1, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
+    case 2: return RowsInRegisters<2, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
+    case 4: return RowsInRegisters<4, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
+    default: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
+  }
+}
+
+/// How a job walks the rows of one token.
+enum class Walk {
+  kBlocks,       ///< channel blocks outside, the token's rows inside (small calls: cos/sin stay in registers)
+  kRows,         ///< row after row with prefetch, peeling each row to an aligned store address
+  kAlignedRows,  ///< row after row with prefetch, every row aligned (no peeling; streams if asked)
+};
+
+template <Elem E, Pairing P, bool kStream, Walk W>
 void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   using T = Storage<E>;
   const Plan& p = *job.plan;
@@ -438,63 +606,54 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   float* prepared = scratch + 2 * h + 8;
   const float* c_use = nullptr;
   const float* s_use = nullptr;
-  RowCursor cur{&p, job.rows_per_token, p.t[0].heads};
-  cur.seek(r0);
+  const int64_t rpt = job.rows_per_token;
+  const int64_t hq = p.t[0].heads;
+  int64_t pf_delta[2] = {0, 0};
+  for (int i = 0; i < p.ntensors; ++i) pf_delta[i] = PrefetchDelta(p.t[i], p.head_dim, sizeof(T));
+  const size_t K = W == Walk::kRows ? 0 : RegisterVectors<P>(p);
 
-  if (job.row_outer) {
-    // Large calls: rows one after another (what prefetchers and write-combining want), with a
-    // software prefetch a few KiB ahead; each token's cos/sin rows stay in L1 across its heads.
-    const size_t row_bytes = static_cast<size_t>(p.head_dim) * sizeof(T);
-    const int64_t ahead_rows = std::max<int64_t>(1, kPrefetchBytes / static_cast<int64_t>(row_bytes));
-    RowCursor ahead = cur;
-    ahead.seek(std::min(job.total_rows - 1, r0 + ahead_rows));
-    int64_t token = -1;
-    for (int64_t r = r0; r < r1; ++r) {
-      if (cur.g != token) {
-        TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
-        token = cur.g;
+  int64_t g = r0 / rpt;  // token index b * S + s
+  int64_t w = r0 % rpt;  // first row of the token to do
+  int64_t b = g / p.S, s = g % p.S;
+  for (int64_t r = r0; r < r1;) {
+    const int64_t w_end = std::min(rpt, w + (r1 - r));
+    TokenRows<P>(job, b, s, resolved, prepared, &c_use, &s_use);
+    if (K != 0) {
+      // Each tensor's rows of this token with cos/sin in registers (prefetching for large calls).
+      for (int i = 0; i < p.ntensors; ++i) {
+        const int64_t first = i == 0 ? 0 : hq;
+        const int64_t last = i == 0 ? hq : rpt;
+        const int64_t lo = std::max(w, first), hi = std::min(w_end, last);
+        if (lo >= hi) continue;
+        const PlanTensor& t = p.t[i];
+        const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
+        T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
+        constexpr bool kPrefetch = W != Walk::kBlocks;
+        RowsInRegistersK<E, P, kStream, kPrefetch>(K, in, out, hi - lo, t.in_sh, t.out_sh, c_use, s_use, h,
+                                                   pf_delta[i]);
+        if (R < D && t.in != t.out) {
+          for (int64_t k = lo; k < hi; ++k, in += t.in_sh, out += t.out_sh) {
+            std::memcpy(out + R, in + R, (D - R) * sizeof(T));
+          }
+        }
       }
-      const T* pf = nullptr;
-      if (r + ahead_rows < job.total_rows) {
-        pf = ahead.in<T>();
-        ahead.next();
-      }
-      const T* in = cur.in<T>();
-      T* out = cur.out<T>();
-      if (pf == nullptr) pf = in;  // nothing ahead: prefetch what is already in cache
-      if constexpr (P == Pairing::kHalfSplit) {
-        HalfRowPrefetch<E, kStream>(in, out, c_use, s_use, h, pf);
-      } else {
-        InterleavedRowPrefetch<E, kStream>(in, out, c_use, s_use, R, pf);
-      }
-      if (R < D && in != out) {
-        for (size_t off = R; off < D; off += 64 / sizeof(T)) hwy::Prefetch(pf + off);
-        std::memcpy(out + R, in + R, (D - R) * sizeof(T));
-      }
-      cur.next();
-    }
-  } else {
-    // Small calls (a decode token): channel blocks outside, a token's rows inside, so each cos/sin
-    // vector is loaded once per token and stays in a register.
-    constexpr int64_t kBatch = 64;
-    const T* ins[kBatch];
-    T* outs[kBatch];
-    int64_t r = r0;
-    while (r < r1) {
-      TokenRows<P>(job, cur.b, cur.s, resolved, prepared, &c_use, &s_use);
-      // This token's rows [w, w_end): pointers by stepping each tensor's head stride.
-      const int64_t w_end = std::min(cur.rpt, cur.w + (r1 - r));
-      for (int64_t w0 = cur.w; w0 < w_end; w0 += kBatch) {
+    } else if constexpr (W == Walk::kBlocks) {
+      // This token's rows [w, w_end): pointers by stepping each tensor's head stride, then each
+      // cos/sin vector is loaded once for all of them.
+      constexpr int64_t kBatch = 64;
+      const T* ins[kBatch];
+      T* outs[kBatch];
+      for (int64_t w0 = w; w0 < w_end; w0 += kBatch) {
         const int64_t w1 = std::min(w_end, w0 + kBatch);
         int64_t n = 0;
-        for (int i = 0; i < 2; ++i) {
-          const int64_t first = i == 0 ? 0 : cur.hq;  // row index of this tensor's head 0
-          const int64_t last = i == 0 ? cur.hq : cur.rpt;
+        for (int i = 0; i < p.ntensors; ++i) {
+          const int64_t first = i == 0 ? 0 : hq;  // row index of this tensor's head 0
+          const int64_t last = i == 0 ? hq : rpt;
           const int64_t lo = std::max(w0, first), hi = std::min(w1, last);
           if (lo >= hi) continue;
           const PlanTensor& t = p.t[i];
-          const T* in = static_cast<const T*>(t.in) + cur.b * t.in_sb + cur.s * t.in_ss + (lo - first) * t.in_sh;
-          T* out = static_cast<T*>(t.out) + cur.b * t.out_sb + cur.s * t.out_ss + (lo - first) * t.out_sh;
+          const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
+          T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
           for (int64_t k = lo; k < hi; ++k, ++n, in += t.in_sh, out += t.out_sh) {
             ins[n] = in;
             outs[n] = out;
@@ -502,36 +661,81 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         }
         Rows<E, P, false>(ins, outs, n, c_use, s_use, p);  // never streamed: see RunRowsE
       }
-      r += w_end - cur.w;
-      cur.seek(r);
+    } else {
+      for (int i = 0; i < p.ntensors; ++i) {
+        const int64_t first = i == 0 ? 0 : hq;
+        const int64_t last = i == 0 ? hq : rpt;
+        const int64_t lo = std::max(w, first), hi = std::min(w_end, last);
+        if (lo >= hi) continue;
+        const PlanTensor& t = p.t[i];
+        const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
+        T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
+        const bool copy_tail = R < D && t.in != t.out;
+        for (int64_t k = lo; k < hi; ++k, in += t.in_sh, out += t.out_sh) {
+          // Prefetch addresses are computed as integers: they may lie past the tensor (never faults).
+          const T* pf = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(in) + pf_delta[i]);
+          if constexpr (P == Pairing::kHalfSplit) {
+            if constexpr (W == Walk::kAlignedRows) {
+              HalfRowAligned<E, kStream>(in, out, c_use, s_use, h, pf);
+            } else {
+              HalfRowPeeled<E>(in, out, c_use, s_use, h, pf);
+            }
+          } else {
+            if constexpr (W == Walk::kAlignedRows) {
+              InterleavedRowAligned<E, kStream>(in, out, c_use, s_use, R, pf);
+            } else {
+              InterleavedRowPeeled<E>(in, out, c_use, s_use, R, pf);
+            }
+          }
+          if (copy_tail) {
+            for (size_t off = R; off < D; off += kLine / sizeof(T)) hwy::Prefetch(pf + off);
+            std::memcpy(out + R, in + R, (D - R) * sizeof(T));
+          }
+        }
+      }
+    }
+    r += w_end - w;
+    w = 0;
+    if (++s == p.S) {
+      s = 0;
+      ++b;
     }
   }
   if constexpr (kStream) hwy::FlushStream();
 }
 
-template <Elem E>
-void RunRowsE(const RowJob& job, int64_t r0, int64_t r1) {
+template <Elem E, Pairing P>
+void RunRowsP(const RowJob& job, int64_t r0, int64_t r1) {
+  const Plan& p = *job.plan;
+  if (!job.row_outer) return RunRowsT<E, P, false, Walk::kBlocks>(job, r0, r1);
   const hn::ScalableTag<float> d;
   const size_t esize = sizeof(Storage<E>);
-  const size_t store_bytes = hn::Lanes(d) * esize;
-  // Non-temporal stores only with full native vectors (Highway streams at least 16 bytes), only in
-  // the row-by-row order (write-combining needs each line written in one go), and only on aligned
-  // rows (checked per row).
-  const bool stream = job.stream && job.row_outer && HWY_TARGET != HWY_SCALAR && store_bytes >= 16;
-  const bool half = job.plan->pairing == Pairing::kHalfSplit;
-  if (half) {
-    stream ? RunRowsT<E, Pairing::kHalfSplit, true>(job, r0, r1)
-           : RunRowsT<E, Pairing::kHalfSplit, false>(job, r0, r1);
-  } else {
-    stream ? RunRowsT<E, Pairing::kInterleaved, true>(job, r0, r1)
-           : RunRowsT<E, Pairing::kInterleaved, false>(job, r0, r1);
-  }
+  // Rows whose stores all start on a cache line take the loop without peeling; streamed only then
+  // (write-combining needs whole lines written in one go; mixing streamed and cached stores in one
+  // line costs far more than not streaming: measured 10x slower on f16 rows), only with full native
+  // vectors (Highway streams at least 16 bytes) and only for whole-line rows.
+  const size_t line_unit = P == Pairing::kHalfSplit ? static_cast<size_t>(p.half) : static_cast<size_t>(p.rotary_dim);
+  const bool aligned = HWY_TARGET != HWY_SCALAR && RowsAligned(p, esize, line_unit * esize);
+  if (!aligned) return RunRowsT<E, P, false, Walk::kRows>(job, r0, r1);
+  const bool stream = job.stream && hn::Lanes(d) * esize >= 16;
+  stream ? RunRowsT<E, P, true, Walk::kAlignedRows>(job, r0, r1)
+         : RunRowsT<E, P, false, Walk::kAlignedRows>(job, r0, r1);
+}
+
+template <Elem E>
+void RunRowsE(const RowJob& job, int64_t r0, int64_t r1) {
+  if (job.plan->pairing == Pairing::kHalfSplit) return RunRowsP<E, Pairing::kHalfSplit>(job, r0, r1);
+  RunRowsP<E, Pairing::kInterleaved>(job, r0, r1);
 }
 
 void RunRows(const RowJob& job, int64_t r0, int64_t r1) {
   switch (job.plan->dtype) {
     case DType::kF16: return RunRowsE<Elem::kF16>(job, r0, r1);
-    case DType::kBF16: return RunRowsE<Elem::kBF16>(job, r0, r1);
+    case DType::kBF16:
+#if ROTARY_AVX3_WORDS
+      if (NativeBF16()) return RunRowsE<Elem::kBF16Native>(job, r0, r1);
+#endif
+      return RunRowsE<Elem::kBF16>(job, r0, r1);
     default: return RunRowsE<Elem::kF32>(job, r0, r1);
   }
 }

@@ -367,6 +367,12 @@ std::vector<Case> all_cases() {
             c.S = 4; c.hq = 3; c.hk = 2; c.aligned_out = true;
             cases.push_back(c);
           }
+          c = base;  // every row on a cache line (in place too): the unpeeled prefetching path
+          c.S = 4; c.hq = 3; c.hk = 2; c.aligned_out = !inplace;
+          c.misalign = dtype_size(dt) == 2 ? 16 : 0;  // buffers start 16 elements past a line
+          cases.push_back(c);
+          c.head_dim = c.rotary_dim = 96;  // ... with a rotated width that is not whole vectors
+          cases.push_back(c);
           c = base;  // more rows per token than one row batch (64), partial rotary, q in place / k not
           c.S = 2; c.hq = 66; c.hk = 3; c.head_dim = 64; c.rotary_dim = 48; c.k_out_of_place = inplace;
           cases.push_back(c);
@@ -446,6 +452,48 @@ TEST_F(CpuKernelsTest, SpecialValuesRoundLikeTheReference) {
       }
     }
   }
+}
+
+TEST(CpuKernelsBf16Test, NativeNarrowingMatchesPortableBitForBit) {
+  // AVX512-BF16's VCVTNEPS2BF16 (used where the CPU has it) must give exactly the portable rounding,
+  // subnormal-producing rows (which it would flush) and NaN/Inf included.
+  const bool had_native = detail::cpu::set_native_bf16(true);
+  if (!had_native) GTEST_SKIP() << "this CPU has no AVX512-BF16: only the portable bf16 narrowing runs here";
+  for (Pairing pr : {Pairing::kHalfSplit, Pairing::kInterleaved})
+    for (bool decode : {true, false}) {
+      Case c;
+      c.dtype = DType::kBF16;
+      c.pairing = pr;
+      c.S = decode ? 1 : 4; c.hq = 6; c.hk = 2;
+      c.misalign = 16;  // rows on cache lines: the unpeeled path for the large call
+      Fixture native(c), portable(c);  // same random inputs
+      const float specials[] = {INFINITY, -INFINITY, NAN, 3.4e38f, -1e-40f, 2e-38f, -1.5e-38f, 0.f, -0.f, 1e-39f};
+      for (int64_t s = 0; s < c.S; ++s)
+        for (int64_t h = 0; h < c.hq; ++h)
+          for (int64_t d = 0; d < c.head_dim; ++d)
+            for (Fixture* f : {&native, &portable}) {
+              if (h == 1) {  // a whole head of tiny values: its outputs are subnormal
+                const float tiny[] = {1e-39f, -2e-39f, 5e-40f, -1e-40f, 3e-38f};
+                store_value(f->q_elem(false, 0, s, h, d), c.dtype, tiny[(s + d) % 5]);
+              } else if (d % 7 == 0) {
+                store_value(f->q_elem(false, 0, s, h, d), c.dtype, specials[(s + h + d) % 10]);
+              }
+            }
+      detail::cpu::RowJob job;
+      job.rows_per_token = c.hq + c.hk;
+      job.total_rows = c.S * job.rows_per_token;
+      job.table_fast = true;
+      job.row_outer = !decode;
+      job.plan = &native.plan;
+      detail::cpu::set_native_bf16(true);
+      detail::cpu::run_rows(job, 0, job.total_rows);
+      job.plan = &portable.plan;
+      detail::cpu::set_native_bf16(false);
+      detail::cpu::run_rows(job, 0, job.total_rows);
+      detail::cpu::set_native_bf16(true);
+      EXPECT_TRUE(native.buf.q == portable.buf.q) << c.name() << (decode ? " decode" : " large");
+      EXPECT_TRUE(native.buf.k == portable.buf.k) << c.name() << (decode ? " decode" : " large");
+    }
 }
 
 TEST(CpuApplyTest, ResultsDoNotDependOnThreadCount) {
