@@ -33,6 +33,12 @@ struct PositionRange {
 /// Throws rotary::Error before anything is written.
 Plan build_plan(const ApplyArgs& args, const PlanRequest& request, PositionRange* range);
 
+/// The two halves of build_plan, for tests: the general validation, and the shortcut for the
+/// common call (contiguous, disjoint tensors, offset positions) that returns false for anything
+/// else. For every call the shortcut accepts, both produce the same Plan and range.
+Plan build_plan_full(const ApplyArgs& args, const PlanRequest& request, PositionRange* range);
+bool build_plan_fast(const ApplyArgs& args, const PlanRequest& request, Plan* plan, PositionRange* range);
+
 /// Validates caller cos/sin against a plan (shape, dtype, positions in range) and attaches them.
 void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& sin, const ApplyArgs& args,
                            const PositionRange& range);
