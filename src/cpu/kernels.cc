@@ -382,6 +382,18 @@ inline float* Scratch(size_t floats) {
 
 /// The rows a kernel multiplies by for one token: cos and sin as the pairing wants them
 /// (half-split: c, s or -s; interleaved: duplicated per channel with the pair's signs).
+/// Token (b, s)'s cos and sin rows (`half` f32 each), straight from the table when possible.
+HWY_INLINE void TokenCosSin(const RowJob& job, int64_t b, int64_t s, float* resolved, const float** crow,
+                            const float** srow) {
+  const Plan& p = *job.plan;
+  if (job.table_fast) {
+    *crow = p.cs.table + (p.pos.offset + s) * (2 * p.half);
+    *srow = *crow + p.half;
+  } else {
+    resolve_cos_sin(p, b, s, resolved, crow, srow);
+  }
+}
+
 template <Pairing P>
 HWY_INLINE void TokenRows(const RowJob& job, int64_t b, int64_t s, float* resolved, float* prepared,
                           const float** c_use, const float** s_use) {
@@ -389,12 +401,7 @@ HWY_INLINE void TokenRows(const RowJob& job, int64_t b, int64_t s, float* resolv
   const size_t h = static_cast<size_t>(p.half);
   const float* crow;
   const float* srow;
-  if (job.table_fast) {
-    crow = p.cs.table + (p.pos.offset + s) * static_cast<int64_t>(2 * h);
-    srow = crow + h;
-  } else {
-    resolve_cos_sin(p, b, s, resolved, &crow, &srow);
-  }
+  TokenCosSin(job, b, s, resolved, &crow, &srow);
   const bool inverse = p.direction == Direction::kInverse;
   *c_use = crow;
   *s_use = srow;
@@ -506,20 +513,40 @@ HWY_INLINE void InterleavedRowAligned(const Storage<E>* in, Storage<E>* out, con
 
 /// `n` rows of one tensor and one token (row k at in + k*in_step, out + k*out_step) whose rotated
 /// part is exactly K full vectors per half (half-split) or K vectors (interleaved): the token's cos
-/// and sin vectors are loaded once into registers and every row is fully unrolled, so a row costs
-/// only its loads, multiplies and stores. With kPrefetch, each row prefetches the row `pf_delta`
-/// bytes further on.
+/// and sin vectors (from its plain rows c, s of `h` values) are built once in registers, signed for
+/// the direction and, for interleaved pairs, duplicated per channel, and every row is fully
+/// unrolled, so a row costs only its loads, multiplies and stores. With kPrefetch, each row
+/// prefetches the row `pf_delta` bytes further on.
 template <size_t K, Elem E, Pairing P, bool kStream, bool kPrefetch>
 HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n, int64_t in_step,
-                                int64_t out_step, const float* c, const float* s, size_t h, int64_t pf_delta) {
+                                int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
+                                int64_t pf_delta) {
   using T = Storage<E>;
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
   V vc[K], vs[K];
-  for (size_t k = 0; k < K; ++k) {
-    vc[k] = hn::LoadU(d, c + k * N);
-    vs[k] = hn::LoadU(d, s + k * N);
+  if constexpr (P == Pairing::kHalfSplit) {
+    for (size_t k = 0; k < K; ++k) {
+      vc[k] = hn::LoadU(d, c + k * N);
+      vs[k] = inverse ? hn::Neg(hn::LoadU(d, s + k * N)) : hn::LoadU(d, s + k * N);
+    }
+  } else {
+#if HWY_TARGET == HWY_SCALAR
+    HWY_ASSERT(false);  // one-lane vectors never take this path (RegisterVectors is 0)
+#else
+    // Vector k covers pairs [k*N/2, (k+1)*N/2): lanes [c0 c0 c1 c1 ..] and [-s0 s0 -s1 s1 ..] (forward).
+    const hn::Half<decltype(d)> dh;
+    alignas(64) int32_t dup[hn::MaxLanes(d)];
+    for (size_t i = 0; i < N; ++i) dup[i] = static_cast<int32_t>(i / 2);
+    const auto idx = hn::SetTableIndices(d, dup);
+    const float sign = inverse ? -1.0f : 1.0f;
+    const V pair_sign = hn::OddEven(hn::Set(d, sign), hn::Set(d, -sign));
+    for (size_t k = 0; k < K; ++k) {
+      vc[k] = hn::TableLookupLanes(hn::ZeroExtendVector(d, hn::LoadU(dh, c + k * N / 2)), idx);
+      vs[k] = hn::Mul(hn::TableLookupLanes(hn::ZeroExtendVector(d, hn::LoadU(dh, s + k * N / 2)), idx), pair_sign);
+    }
+#endif
   }
   for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
     if constexpr (kPrefetch) {
@@ -577,12 +604,13 @@ HWY_INLINE size_t RegisterVectors(const Plan& p) {
 /// RowsInRegisters with K chosen at run time.
 template <Elem E, Pairing P, bool kStream, bool kPrefetch>
 HWY_INLINE void RowsInRegistersK(size_t K, const Storage<E>* in, Storage<E>* out, int64_t n, int64_t in_step,
-                                 int64_t out_step, const float* c, const float* s, size_t h, int64_t pf_delta) {
+                                 int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
+                                 int64_t pf_delta) {
   switch (K) {
-    case 1: return RowsInRegisters<1, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
-    case 2: return RowsInRegisters<2, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
-    case 4: return RowsInRegisters<4, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
-    default: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, pf_delta);
+    case 1: return RowsInRegisters<1, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+    case 2: return RowsInRegisters<2, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+    case 4: return RowsInRegisters<4, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+    default: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
   }
 }
 
@@ -611,14 +639,15 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   int64_t pf_delta[2] = {0, 0};
   for (int i = 0; i < p.ntensors; ++i) pf_delta[i] = PrefetchDelta(p.t[i], p.head_dim, sizeof(T));
   const size_t K = W == Walk::kRows ? 0 : RegisterVectors<P>(p);
+  const bool inverse = p.direction == Direction::kInverse;
 
   int64_t g = r0 / rpt;  // token index b * S + s
   int64_t w = r0 % rpt;  // first row of the token to do
   int64_t b = g / p.S, s = g % p.S;
   for (int64_t r = r0; r < r1;) {
     const int64_t w_end = std::min(rpt, w + (r1 - r));
-    TokenRows<P>(job, b, s, resolved, prepared, &c_use, &s_use);
     if (K != 0) {
+      TokenCosSin(job, b, s, resolved, &c_use, &s_use);  // signed and duplicated in registers
       // Each tensor's rows of this token with cos/sin in registers (prefetching for large calls).
       for (int i = 0; i < p.ntensors; ++i) {
         const int64_t first = i == 0 ? 0 : hq;
@@ -630,7 +659,7 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
         constexpr bool kPrefetch = W != Walk::kBlocks;
         RowsInRegistersK<E, P, kStream, kPrefetch>(K, in, out, hi - lo, t.in_sh, t.out_sh, c_use, s_use, h,
-                                                   pf_delta[i]);
+                                                   inverse, pf_delta[i]);
         if (R < D && t.in != t.out) {
           for (int64_t k = lo; k < hi; ++k, in += t.in_sh, out += t.out_sh) {
             std::memcpy(out + R, in + R, (D - R) * sizeof(T));
@@ -638,6 +667,7 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         }
       }
     } else if constexpr (W == Walk::kBlocks) {
+      TokenRows<P>(job, b, s, resolved, prepared, &c_use, &s_use);
       // This token's rows [w, w_end): pointers by stepping each tensor's head stride, then each
       // cos/sin vector is loaded once for all of them.
       constexpr int64_t kBatch = 64;
@@ -662,6 +692,7 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         Rows<E, P, false>(ins, outs, n, c_use, s_use, p);  // never streamed: see RunRowsE
       }
     } else {
+      TokenRows<P>(job, b, s, resolved, prepared, &c_use, &s_use);
       for (int i = 0; i < p.ntensors; ++i) {
         const int64_t first = i == 0 ? 0 : hq;
         const int64_t last = i == 0 ? hq : rpt;
