@@ -323,11 +323,28 @@ HWY_INLINE size_t PeelToAlign(const T* out, size_t bytes, bool pair) {
   return (bytes - mis) / sizeof(T);
 }
 
+/// The whole cache lines [first, end) (in elements) of a segment of `len` elements at `out`: false
+/// (and an empty span) when `out` is not a whole number of elements (pairs) past a line.
+template <typename T>
+HWY_INLINE bool StreamSpan(const T* out, size_t len, bool pair, size_t* first, size_t* end) {
+  const size_t mis = reinterpret_cast<uintptr_t>(out) % kLine;
+  *first = *end = 0;
+  if (mis % (pair ? 2 * sizeof(T) : sizeof(T)) != 0) return false;
+  const size_t line_elems = kLine / sizeof(T);
+  const size_t lead = mis == 0 ? 0 : (kLine - mis) / sizeof(T);
+  if (lead >= len) return false;
+  *first = lead;
+  *end = lead + (len - lead) / line_elems * line_elems;
+  return true;
+}
+
 /// One row of a large call whose output rows are not all cache-line aligned: a few elements first
 /// so that the full-width stores are aligned (numpy arrays start 16 bytes past a cache line:
 /// unaligned 64-byte stores would split every line), then full vectors, with the prefetch of a row
-/// further ahead interleaved (`pf` may be any address: prefetches never fault).
-template <Elem E>
+/// further ahead interleaved (`pf` may be any address: prefetches never fault). With kStream, the
+/// whole cache lines of the row's interior are written with non-temporal stores; the partial lines
+/// at its ends, which neighbouring rows share, with ordinary stores (never both kinds in one line).
+template <Elem E, bool kStream>
 HWY_INLINE void HalfRowPeeled(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
                               const Storage<E>* pf) {
   using T = Storage<E>;
@@ -339,6 +356,22 @@ HWY_INLINE void HalfRowPeeled(const Storage<E>* in, Storage<E>* out, const float
   size_t i = 0;
   const size_t peel = std::min(h, PeelToAlign(out, N * sizeof(T), false));
   if (peel != 0) Remainder<8, 1>(i, peel, narrow);
+  if constexpr (kStream) {
+    // Whole lines of each half (both halves share the alignment: h is whole lines) are streamed.
+    size_t first = 0, end = 0;
+    if (StreamSpan(out, h, false, &first, &end)) {
+      for (; i + N <= first; i += N) {
+        hwy::Prefetch(pf + i);
+        hwy::Prefetch(pf + h + i);
+        HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+      }
+    }
+    for (; i + N <= end; i += N) {
+      hwy::Prefetch(pf + i);
+      hwy::Prefetch(pf + h + i);
+      HalfStep<E, true>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
+    }
+  }
   for (; i + N <= h; i += N) {
     hwy::Prefetch(pf + i);
     hwy::Prefetch(pf + h + i);
@@ -347,7 +380,7 @@ HWY_INLINE void HalfRowPeeled(const Storage<E>* in, Storage<E>* out, const float
   if (i < h) Remainder<8, 1>(i, h, narrow);
 }
 
-template <Elem E>
+template <Elem E, bool kStream>
 HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
                                      size_t rdim, const Storage<E>* pf) {
 #if HWY_TARGET == HWY_SCALAR
@@ -363,6 +396,19 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
   size_t j = 0;
   const size_t peel = std::min(rdim, PeelToAlign(out, N * sizeof(T), true));
   if (peel != 0) Remainder<8, 2>(j, peel, narrow);
+  if constexpr (kStream) {
+    size_t first = 0, end = 0;
+    if (StreamSpan(out, rdim, true, &first, &end)) {
+      for (; j + N <= first; j += N) {
+        hwy::Prefetch(pf + j);
+        InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+      }
+    }
+    for (; j + N <= end; j += N) {
+      hwy::Prefetch(pf + j);
+      InterleavedStep<E, true>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
+    }
+  }
   for (; j + N <= rdim; j += N) {
     hwy::Prefetch(pf + j);
     InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
@@ -709,13 +755,13 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
             if constexpr (W == Walk::kAlignedRows) {
               HalfRowAligned<E, kStream>(in, out, c_use, s_use, h, pf);
             } else {
-              HalfRowPeeled<E>(in, out, c_use, s_use, h, pf);
+              HalfRowPeeled<E, kStream>(in, out, c_use, s_use, h, pf);
             }
           } else {
             if constexpr (W == Walk::kAlignedRows) {
               InterleavedRowAligned<E, kStream>(in, out, c_use, s_use, R, pf);
             } else {
-              InterleavedRowPeeled<E>(in, out, c_use, s_use, R, pf);
+              InterleavedRowPeeled<E, kStream>(in, out, c_use, s_use, R, pf);
             }
           }
           if (copy_tail) {
@@ -747,8 +793,14 @@ void RunRowsP(const RowJob& job, int64_t r0, int64_t r1) {
   // vectors (Highway streams at least 16 bytes) and only for whole-line rows.
   const size_t line_unit = P == Pairing::kHalfSplit ? static_cast<size_t>(p.half) : static_cast<size_t>(p.rotary_dim);
   const bool aligned = HWY_TARGET != HWY_SCALAR && RowsAligned(p, esize, line_unit * esize);
-  if (!aligned) return RunRowsT<E, P, false, Walk::kRows>(job, r0, r1);
-  const bool stream = job.stream && hn::Lanes(d) * esize >= 16;
+  const bool stream = job.stream && HWY_TARGET != HWY_SCALAR && hn::Lanes(d) * esize >= 16;
+  if (!aligned) {
+    // Misaligned rows (numpy buffers): each row's interior lines may still stream when the halves
+    // of a half-split row start at the same offset within a line.
+    const bool stream_rows = stream && (P == Pairing::kInterleaved || (line_unit * esize) % kLine == 0);
+    return stream_rows ? RunRowsT<E, P, true, Walk::kRows>(job, r0, r1)
+                       : RunRowsT<E, P, false, Walk::kRows>(job, r0, r1);
+  }
   stream ? RunRowsT<E, P, true, Walk::kAlignedRows>(job, r0, r1)
          : RunRowsT<E, P, false, Walk::kAlignedRows>(job, r0, r1);
 }
