@@ -30,6 +30,8 @@ __all__ = [
     "apply_qk",
     "cos_sin",
     "default_inv_freq",
+    "empty",
+    "empty_like",
     "onnx_rotary_embedding",
     "preset_config_json",
     "preset_description",
@@ -95,10 +97,37 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     raise TypeError(f"[rotary] {what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
 
 
+_ALIGN = 64  # bytes: one cache line on x86 and most Arm cores
+
+
+def empty(shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
+    """An uninitialised C-contiguous numpy array whose data starts on a 64-byte cache line.
+
+    numpy's own large arrays start 16 bytes past a line; rotary writes aligned outputs with whole-line
+    non-temporal stores, so out-of-place calls into arrays from here (or rotary's own outputs, which
+    are allocated this way) run faster (measured in docs/performance.md). Any dtype numpy knows.
+    """
+    dt = np.dtype(dtype)
+    shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape_t):
+        raise ValueError(f"[rotary] empty: shape must be non-negative, got {shape_t}")
+    nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    return raw[start:start + nbytes].view(dt).reshape(shape_t)
+
+
+def empty_like(x: ArrayLike) -> ArrayLike:
+    """rotary.empty with x's shape and dtype (numpy); torch tensors get torch.empty_like (already aligned)."""
+    if isinstance(x, np.ndarray):
+        return empty(x.shape, x.dtype)
+    return _torch_module().empty_like(x)
+
+
 def _empty_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
-        if _has_broadcast_axis(x):
-            return np.empty(x.shape, dtype=x.dtype)
+        if _has_broadcast_axis(x) or x.flags.c_contiguous:
+            return empty(x.shape, x.dtype)  # cache-line aligned (see rotary.empty)
         return np.empty_like(x)  # keeps x's memory order (e.g. a transposed view stays transposed)
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 

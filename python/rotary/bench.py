@@ -88,8 +88,12 @@ def make_rotary(inp: Inputs, threads: int) -> Callable[[], object]:
     """Out of place into output arrays allocated once and reused, as ONNX Runtime reuses its arena
     (a fresh 80 MiB numpy array per call would time the kernel's page faults, not RoPE)."""
     spec = rotary.Spec(HEAD_DIM, base=BASE)
-    q_out = np.zeros_like(inp.q)
-    k_out = np.zeros_like(inp.k)
+    # Outputs from rotary.empty_like (cache-line aligned, as ONNX Runtime's arena buffers are; numpy's
+    # own start 16 bytes past a line, which costs rotary its whole-line streaming stores).
+    q_out = rotary.empty_like(inp.q)
+    k_out = rotary.empty_like(inp.k)
+    q_out[...] = 0
+    k_out[...] = 0
 
     def run():
         return rotary.apply_qk(inp.q, inp.k, inp.offset, spec, layout="thd", q_out=q_out, k_out=k_out,

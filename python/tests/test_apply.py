@@ -277,3 +277,34 @@ def test_numpy_bf16_roundtrip_matches_torch_bf16(rng):
     yn = rotary.apply(x64.astype(bf16), 0, spec)
     yt = rotary.apply(torch.from_numpy(x64).to(torch.bfloat16), 0, spec)
     np.testing.assert_array_equal(yn.astype(np.float32), yt.float().numpy())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int64])
+def test_empty_is_cache_line_aligned(dtype):
+    for shape in [(0,), 7, (3, 5), (4096, 8, 128), (2, 0, 3)]:
+        a = rotary.empty(shape, dtype)
+        expect = (shape,) if isinstance(shape, int) else shape
+        assert a.shape == expect and a.dtype == np.dtype(dtype) and a.flags.c_contiguous and a.flags.writeable
+        if a.size:
+            assert a.ctypes.data % 64 == 0
+    with pytest.raises(ValueError, match="non-negative"):
+        rotary.empty((2, -1))
+
+
+def test_outputs_are_aligned_and_out_of_place_into_aligned_or_numpy_arrays_agree(rng):
+    spec = rotary.Spec(128, base=500000.0)
+    q = rng.standard_normal((64, 8, 128)).astype(np.float32)
+    k = rng.standard_normal((64, 2, 128)).astype(np.float32)
+    q_rot, k_rot = rotary.apply_qk(q, k, 3, spec, layout="thd")
+    assert q_rot.ctypes.data % 64 == 0 and k_rot.ctypes.data % 64 == 0  # rotary allocated them
+    like = rotary.empty_like(q)
+    assert like.shape == q.shape and like.dtype == q.dtype and like.ctypes.data % 64 == 0
+    # every misalignment of the output (numpy's own is 16 bytes): identical results
+    for shift in (0, 4, 16, 36):
+        raw = np.zeros(q.size * 4 + 128, np.uint8)
+        start = (-raw.ctypes.data) % 64 + shift
+        q_out = raw[start:start + q.nbytes].view(np.float32).reshape(q.shape)
+        k_out = rotary.empty_like(k)
+        rotary.apply_qk(q, k, 3, spec, layout="thd", q_out=q_out, k_out=k_out)
+        np.testing.assert_array_equal(q_out, q_rot)
+        np.testing.assert_array_equal(k_out, k_rot)
