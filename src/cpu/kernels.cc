@@ -515,48 +515,6 @@ inline bool RowsAligned(const Plan& p, size_t esize, size_t half_bytes) {
   return true;
 }
 
-/// One row of a large call whose output rows are all cache-line aligned: full vectors only (streamed
-/// when asked), prefetching the row `pf` further ahead.
-template <Elem E, bool kStream>
-HWY_INLINE void HalfRowAligned(const Storage<E>* in, Storage<E>* out, const float* c, const float* s, size_t h,
-                               const Storage<E>* pf) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  for (; i + N <= h; i += N) {
-    hwy::Prefetch(pf + i);
-    hwy::Prefetch(pf + h + i);
-    HalfStep<E, kStream>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
-  }
-  if (i < h) {
-    Remainder<8, 1>(i, h, [&](auto dc, size_t j) {
-      HalfStep<E, false>(dc, in, out, hn::LoadU(dc, c + j), hn::LoadU(dc, s + j), j, h);
-    });
-  }
-}
-
-template <Elem E, bool kStream>
-HWY_INLINE void InterleavedRowAligned(const Storage<E>* in, Storage<E>* out, const float* cd, const float* sd,
-                                      size_t rdim, const Storage<E>* pf) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)pf;
-  InterleavedRows<E, false>(&in, &out, 1, cd, sd, rdim);
-#else
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t j = 0;
-  for (; j + N <= rdim; j += N) {
-    hwy::Prefetch(pf + j);
-    InterleavedStep<E, kStream>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
-  }
-  if (j < rdim) {
-    Remainder<8, 2>(j, rdim, [&](auto dc, size_t k) {
-      InterleavedStep<E, false>(dc, in, out, hn::LoadU(dc, cd + k), hn::LoadU(dc, sd + k), k);
-    });
-  }
-#endif
-}
-
 /// `n` rows of one tensor and one token (row k at in + k*in_step, out + k*out_step) whose rotated
 /// part is exactly K full vectors per half (half-split) or K vectors (interleaved): the token's cos
 /// and sin vectors (from its plain rows c, s of `h` values) are built once in registers, signed for
@@ -662,10 +620,25 @@ HWY_INLINE void RowsInRegistersK(size_t K, const Storage<E>* in, Storage<E>* out
 
 /// How a job walks the rows of one token.
 enum class Walk {
-  kBlocks,       ///< channel blocks outside, the token's rows inside (small calls: cos/sin stay in registers)
-  kRows,         ///< row after row with prefetch, peeling each row to an aligned store address
-  kAlignedRows,  ///< row after row with prefetch, every row aligned (no peeling; streams if asked)
+  kBlocks,       ///< a small call (one token): its rows share cos/sin in registers, no prefetching
+  kRows,         ///< row after row with prefetch; rows not all aligned: each is peeled to aligned stores
+  kAlignedRows,  ///< row after row with prefetch; every output row starts on a cache line
 };
+
+/// Tensor i's rows among the rows [w0, w1) of token (b, s) (row order: q heads, then k heads):
+/// their count, and the input and output of the first one (the others follow by the head strides).
+template <typename T>
+HWY_INLINE int64_t TensorRowsOfToken(const Plan& p, int i, int64_t rpt, int64_t b, int64_t s, int64_t w0,
+                                     int64_t w1, const T** in, T** out) {
+  const int64_t first = i == 0 ? 0 : p.t[0].heads;  // row index of this tensor's head 0
+  const int64_t last = i == 0 ? p.t[0].heads : rpt;
+  const int64_t lo = std::max(w0, first), hi = std::min(w1, last);
+  if (lo >= hi) return 0;
+  const PlanTensor& t = p.t[i];
+  *in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
+  *out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
+  return hi - lo;
+}
 
 template <Elem E, Pairing P, bool kStream, Walk W>
 void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
@@ -681,7 +654,6 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   const float* c_use = nullptr;
   const float* s_use = nullptr;
   const int64_t rpt = job.rows_per_token;
-  const int64_t hq = p.t[0].heads;
   int64_t pf_delta[2] = {0, 0};
   for (int i = 0; i < p.ntensors; ++i) pf_delta[i] = PrefetchDelta(p.t[i], p.head_dim, sizeof(T));
   const size_t K = W == Walk::kRows ? 0 : RegisterVectors<P>(p);
@@ -696,18 +668,16 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
       TokenCosSin(job, b, s, resolved, &c_use, &s_use);  // signed and duplicated in registers
       // Each tensor's rows of this token with cos/sin in registers (prefetching for large calls).
       for (int i = 0; i < p.ntensors; ++i) {
-        const int64_t first = i == 0 ? 0 : hq;
-        const int64_t last = i == 0 ? hq : rpt;
-        const int64_t lo = std::max(w, first), hi = std::min(w_end, last);
-        if (lo >= hi) continue;
+        const T* in;
+        T* out;
+        const int64_t n = TensorRowsOfToken(p, i, rpt, b, s, w, w_end, &in, &out);
+        if (n == 0) continue;
         const PlanTensor& t = p.t[i];
-        const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
-        T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
         constexpr bool kPrefetch = W != Walk::kBlocks;
-        RowsInRegistersK<E, P, kStream, kPrefetch>(K, in, out, hi - lo, t.in_sh, t.out_sh, c_use, s_use, h,
-                                                   inverse, pf_delta[i]);
+        RowsInRegistersK<E, P, kStream, kPrefetch>(K, in, out, n, t.in_sh, t.out_sh, c_use, s_use, h, inverse,
+                                                   pf_delta[i]);
         if (R < D && t.in != t.out) {
-          for (int64_t k = lo; k < hi; ++k, in += t.in_sh, out += t.out_sh) {
+          for (int64_t k = 0; k < n; ++k, in += t.in_sh, out += t.out_sh) {
             std::memcpy(out + R, in + R, (D - R) * sizeof(T));
           }
         }
@@ -723,14 +693,10 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
         const int64_t w1 = std::min(w_end, w0 + kBatch);
         int64_t n = 0;
         for (int i = 0; i < p.ntensors; ++i) {
-          const int64_t first = i == 0 ? 0 : hq;  // row index of this tensor's head 0
-          const int64_t last = i == 0 ? hq : rpt;
-          const int64_t lo = std::max(w0, first), hi = std::min(w1, last);
-          if (lo >= hi) continue;
-          const PlanTensor& t = p.t[i];
-          const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
-          T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
-          for (int64_t k = lo; k < hi; ++k, ++n, in += t.in_sh, out += t.out_sh) {
+          const T* in;
+          T* out;
+          const int64_t rows = TensorRowsOfToken(p, i, rpt, b, s, w0, w1, &in, &out);
+          for (int64_t k = 0; k < rows; ++k, ++n, in += p.t[i].in_sh, out += p.t[i].out_sh) {
             ins[n] = in;
             outs[n] = out;
           }
@@ -740,29 +706,18 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
     } else {
       TokenRows<P>(job, b, s, resolved, prepared, &c_use, &s_use);
       for (int i = 0; i < p.ntensors; ++i) {
-        const int64_t first = i == 0 ? 0 : hq;
-        const int64_t last = i == 0 ? hq : rpt;
-        const int64_t lo = std::max(w, first), hi = std::min(w_end, last);
-        if (lo >= hi) continue;
+        const T* in;
+        T* out;
+        const int64_t n = TensorRowsOfToken(p, i, rpt, b, s, w, w_end, &in, &out);
         const PlanTensor& t = p.t[i];
-        const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss + (lo - first) * t.in_sh;
-        T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss + (lo - first) * t.out_sh;
         const bool copy_tail = R < D && t.in != t.out;
-        for (int64_t k = lo; k < hi; ++k, in += t.in_sh, out += t.out_sh) {
+        for (int64_t k = 0; k < n; ++k, in += t.in_sh, out += t.out_sh) {
           // Prefetch addresses are computed as integers: they may lie past the tensor (never faults).
           const T* pf = reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(in) + pf_delta[i]);
           if constexpr (P == Pairing::kHalfSplit) {
-            if constexpr (W == Walk::kAlignedRows) {
-              HalfRowAligned<E, kStream>(in, out, c_use, s_use, h, pf);
-            } else {
-              HalfRowPeeled<E, kStream>(in, out, c_use, s_use, h, pf);
-            }
+            HalfRowPeeled<E, kStream>(in, out, c_use, s_use, h, pf);  // peels nothing on aligned rows
           } else {
-            if constexpr (W == Walk::kAlignedRows) {
-              InterleavedRowAligned<E, kStream>(in, out, c_use, s_use, R, pf);
-            } else {
-              InterleavedRowPeeled<E, kStream>(in, out, c_use, s_use, R, pf);
-            }
+            InterleavedRowPeeled<E, kStream>(in, out, c_use, s_use, R, pf);
           }
           if (copy_tail) {
             for (size_t off = R; off < D; off += kLine / sizeof(T)) hwy::Prefetch(pf + off);
