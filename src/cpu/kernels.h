@@ -30,9 +30,9 @@ struct RowJob {
 /// resolved once per call). Results are bit-identical whatever the split of rows into ranges.
 void run_rows(const RowJob& job, int64_t r0, int64_t r1);
 
-/// Whether bf16 outputs on the AVX3 target use AVX512-BF16's VCVTNEPS2BF16 (default: when the CPU
-/// has it). Results are bit-identical either way; tests switch it off to cover the portable path.
-/// Returns whether the native path is now on (false when the CPU lacks it).
+/// Whether bf16 outputs on the AVX3 target use AVX512-BF16 narrowing (VCVTNE2PS2BF16 / VCVTNEPS2BF16;
+/// default: when the CPU has it). Results are bit-identical either way; tests switch it off to cover
+/// the portable path. Returns whether the native path is now on (false when the CPU lacks it).
 bool set_native_bf16(bool on);
 
 /// Name of the Highway target run_rows dispatches to right now (e.g. "AVX3", "AVX2").

@@ -287,14 +287,6 @@ int run_bench(const std::vector<std::string>& args) {
   for (const auto& c : cases) max_pos = std::max(max_pos, c.position + c.tokens);
   table.ensure(max_pos);
 
-  int64_t max_tokens = 0;
-  for (const auto& c : cases) max_tokens = std::max(max_tokens, c.tokens);
-  const size_t q_bytes_max = static_cast<size_t>(max_tokens * kHeadsQ * kHeadDim * 4);
-  const size_t k_bytes_max = static_cast<size_t>(max_tokens * kHeadsK * kHeadDim * 4);
-  Buffer q(q_bytes_max), k(k_bytes_max), q_out(q_bytes_max), k_out(k_bytes_max);
-  // Limits run on one contiguous buffer of the same total size (and a second one to copy into).
-  Buffer lim_a(q_bytes_max + k_bytes_max), lim_b(q_bytes_max + k_bytes_max);
-  fill_values(lim_a.p, lim_a.bytes, DType::kF32);
 
   const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
   const Pairing pairings[] = {Pairing::kHalfSplit, Pairing::kInterleaved};
@@ -304,8 +296,8 @@ int run_bench(const std::vector<std::string>& args) {
   long long done = 0;
 
   Team team;
-  float* lim_src = reinterpret_cast<float*>(lim_a.p);
-  float* lim_dst = reinterpret_cast<float*>(lim_b.p);
+  float* lim_src = nullptr;  // the limits' buffers of the case being measured
+  float* lim_dst = nullptr;
   /// Runs body(lo, hi) over [0, n) floats split across `threads` threads.
   auto split = [&](size_t n, int threads, const std::function<void(size_t, size_t)>& body) {
     if (threads == 1) return body(0, n);
@@ -328,6 +320,16 @@ int run_bench(const std::vector<std::string>& args) {
 
   std::vector<Row> rows;
   for (const BenchCase& bc : cases) {
+    // Buffers of this case's size (f32 bytes, the largest dtype), allocated per case: a decode step's
+    // q and k are small tensors of their own, not the first rows of prefill-sized buffers.
+    const size_t q_bytes_max = static_cast<size_t>(bc.tokens * kHeadsQ * kHeadDim * 4);
+    const size_t k_bytes_max = static_cast<size_t>(bc.tokens * kHeadsK * kHeadDim * 4);
+    Buffer q(q_bytes_max), k(k_bytes_max), q_out(q_bytes_max), k_out(k_bytes_max);
+    // Limits run on one contiguous buffer of the same total size (and a second one to copy into).
+    Buffer lim_a(q_bytes_max + k_bytes_max), lim_b(q_bytes_max + k_bytes_max);
+    fill_values(lim_a.p, lim_a.bytes, DType::kF32);
+    lim_src = reinterpret_cast<float*>(lim_a.p);
+    lim_dst = reinterpret_cast<float*>(lim_b.p);
     for (DType dtype : dtypes) {
       const size_t es = dtype_size(dtype);
       const size_t qb = static_cast<size_t>(bc.tokens * kHeadsQ * kHeadDim) * es;
