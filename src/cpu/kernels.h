@@ -15,14 +15,14 @@ struct RowJob {
   const Plan* plan = nullptr;
   int64_t rows_per_token = 0;  ///< q heads + k heads
   int64_t total_rows = 0;      ///< B * S * rows_per_token
-  /// Ask for non-temporal stores (out of place, large output). The kernel uses them only where
-  /// every output row and half is aligned to its vector width; values are identical either way.
+  /// Ask for non-temporal stores (out of place, large output). The kernel uses them only for whole
+  /// cache lines that no ordinary store of the call touches; values are identical either way.
   bool stream = false;
   /// kTable source with kOffset positions and no batch offsets: row = table + (offset + s) * 2h.
   bool table_fast = false;
-  /// Loop order within a token: each row start to end (large calls: prefetch- and write-combining-
-  /// friendly), or channel block by block across the token's rows (small calls: each cos/sin vector
-  /// loaded once per token). Values are identical either way.
+  /// Large call: rows with a software prefetch ahead (and streaming when asked). Otherwise (one
+  /// token) no prefetching, and where head widths are not whole vectors, channel block by block
+  /// across the token's rows. Values are identical either way.
   bool row_outer = false;
 };
 

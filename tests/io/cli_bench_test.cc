@@ -1,0 +1,66 @@
+// `rotary bench`: the JSON lines carry issue 4's fields with the right types and cover the whole P2 matrix.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/shared.h"
+
+namespace rotary {
+namespace {
+
+TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
+  const std::string cli = testing::cli_path();
+  if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
+  std::string out;
+  ASSERT_EQ(testing::run_command("'" + cli + "' bench --quick --case P2 --threads 1 --json", &out, false), 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  std::set<std::tuple<std::string, std::string, bool, std::string>> seen;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    for (const char* key : {"case", "dtype", "pairing", "inplace", "direction", "threads", "ms", "us", "gbps",
+                            "limit", "limit_gbps", "ratio"})
+      ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
+    EXPECT_EQ(j["case"], "P2");
+    EXPECT_TRUE(j["inplace"].is_boolean()) << line;
+    EXPECT_TRUE(j["threads"].is_number_integer()) << line;
+    EXPECT_EQ(j["threads"].get<int>(), 1);
+    const std::string dtype = j["dtype"], pairing = j["pairing"], direction = j["direction"], limit = j["limit"];
+    EXPECT_TRUE(dtype == "f32" || dtype == "f16" || dtype == "bf16") << dtype;
+    EXPECT_TRUE(pairing == "half" || pairing == "interleaved") << pairing;
+    EXPECT_TRUE(direction == "forward" || direction == "backward") << direction;
+    EXPECT_EQ(limit, j["inplace"].get<bool>() ? "inplace-stream" : "memcpy") << line;
+    const double ms = j["ms"], us = j["us"], gbps = j["gbps"], limit_gbps = j["limit_gbps"], ratio = j["ratio"];
+    EXPECT_GT(us, 0.0);
+    EXPECT_NEAR(ms * 1e3, us, 1e-9 * us);
+    EXPECT_GT(gbps, 0.0);
+    EXPECT_GT(limit_gbps, 0.0);
+    EXPECT_NEAR(ratio, gbps / limit_gbps, 1e-9 * ratio);
+    // bytes = input read + output written: 40 rows of 128 values, twice
+    const double bytes = (dtype == "f32" ? 4.0 : 2.0) * 40 * 128 * 2;
+    EXPECT_NEAR(gbps, bytes / (us * 1e-6) / 1e9, 1e-6 * gbps) << line;
+    seen.insert({dtype, pairing, j["inplace"].get<bool>(), direction});
+  }
+  EXPECT_EQ(seen.size(), 24u) << "every dtype x pairing x inplace x direction once";
+}
+
+TEST(CliBench, BadArgumentsAreUsageErrors) {
+  const std::string cli = testing::cli_path();
+  if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
+  std::string out;
+  EXPECT_NE(testing::run_command("'" + cli + "' bench --case P3", &out, true), 0);
+  EXPECT_NE(out.find("--case must be P1 or P2, got P3"), std::string::npos) << out;
+  EXPECT_NE(testing::run_command("'" + cli + "' bench --threads 0", &out, true), 0);
+  EXPECT_NE(out.find("--threads must be in [1, 1024], got 0"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace rotary
