@@ -522,7 +522,13 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   } else if (!absent(args.k_out)) {
     return false;
   }
-  const bool q_oop = !absent(args.q_out), k_oop = !absent(args.k_out);
+  // An output that is the input's own view (same data, shape and strides) means in place.
+  const bool q_same = !absent(args.q_out) && same_view(args.q_out, args.q);
+  const bool k_same = has_k && !absent(args.k_out) && same_view(args.k_out, args.k);
+  if ((q_same && (!simple_tensor(args.q_out, layout, &qo_bytes) || args.q_out.dtype != args.q.dtype)) ||
+      (k_same && (!simple_tensor(args.k_out, layout, &ko_bytes) || args.k_out.dtype != args.k.dtype)))
+    return false;
+  const bool q_oop = !absent(args.q_out) && !q_same, k_oop = !absent(args.k_out) && !k_same;
   if (q_oop) {  // a separate output: same shape and dtype, touching no other tensor of the call
     if (!simple_tensor(args.q_out, layout, &qo_bytes) || args.q_out.dtype != args.q.dtype) return false;
     for (int i = 0; i < args.q.rank; ++i)
@@ -562,8 +568,8 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
     t.out_sb = co.sb; t.out_ss = co.ss; t.out_sh = co.sh; t.out_sd = co.sd;
   };
   plan->ntensors = 0;
-  fill(plan->t[plan->ntensors++], cq, args.q, q_oop ? args.q_out : args.q);
-  if (has_k) fill(plan->t[plan->ntensors++], ck, args.k, k_oop ? args.k_out : args.k);
+  fill(plan->t[plan->ntensors++], cq, args.q, absent(args.q_out) ? args.q : args.q_out);
+  if (has_k) fill(plan->t[plan->ntensors++], ck, args.k, absent(args.k_out) ? args.k : args.k_out);
   plan->threads = args.threads > 0 ? args.threads : all_cores();
   plan->pos.kind = PlanPositions::Kind::kOffset;
   plan->pos.offset = pos.offset;

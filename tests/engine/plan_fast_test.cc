@@ -57,6 +57,7 @@ TEST(PlanFast, AcceptedCallsPlanLikeTheFullValidation) {
     const DType dt = std::vector<DType>{DType::kF32, DType::kF16, DType::kBF16, DType::kF64}[pick(4)];
     const int64_t B = 1 + pick(2), S = 1 + pick(5), Hq = 1 + pick(4), Hk = 1 + pick(3), D = 2 * (1 + pick(8));
     const bool has_k = pick(4) != 0, q_oop = pick(2) == 0, k_oop = has_k && pick(2) == 0;
+    const bool q_self = !q_oop && pick(3) == 0, k_self = has_k && !k_oop && pick(3) == 0;  // out = the input's view
     const size_t es = dtype_size(dt);
     size_t at = static_cast<size_t>(pick(8)) * 64;
     auto view = [&](int64_t H) {
@@ -79,6 +80,14 @@ TEST(PlanFast, AcceptedCallsPlanLikeTheFullValidation) {
     if (has_k) a.k = view(Hk);
     if (q_oop) a.q_out = view(Hq);
     if (k_oop) a.k_out = view(Hk);
+    auto self_view = [&](const TensorView& v) {  // same data, shape, strides; any stride on size-1 dims
+      TensorView o = v;
+      for (int i = 0; i < o.rank; ++i)
+        if (o.shape[i] == 1 && pick(2) == 0) o.strides[i] = pick(5000);
+      return o;
+    };
+    if (q_self) a.q_out = self_view(a.q);
+    if (k_self) a.k_out = self_view(a.k);
     a.positions = Positions::contiguous(pick(3) == 0 ? 0 : pick(100000));
     if (pick(2)) a.pairing = Pairing::kInterleaved;
     a.direction = pick(2) ? Direction::kInverse : Direction::kForward;
@@ -122,7 +131,11 @@ TEST(PlanFast, EverythingElseIsLeftToTheFullValidation) {
   const std::vector<Case> cases = {
       {"strided q", [&](ApplyArgs& a, PlanRequest&) { a.q.strides[2] = 16; a.q.shape[2] = 2; }},
       {"q and k overlap", [&](ApplyArgs& a, PlanRequest&) { a.k.data = q.data() + 8; }},
-      {"q_out is q", [&](ApplyArgs& a, PlanRequest&) { a.q_out = a.q; }},
+      {"q_out is q with another dtype", [&](ApplyArgs& a, PlanRequest&) { a.q_out = a.q; a.q_out.dtype = DType::kF16; }},
+      {"q_out is q with a negative size-1 stride", [&](ApplyArgs& a, PlanRequest&) {
+         a.q = TensorView::contiguous(q.data(), DType::kF32, {1, 3, 4, 8});
+         a.k = TensorView::contiguous(k.data(), DType::kF32, {1, 3, 2, 8});
+         a.q_out = a.q; a.q_out.strides[0] = -5; }},
       {"q_out overlaps k", [&](ApplyArgs& a, PlanRequest&) { a.q_out = a.q; a.q_out.data = k.data() + 4; }},
       {"k_out without k", [&](ApplyArgs& a, PlanRequest&) { a.k_out = a.k; a.k_out.data = out.data(); a.k = {}; }},
       {"k dtype differs", [&](ApplyArgs& a, PlanRequest&) { a.k.dtype = DType::kF16; }},
