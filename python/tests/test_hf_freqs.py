@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 
 import numpy as np
 import pytest
 
 import rotary
+from hf_models import hf_model_modules
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -218,11 +218,7 @@ DEFAULT_MODELS = [
 
 @pytest.mark.parametrize("model,config_cls,rope_cls,partial", DEFAULT_MODELS, ids=[m[0] for m in DEFAULT_MODELS])
 def test_model_default_rope_matches_transformers(model, config_cls, rope_cls, partial):
-    try:
-        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
-        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
-    except ImportError as e:  # pragma: no cover - depends on the installed transformers
-        pytest.skip(f"transformers has no {model}: {e}")
+    cfg_mod, mdl_mod = hf_model_modules(model)
     ConfigCls = getattr(cfg_mod, config_cls)
     RopeCls = getattr(mdl_mod, rope_cls)
     r = np.random.default_rng(sum(map(ord, model)))

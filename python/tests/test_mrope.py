@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import rotary
+from hf_models import hf_model_modules
 from reference import mrope_angles, rotate
 
 torch = pytest.importorskip("torch")
@@ -22,6 +23,15 @@ def _positions(r, B, S):
     return pos.astype(np.int64)
 
 
+def _mrope_config(cfg_mod, config_cls, section, interleaved):
+    """A small text config of the model with head_dim 128 and the given M-RoPE sections."""
+    params = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": section}
+    if interleaved:
+        params["mrope_interleaved"] = True
+    return getattr(cfg_mod, config_cls)(hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
+                                        head_dim=128, rope_parameters=params, max_position_embeddings=4096)
+
+
 CASES = [
     ("qwen2_vl", "Qwen2VLTextConfig", "Qwen2VLRotaryEmbedding", [16, 24, 24], False),
     ("qwen3_vl", "Qwen3VLTextConfig", "Qwen3VLTextRotaryEmbedding", [24, 20, 20], True),
@@ -30,18 +40,8 @@ CASES = [
 
 @pytest.mark.parametrize("model,config_cls,rope_cls,section,interleaved", CASES, ids=[c[0] for c in CASES])
 def test_mrope_matches_transformers(model, config_cls, rope_cls, section, interleaved):
-    import importlib
-
-    try:
-        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
-        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
-    except ImportError as e:  # pragma: no cover
-        pytest.skip(f"transformers has no {model}: {e}")
-    params = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": section}
-    if interleaved:
-        params["mrope_interleaved"] = True
-    config = getattr(cfg_mod, config_cls)(hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
-                                          head_dim=128, rope_parameters=params, max_position_embeddings=4096)
+    cfg_mod, mdl_mod = hf_model_modules(model)
+    config = _mrope_config(cfg_mod, config_cls, section, interleaved)
     spec = rotary.Spec.from_hf_config(config)
     assert list(spec.mrope_section) == section and spec.mrope_interleaved == interleaved
 
@@ -83,18 +83,8 @@ def test_mrope_thd_and_errors():
 def test_mrope_section_assignment_is_transformers_own_in_float64(model, config_cls, rope_cls, section, interleaved):
     """transformers' live recomposition (Qwen2-VL split/cat, Qwen3-VL interleave) fed float64 angles built from
     rotary's frequencies: the rotation must equal rotary's to f32 cos/sin rounding, at large positions too."""
-    import importlib
-
-    try:
-        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
-        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
-    except ImportError as e:  # pragma: no cover
-        pytest.skip(f"transformers has no {model}: {e}")
-    params = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": section}
-    if interleaved:
-        params["mrope_interleaved"] = True
-    config = getattr(cfg_mod, config_cls)(hidden_size=256, num_attention_heads=2, num_key_value_heads=1,
-                                          head_dim=128, rope_parameters=params, max_position_embeddings=4096)
+    cfg_mod, mdl_mod = hf_model_modules(model)
+    config = _mrope_config(cfg_mod, config_cls, section, interleaved)
     hf_rope = getattr(mdl_mod, rope_cls)(config)
     if not hasattr(hf_rope, "recomposition_frequencies"):  # pragma: no cover - older transformers
         pytest.skip("this transformers has no recomposition_frequencies")

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import rotary
+from hf_models import hf_model_modules
 from reference import rotate
 
 torch = pytest.importorskip("torch")
@@ -31,13 +32,7 @@ VISION = [
 
 @pytest.mark.parametrize("model,cfg_cls,rope_cls,convention,kw", VISION, ids=[v[0] for v in VISION])
 def test_vision_matches_transformers(model, cfg_cls, rope_cls, convention, kw):
-    import importlib
-
-    try:
-        cfg_mod = importlib.import_module(f"transformers.models.{model}.configuration_{model}")
-        mdl_mod = importlib.import_module(f"transformers.models.{model}.modeling_{model}")
-    except ImportError as e:  # pragma: no cover
-        pytest.skip(f"transformers has no {model}: {e}")
+    cfg_mod, mdl_mod = hf_model_modules(model)
     config = getattr(cfg_mod, cfg_cls)(**kw)
     try:
         hf_rope = getattr(mdl_mod, rope_cls)(config)
