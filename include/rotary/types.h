@@ -23,7 +23,15 @@ enum class DType : int {
 };
 
 ROTARY_API const char* dtype_name(DType dtype);  ///< "f32", "f16", "bf16", "f64", "i32", "i64"
-ROTARY_API std::size_t dtype_size(DType dtype);
+/// Bytes per element (0 for a value that is not a DType).
+inline std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF16: case DType::kBF16: return 2;
+    case DType::kF64: case DType::kI64: return 8;
+  }
+  return 0;
+}
 inline bool is_floating(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 inline bool is_integer(DType d) { return d == DType::kI32 || d == DType::kI64; }
 

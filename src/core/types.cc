@@ -17,15 +17,6 @@ const char* dtype_name(DType dtype) {
   return "unknown";
 }
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kF64: case DType::kI64: return 8;
-  }
-  return 0;
-}
-
 const char* pairing_name(Pairing p) { return p == Pairing::kHalfSplit ? "half" : "interleaved"; }
 
 const char* layout_name(Layout l) {

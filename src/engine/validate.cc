@@ -57,14 +57,8 @@ bool absent(const TensorView& v) { return v.data == nullptr && v.rank == 0; }
 
 bool valid_dtype(DType d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) <= 5; }
 
-/// Element size in bytes, inlined (the hot path calls it per tensor); matches rotary::dtype_size.
-inline int64_t elem_size(DType d) {
-  switch (d) {
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kF64: case DType::kI64: return 8;
-    default: return 4;  // f32, i32 (other values are rejected by valid_dtype first)
-  }
-}
+/// Element size in bytes as int64 (views reaching here have a valid dtype).
+inline int64_t elem_size(DType d) { return static_cast<int64_t>(dtype_size(d)); }
 
 /// Rank, shape, stride, null-pointer and byte-size checks shared by every tensor argument.
 /// `allow_broadcast_zero`: zero strides on dims of size > 1 (read-only index tensors).
