@@ -5,7 +5,8 @@
 Runs every implementation on the same tensors as `rotary bench`: P1 = Llama-3-8B prefill (q [4096,32,128]
 + k [4096,8,128], positions 0..4095) and P2 = decode (q [1,32,128] + k [1,8,128] at position 12345), in
 f32 / f16 / bf16, half-split pairing, forward, out of place (inputs left unchanged; rotary writes into
-output arrays reused across calls, ONNX Runtime into its arena, PyTorch allocates). Prints one JSON object per (case, dtype, impl, threads) with --json, then a table of
+output arrays reused across calls, ONNX Runtime into its arena, ggml into its context's tensors with a
+persistent threadpool, PyTorch allocates). Prints one JSON object per (case, dtype, impl, threads) with --json, then a table of
 speedups (peer ms / rotary ms). An implementation that cannot run a combination (not installed, dtype
 not supported) is reported with "ms": null and the reason.
 """
@@ -205,18 +206,24 @@ def make_onnxruntime(inp: Inputs, threads: int) -> Callable[[], object]:
 
 
 def make_ggml(inp: Inputs, threads: int) -> Callable[[], object]:
-    for module in ("ggml",):
-        try:
-            mod = __import__(module)
-            if hasattr(mod, "ggml_rope_ext") or hasattr(mod, "ggml_rope"):
-                break
-        except Exception:
-            continue
-    else:
-        raise Unavailable("no ggml Python binding installed: PyPI has no prebuilt wheel of ggml-python or "
-                          "ggml-py for this platform (pip --only-binary found none), and a source build "
-                          "of ggml was not attempted")
-    raise Unavailable("a ggml module is importable but this benchmark has no driver for its API")
+    """ggml_rope_ext (NEOX mode) through PyPI's libggml-python libraries (see rotary._bench_ggml)."""
+    from rotary._bench_ggml import GgmlRope, GgmlUnavailable
+
+    try:
+        rope = GgmlRope(inp.q, inp.k, inp.offset, BASE, inp.dtype, threads)
+    except GgmlUnavailable as e:
+        raise Unavailable(str(e))
+    # The driver declares ggml's C API by hand: check that it computes this case's RoPE before timing it.
+    # ggml accumulates its angles in f32 (error ~1e-3 at position 4095); a wrong mode or layout is O(1).
+    half = HEAD_DIM // 2
+    for x, y in zip((inp.q, inp.k), rope()):
+        x = x.astype(np.float64)
+        c, s = inp.cos_half[:, None, :], inp.sin_half[:, None, :]
+        want = np.concatenate([x[..., :half] * c - x[..., half:] * s, x[..., half:] * c + x[..., :half] * s], -1)
+        err = float(np.abs(y.astype(np.float64) - want).max())
+        if not err < 2e-2:
+            raise RuntimeError(f"ggml driver: output differs from RoPE by {err:.3g} ({inp.dtype})")
+    return rope
 
 
 MAKERS: Dict[str, Callable[[Inputs, int], Callable[[], object]]] = {

@@ -25,3 +25,53 @@ def test_peer_bench_decode_lines_and_speedup_table():
         seen.add((r["dtype"], r["impl"]))
     assert seen == {(d, i) for d in ("f32", "f16", "bf16") for i in IMPLS}
     assert "speedup of rotary" in proc.stderr
+
+
+def _ggml_or_skip():
+    import pytest
+
+    from rotary import _bench_ggml
+
+    try:
+        _bench_ggml._libs()
+    except _bench_ggml.GgmlUnavailable as e:
+        pytest.skip(f"ggml peer not runnable here: {e}")
+    return _bench_ggml
+
+
+def test_ggml_peer_computes_rope_with_half_split_pairs():
+    """The ctypes driver of ggml_rope_ext (NEOX) against fp64 RoPE, so that the bench times the right operation."""
+    import numpy as np
+    import pytest
+
+    g = _ggml_or_skip()
+    rng = np.random.default_rng(1)
+    tokens, first, base = 5, 1000, 10000.0
+    q = rng.standard_normal((tokens, 4, 64)).astype(np.float32)
+    k = rng.standard_normal((tokens, 2, 64)).astype(np.float32)
+    inv = base ** (-np.arange(0, 64, 2) / 64)
+    ang = np.outer(np.arange(first, first + tokens), inv)[:, None, :]
+    c, s = np.cos(ang), np.sin(ang)
+    for dtype, npdt, tol in (("f32", np.float32, 1e-4), ("f16", np.float16, 4e-3)):
+        for threads in (1, 2):
+            xs = (q.astype(npdt), k.astype(npdt))
+            rope = g.GgmlRope(*xs, first, base, dtype, threads)
+            outs = rope()  # views of ggml's context: valid while rope lives
+            for x, y in zip(xs, outs):
+                x = x.astype(np.float64)
+                want = np.concatenate([x[..., :32] * c - x[..., 32:] * s, x[..., 32:] * c + x[..., :32] * s], -1)
+                assert y.shape == x.shape and y.dtype == npdt
+                assert np.abs(y.astype(np.float64) - want).max() < tol, (dtype, threads)
+    with pytest.raises(g.GgmlUnavailable, match="no bf16 kernel"):
+        g.GgmlRope(q, k, 0, base, "bf16", 1)
+
+
+def test_peer_bench_runs_ggml_where_installed():
+    g = _ggml_or_skip()
+    del g
+    proc = subprocess.run(
+        [sys.executable, "-m", "rotary.bench", "--peers", "--json", "--quick", "--case", "P2", "--threads", "2"],
+        capture_output=True, text=True, timeout=600, check=True)
+    ggml = {r["dtype"]: r for r in map(json.loads, proc.stdout.splitlines()) if r["impl"] == "ggml"}
+    assert ggml["f32"]["ms"] > 0 and ggml["f16"]["ms"] > 0, ggml
+    assert ggml["bf16"]["ms"] is None and "bf16" in ggml["bf16"]["unavailable"]
