@@ -83,7 +83,8 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     materialised first. Outputs are never copied, so such an `out` raises ValueError.
     """
     if isinstance(x, np.ndarray):
-        if readonly and _has_broadcast_axis(x):
+        # C-contiguous arrays (the common case, checked first: it is cheap) have no such axis.
+        if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
             x = np.ascontiguousarray(x)
         if _is_numpy_bf16(x):
             return x.view(np.uint16), True
