@@ -85,7 +85,12 @@ class GgmlRope:
     are valid only while this object lives (its destructor frees the context)."""
 
     def __init__(self, q: np.ndarray, k: np.ndarray, first_position: int, base_freq: float, dtype: str,
-                 threads: int):
+                 threads: int, *, positions: Optional[np.ndarray] = None, mode: int = GGML_ROPE_TYPE_NEOX,
+                 n_dims: Optional[int] = None, n_ctx_orig: int = 0, freq_scale: float = 1.0,
+                 ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
+                 beta_slow: float = 1.0):
+        """q [T, Hq, D], k [T, Hk, D]; positions first_position.. (or `positions`, T int32 values);
+        the keyword arguments are ggml_rope_ext's own (defaults: plain RoPE over the whole head)."""
         if dtype not in GGML_TYPE:
             raise GgmlUnavailable(f"ggml's CPU rope has no {dtype} kernel (f32 and f16 only)")
         self._base, self._cpu = base, cpu = _libs()
@@ -101,13 +106,15 @@ class GgmlRope:
         gq = base.ggml_new_tensor_3d(self._ctx, t, dim, hq, tokens)  # ne0 fastest: [T, H, D] row-major
         gk = base.ggml_new_tensor_3d(self._ctx, t, dim, hk, tokens)
         pos = base.ggml_new_tensor_1d(self._ctx, 26, tokens)  # GGML_TYPE_I32
-        for tensor, arr in ((gq, q), (gk, k), (pos, np.arange(first_position, first_position + tokens,
-                                                             dtype=np.int32))):
+        if positions is None:
+            positions = np.arange(first_position, first_position + tokens)
+        for tensor, arr in ((gq, q), (gk, k), (pos, np.asarray(positions, dtype=np.int32))):
             src = np.ascontiguousarray(arr)
             assert base.ggml_nbytes(tensor) == src.nbytes
             ctypes.memmove(base.ggml_get_data(tensor), src.ctypes.data, src.nbytes)
-        rope = lambda x: base.ggml_rope_ext(self._ctx, x, pos, None, dim, GGML_ROPE_TYPE_NEOX, 0, base_freq,
-                                            1.0, 0.0, 1.0, 32.0, 1.0)
+        rope = lambda x: base.ggml_rope_ext(self._ctx, x, pos, None, dim if n_dims is None else n_dims, mode,
+                                            n_ctx_orig, base_freq, freq_scale, ext_factor, attn_factor,
+                                            beta_fast, beta_slow)
         self._outs = [rope(gq), rope(gk)]
         self._graph = base.ggml_new_graph(self._ctx)
         for o in self._outs:

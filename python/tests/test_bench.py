@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+from ggml_live import ggml_or_skip
+
 IMPLS = {"rotary", "torch-seed", "hf-apply", "onnxruntime", "ggml"}
 
 
@@ -27,24 +29,12 @@ def test_peer_bench_decode_lines_and_speedup_table():
     assert "speedup of rotary" in proc.stderr
 
 
-def _ggml_or_skip():
-    import pytest
-
-    from rotary import _bench_ggml
-
-    try:
-        _bench_ggml._libs()
-    except _bench_ggml.GgmlUnavailable as e:
-        pytest.skip(f"ggml peer not runnable here: {e}")
-    return _bench_ggml
-
-
 def test_ggml_peer_computes_rope_with_half_split_pairs():
     """The ctypes driver of ggml_rope_ext (NEOX) against fp64 RoPE, so that the bench times the right operation."""
     import numpy as np
     import pytest
 
-    g = _ggml_or_skip()
+    g = ggml_or_skip()
     rng = np.random.default_rng(1)
     tokens, first, base = 5, 1000, 10000.0
     q = rng.standard_normal((tokens, 4, 64)).astype(np.float32)
@@ -67,7 +57,7 @@ def test_ggml_peer_computes_rope_with_half_split_pairs():
 
 
 def test_peer_bench_runs_ggml_where_installed():
-    g = _ggml_or_skip()
+    g = ggml_or_skip()
     del g
     proc = subprocess.run(
         [sys.executable, "-m", "rotary.bench", "--peers", "--json", "--quick", "--case", "P2", "--threads", "2"],
