@@ -120,6 +120,17 @@ HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
   }
 }
 
+/// f32 lanes rounded to bf16 (nearest even) in their upper 16 bits; the lower bits are garbage.
+/// NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundToBF16Bits(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  const auto bits = hn::BitCast(du, v);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto r = hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), lsb);
+  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)), r);
+}
+
 /// Narrows f32 lanes to E with round-to-nearest-even and stores them (non-temporal if kStream).
 template <Elem E, bool kStream, class D>
 HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
@@ -154,11 +165,7 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
       }
 #endif
       // Round to nearest even on the f32 bits: bits + 0x7FFF + (bit 16), the bf16 is the upper half.
-      // NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
-      const auto bits = hn::BitCast(du, v);
-      const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-      auto r = hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), lsb);
-      r = hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)), r);
+      const auto r = RoundToBF16Bits(d, v);
 #if ROTARY_AVX3_WORDS
       if constexpr (hn::MaxLanes(d) == 16) {
         // Upper halves of the 16 lanes in one word permute (vs shift + pack + qword permute).
@@ -233,6 +240,39 @@ HWY_INLINE void StoreBF16Pair(D d, hn::Vec<D> lo, hn::Vec<D> hi, uint16_t* HWY_R
     _mm512_stream_si512(reinterpret_cast<__m512i*>(p), packed);
   } else {
     _mm512_storeu_si512(p, packed);
+  }
+}
+
+/// 16 interleaved bf16 pairs (32 words) rotated by their cos `vc` and signed sin `vs` (one lane per
+/// pair). A pair shares a 32-bit lane, so the even words widen by one shift and the odd words by one
+/// mask, with no lane permutes; the results are narrowed by one VCVTNE2PS2BF16 and re-interleaved by
+/// one word permute. Subnormal results are detected and rounded as in StoreBF16Pair.
+template <bool kStream, class D>
+HWY_INLINE void InterleavedBF16Step(D d, const uint16_t* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out,
+                                    hn::Vec<D> vc, hn::Vec<D> vs) {
+  static_assert(hn::MaxLanes(D()) == 16, "AVX3 full vectors only");
+  const hn::RebindToUnsigned<D> du;
+  const __m512i x = _mm512_loadu_si512(in);
+  const hn::Vec<D> x0{_mm512_castsi512_ps(_mm512_slli_epi32(x, 16))};
+  const hn::Vec<D> x1{_mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
+  const auto y0 = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc));
+  const auto y1 = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
+  __m512i packed;
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(packed) : "v"(y1.raw), "v"(y0.raw));  // words 0-15: y0, 16-31: y1
+  __m512i words;
+  if (HWY_UNLIKELY(_mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7FFF)) != 0) &&
+      (_mm512_fpclass_ps_mask(y0.raw, 0x20) | _mm512_fpclass_ps_mask(y1.raw, 0x20)) != 0) {
+    const auto r0 = RoundToBF16Bits(d, y0), r1 = RoundToBF16Bits(d, y1);
+    words = hn::Or(hn::And(r1, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(r0)).raw;
+  } else {
+    alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    words = _mm512_permutexvar_epi16(_mm512_load_si512(kZip), packed);
+  }
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), words);
+  } else {
+    _mm512_storeu_si512(out, words);
   }
 }
 #endif
@@ -541,6 +581,24 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
+#if ROTARY_AVX3_WORDS
+  if constexpr (E == Elem::kBF16Native && P == Pairing::kInterleaved && K % 2 == 0 && hn::MaxLanes(d) == 16) {
+    // Pairs in lanes (see InterleavedBF16Step): the plain cos/sin rows, K/2 vectors of 16 pairs each.
+    V pc[K / 2], ps[K / 2];
+    for (size_t k = 0; k < K / 2; ++k) {
+      pc[k] = hn::LoadU(d, c + k * N);
+      ps[k] = inverse ? hn::Neg(hn::LoadU(d, s + k * N)) : hn::LoadU(d, s + k * N);
+    }
+    for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
+      if constexpr (kPrefetch) {
+        const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
+        for (size_t off = 0; off < K * N * sizeof(T); off += kLine) hwy::Prefetch(pf + off);
+      }
+      for (size_t k = 0; k < K / 2; ++k) InterleavedBF16Step<kStream>(d, in + 2 * k * N, out + 2 * k * N, pc[k], ps[k]);
+    }
+    return;
+  }
+#endif
   V vc[K], vs[K];
   if constexpr (P == Pairing::kHalfSplit) {
     for (size_t k = 0; k < K; ++k) {
@@ -571,22 +629,16 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
       for (size_t off = 0; off < bytes; off += kLine) hwy::Prefetch(pf + off);
     }
 #if ROTARY_AVX3_WORDS
-    if constexpr (E == Elem::kBF16Native && K % 2 == 0 && hn::MaxLanes(d) == 16) {
+    if constexpr (E == Elem::kBF16Native && P == Pairing::kHalfSplit && K % 2 == 0 && hn::MaxLanes(d) == 16) {
       // Pairs of vectors: one 64-byte narrowing and store per pair (see StoreBF16Pair).
       for (size_t k = 0; k < K; k += 2) {
         const size_t i = k * N;
-        if constexpr (P == Pairing::kHalfSplit) {
-          const auto a0 = LoadX<E>(d, in + i), a1 = LoadX<E>(d, in + h + i);
-          const auto b0 = LoadX<E>(d, in + i + N), b1 = LoadX<E>(d, in + h + i + N);
-          StoreBF16Pair<kStream>(d, hn::NegMulAdd(a1, vs[k], hn::Mul(a0, vc[k])),
-                                 hn::NegMulAdd(b1, vs[k + 1], hn::Mul(b0, vc[k + 1])), out + i);
-          StoreBF16Pair<kStream>(d, hn::MulAdd(a0, vs[k], hn::Mul(a1, vc[k])),
-                                 hn::MulAdd(b0, vs[k + 1], hn::Mul(b1, vc[k + 1])), out + h + i);
-        } else {
-          const auto a = LoadX<E>(d, in + i), b = LoadX<E>(d, in + i + N);
-          StoreBF16Pair<kStream>(d, hn::MulAdd(hn::Reverse2(d, a), vs[k], hn::Mul(a, vc[k])),
-                                 hn::MulAdd(hn::Reverse2(d, b), vs[k + 1], hn::Mul(b, vc[k + 1])), out + i);
-        }
+        const auto a0 = LoadX<E>(d, in + i), a1 = LoadX<E>(d, in + h + i);
+        const auto b0 = LoadX<E>(d, in + i + N), b1 = LoadX<E>(d, in + h + i + N);
+        StoreBF16Pair<kStream>(d, hn::NegMulAdd(a1, vs[k], hn::Mul(a0, vc[k])),
+                               hn::NegMulAdd(b1, vs[k + 1], hn::Mul(b0, vc[k + 1])), out + i);
+        StoreBF16Pair<kStream>(d, hn::MulAdd(a0, vs[k], hn::Mul(a1, vc[k])),
+                               hn::MulAdd(b0, vs[k + 1], hn::Mul(b1, vc[k + 1])), out + h + i);
       }
       continue;
     }
