@@ -134,7 +134,8 @@ def _empty_like(x: Any) -> Any:
 
 
 def _check_out(out: Any, x: Any, what: str) -> None:
-    if isinstance(out, np.ndarray) != isinstance(x, np.ndarray) or _is_torch(out) != _is_torch(x):
+    x_numpy = isinstance(x, np.ndarray)
+    if isinstance(out, np.ndarray) != x_numpy or (not x_numpy and _is_torch(out) != _is_torch(x)):
         raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
                         f"got {type(out).__name__}")
     if tuple(out.shape) != tuple(x.shape):
@@ -279,7 +280,8 @@ def apply_qk(
     """
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
-    if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
+    numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
+    if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
         if q_out is not None or k_out is not None or cu_seqlens is not None or batch_offsets is not None:
             raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/batch_offsets= are not supported for tensors "
                              "requiring grad; use rotary.torch.apply")
@@ -287,7 +289,7 @@ def apply_qk(
 
         kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, backend=backend)
         return rotary_torch.apply(q, positions, spec, **kw), rotary_torch.apply(k, positions, spec, **kw)
-    if isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k):
+    if not numpy_qk and (isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k)):
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
