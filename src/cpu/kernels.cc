@@ -183,9 +183,9 @@ HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
 #if ROTARY_HW_F16
 #if ROTARY_AVX3_WORDS
       if constexpr (!kStream && hn::MaxLanes(d) == 16) {
-        // Converting straight into memory takes one port-5 micro-op fewer than converting into a
-        // register and storing it (measured on Sapphire Rapids: a half-split f16 step 5.8 -> 4.9 cycles).
-        // Compilers never fold the store, so it is written as inline asm.
+        // Converting straight into memory takes one vector-port micro-op fewer than converting into
+        // a register and storing it (measured on Sapphire Rapids: a half-split f16 step 5.8 -> 4.9
+        // cycles). Compilers never fold the store, so it is written as inline asm.
         struct Line32 {
           uint16_t w[16];
         };
