@@ -71,6 +71,7 @@ using Storage = std::conditional_t<E == Elem::kF32, float, uint16_t>;
 #endif
 
 #undef ROTARY_HW_F16
+#undef ROTARY_BF16_BLOCKS
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define ROTARY_HW_F16 1
 #else
@@ -129,6 +130,23 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundToBF16Bits(D d, hn::Vec<D> v) {
   const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
   const auto r = hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), lsb);
   return hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)), r);
+}
+
+/// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare):
+/// otherwise bits + 0x7FFF + (bit 16).
+template <class D>
+HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn::RebindToUnsigned<D>>* ra,
+                                    hn::Vec<hn::RebindToUnsigned<D>>* rb) {
+  const hn::RebindToUnsigned<D> du;
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Or(hn::IsNaN(a), hn::IsNaN(b))))) {
+    *ra = RoundToBF16Bits(d, a);
+    *rb = RoundToBF16Bits(d, b);
+    return;
+  }
+  const auto half_ulp = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u);
+  const auto ba = hn::BitCast(du, a), bb = hn::BitCast(du, b);
+  *ra = hn::Add(hn::Add(ba, half_ulp), hn::And(hn::ShiftRight<16>(ba), one));
+  *rb = hn::Add(hn::Add(bb, half_ulp), hn::And(hn::ShiftRight<16>(bb), one));
 }
 
 /// Narrows f32 lanes to E with round-to-nearest-even and stores them (non-temporal if kStream).
@@ -469,6 +487,41 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
 #endif
 }
 
+/// One interleaved bf16 row (rotated part of R channels, R a multiple of 2 vectors) with each pair
+/// in one 32-bit lane, for targets without AVX512-BF16: the even and odd words widen by one shift and
+/// one mask, `c` and `s` are the token's plain cos and signed sin rows (no duplication per channel, no
+/// pair swaps), and the two rounded results recombine into the pairs' lanes by a mask, a shift and an
+/// or (no pack or lane permute).
+template <bool kStream>
+HWY_INLINE void InterleavedBF16LaneRow(const uint16_t* in, uint16_t* out, const float* c, const float* s, size_t R) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)in, (void)out, (void)c, (void)s, (void)R;
+  HWY_ASSERT(false);  // one-lane vectors never take this path (see RunRowsT)
+#else
+  const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const size_t N = hn::Lanes(d);
+  const auto upper = hn::Set(du, 0xFFFF0000u);
+  for (size_t j = 0; j < R / 2; j += N) {  // pairs [j, j + N): words [2j, 2j + 2N)
+    const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * j));
+    const auto x0 = hn::BitCast(d, hn::ShiftLeft<16>(x));
+    const auto x1 = hn::BitCast(d, hn::And(x, upper));
+    const auto vc = hn::LoadU(d, c + j), vs = hn::LoadU(d, s + j);
+    const auto y0 = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc));
+    const auto y1 = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
+    hn::Vec<decltype(du)> r0, r1;
+    RoundPairToBF16Bits(d, y0, y1, &r0, &r1);
+    const auto words = hn::Or(hn::And(r1, upper), hn::ShiftRight<16>(r0));
+    auto* dst = reinterpret_cast<uint32_t*>(out + 2 * j);
+    if constexpr (kStream) {
+      hn::Stream(words, du, dst);
+    } else {
+      hn::StoreU(words, du, dst);
+    }
+  }
+#endif
+}
+
 // ------------------------------------------------------------------ rows of a job
 
 /// Per-thread buffers for cos/sin rows that must be gathered, computed, negated or duplicated.
@@ -567,6 +620,75 @@ inline bool RowsAligned(const Plan& p, size_t esize, size_t half_bytes) {
   return true;
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+#define ROTARY_BF16_BLOCKS 1
+/// Half-split bf16 rows for x86 targets without AVX512-BF16, 2N values per half and step: words widen
+/// by interleaving with zeros inside 128-bit blocks (one vector gets values 0-3 of each 8-value block,
+/// the other values 4-7) and narrow by the inverse, a signed pack inside blocks, so no lane crosses a
+/// block; cos/sin are permuted the same way once per token. Replaces a zero-extension and a shift per
+/// vector on the way in and a pack plus a block permute per vector on the way out.
+template <size_t K, bool kStream, bool kPrefetch>
+HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
+                                  int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
+                                  int64_t pf_delta) {
+  const hn::ScalableTag<float> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<uint16_t, decltype(d)> d16;
+  const hn::Repartition<int16_t, decltype(d)> di16;
+  const size_t N = hn::Lanes(d);
+  using V = hn::Vec<decltype(d)>;
+  V clo[K / 2], chi[K / 2], slo[K / 2], shi[K / 2];
+  alignas(64) float tc[2 * hn::MaxLanes(d)], ts[2 * hn::MaxLanes(d)];
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (size_t k = 0; k < K / 2; ++k) {
+    for (size_t j = 0; j < N; ++j) {
+      const size_t lo = 2 * k * N + (j / 4) * 8 + j % 4;  // value j of the "low" vector
+      tc[j] = c[lo];
+      tc[N + j] = c[lo + 4];
+      ts[j] = sign * s[lo];
+      ts[N + j] = sign * s[lo + 4];
+    }
+    clo[k] = hn::Load(d, tc);
+    chi[k] = hn::Load(d, tc + N);
+    slo[k] = hn::Load(d, ts);
+    shi[k] = hn::Load(d, ts + N);
+  }
+  const auto zero = hn::Zero(d16);
+  auto store = [&](V lo, V hi, uint16_t* p) {
+    hn::Vec<hn::RebindToUnsigned<decltype(d)>> rl, rh;
+    RoundPairToBF16Bits(d, lo, hi, &rl, &rh);
+    // The bf16 is each lane's upper half: an arithmetic shift keeps it exact through the signed pack.
+    const auto words = hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, rl)),
+                                                              hn::ShiftRight<16>(hn::BitCast(di, rh))));
+    if constexpr (kStream) {
+      hn::Stream(words, d16, p);
+    } else {
+      hn::StoreU(words, d16, p);
+    }
+  };
+  for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
+    if constexpr (kPrefetch) {
+      const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
+      for (size_t off = 0; off < 2 * K * N * sizeof(uint16_t); off += kLine) hwy::Prefetch(pf + off);
+    }
+    for (size_t k = 0; k < K / 2; ++k) {
+      const size_t i = 2 * k * N;
+      const auto x0 = hn::LoadU(d16, in + i), x1 = hn::LoadU(d16, in + h + i);
+      const V a_lo = hn::BitCast(d, hn::InterleaveLower(d16, zero, x0));
+      const V a_hi = hn::BitCast(d, hn::InterleaveUpper(d16, zero, x0));
+      const V b_lo = hn::BitCast(d, hn::InterleaveLower(d16, zero, x1));
+      const V b_hi = hn::BitCast(d, hn::InterleaveUpper(d16, zero, x1));
+      store(hn::NegMulAdd(b_lo, slo[k], hn::Mul(a_lo, clo[k])), hn::NegMulAdd(b_hi, shi[k], hn::Mul(a_hi, chi[k])),
+            out + i);
+      store(hn::MulAdd(a_lo, slo[k], hn::Mul(b_lo, clo[k])), hn::MulAdd(a_hi, shi[k], hn::Mul(b_hi, chi[k])),
+            out + h + i);
+    }
+  }
+}
+#else
+#define ROTARY_BF16_BLOCKS 0
+#endif
+
 /// `n` rows of one tensor and one token (row k at in + k*in_step, out + k*out_step) whose rotated
 /// part is exactly K full vectors per half (half-split) or K vectors (interleaved): the token's cos
 /// and sin vectors (from its plain rows c, s of `h` values) are built once in registers, signed for
@@ -597,6 +719,11 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
       for (size_t k = 0; k < K / 2; ++k) InterleavedBF16Step<kStream>(d, in + 2 * k * N, out + 2 * k * N, pc[k], ps[k]);
     }
     return;
+  }
+#endif
+#if ROTARY_BF16_BLOCKS
+  if constexpr (E == Elem::kBF16 && P == Pairing::kHalfSplit && K % 2 == 0) {
+    return HalfBF16BlockRows<K, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
   }
 #endif
   V vc[K], vs[K];
@@ -723,12 +850,41 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   const size_t K = W == Walk::kRows ? 0 : RegisterVectors<P>(p);
   const bool inverse = p.direction == Direction::kInverse;
 
+  // Interleaved bf16 without AVX512-BF16, rows without peeling: pairs in lanes (InterleavedBF16LaneRow).
+  constexpr bool kLanePairs = E == Elem::kBF16 && P == Pairing::kInterleaved && W != Walk::kRows &&
+                              HWY_TARGET != HWY_SCALAR;
+  const bool lane_pairs = kLanePairs && R % (2 * hn::Lanes(hn::ScalableTag<float>())) == 0;
+
   int64_t g = r0 / rpt;  // token index b * S + s
   int64_t w = r0 % rpt;  // first row of the token to do
   int64_t b = g / p.S, s = g % p.S;
   for (int64_t r = r0; r < r1;) {
     const int64_t w_end = std::min(rpt, w + (r1 - r));
-    if (K != 0) {
+    if (lane_pairs) {
+      if constexpr (kLanePairs) {
+        const float* crow;
+        const float* srow;
+        TokenCosSin(job, b, s, resolved, &crow, &srow);
+        if (inverse) {
+          for (size_t i = 0; i < h; ++i) prepared[i] = -srow[i];
+          srow = prepared;
+        }
+        for (int i = 0; i < p.ntensors; ++i) {
+          const T* in;
+          T* out;
+          const int64_t n = TensorRowsOfToken(p, i, rpt, b, s, w, w_end, &in, &out);
+          const PlanTensor& t = p.t[i];
+          for (int64_t k = 0; k < n; ++k, in += t.in_sh, out += t.out_sh) {
+            if constexpr (W != Walk::kBlocks) {
+              const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta[i]);
+              for (size_t off = 0; off < R * sizeof(T); off += kLine) hwy::Prefetch(pf + off);
+            }
+            InterleavedBF16LaneRow<kStream>(in, out, crow, srow, R);
+            if (R < D && t.in != t.out) std::memcpy(out + R, in + R, (D - R) * sizeof(T));
+          }
+        }
+      }
+    } else if (K != 0) {
       TokenCosSin(job, b, s, resolved, &c_use, &s_use);  // signed and duplicated in registers
       // Each tensor's rows of this token with cos/sin in registers (prefetching for large calls).
       for (int i = 0; i < p.ntensors; ++i) {

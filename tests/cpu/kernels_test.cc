@@ -496,6 +496,46 @@ TEST(CpuKernelsBf16Test, NativeNarrowingMatchesPortableBitForBit) {
     }
 }
 
+TEST_F(CpuKernelsTest, Bf16PortablePathsAgreeBitForBit) {
+  // Without AVX512-BF16, bf16 rows on cache lines take paths of their own (interleaved: each pair in
+  // one 32-bit lane, InterleavedBF16LaneRow; half-split on x86: block-wise widening and packing,
+  // HalfBF16BlockRows), misaligned rows the per-vector widening and narrowing of LoadX/StoreX. All
+  // compute the same f32 values and round to nearest even, so they must agree bit for bit; ~400 000
+  // values per call make rounding ties (low 16 bits 0x8000, either parity) occur several times.
+  const bool native = detail::cpu::set_native_bf16(false);  // AVX3 takes the portable paths too
+  for (int64_t target : detail::cpu::runnable_targets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (Pairing pr : {Pairing::kHalfSplit, Pairing::kInterleaved})
+    for (Direction dir : {Direction::kForward, Direction::kInverse}) {
+      Case c;
+      c.dtype = DType::kBF16;
+      c.pairing = pr;
+      c.direction = dir;
+      c.S = 256; c.hq = 8; c.hk = 4; c.offset = 1000;
+      c.misalign = 16;  // rows on cache lines (as in NativeNarrowingMatchesPortableBitForBit): lane pairs
+      Case m = c;
+      m.misalign = 1;  // rows 2 bytes further: the per-row path
+      Fixture lanes(c), rows(m);
+      detail::cpu::RowJob job;
+      job.rows_per_token = c.hq + c.hk;
+      job.total_rows = c.S * job.rows_per_token;
+      job.table_fast = true;
+      job.row_outer = true;
+      for (Fixture* f : {&lanes, &rows}) {
+        job.plan = &f->plan;
+        detail::cpu::run_rows(job, 0, job.total_rows);
+      }
+      int64_t mismatches = 0;
+      for (int64_t s = 0; s < c.S; ++s)
+        for (int64_t h = 0; h < c.hq; ++h)
+          for (int64_t d = 0; d < c.head_dim; ++d)
+            mismatches += std::memcmp(lanes.q_elem(true, 0, s, h, d), rows.q_elem(true, 0, s, h, d), 2) != 0;
+      EXPECT_EQ(mismatches, 0) << hwy::TargetName(target) << " " << pairing_name(pr) << " " << direction_name(dir);
+    }
+  }
+  detail::cpu::set_native_bf16(native);
+}
+
 TEST(CpuApplyTest, ResultsDoNotDependOnThreadCount) {
   // Large enough (~1.3 MiB moved) to be split over threads; bit-identical for 1, 2, 3 and 7 threads.
   for (DType dt : {DType::kF32, DType::kBF16}) {
