@@ -792,7 +792,8 @@ HWY_INLINE size_t RegisterVectors(const Plan& p) {
   const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(p.half) : static_cast<size_t>(p.rotary_dim);
   if (len % N != 0) return 0;
   const size_t k = len / N;
-  return (k == 1 || k == 2 || k == 4 || k == 8) ? k : 0;
+  // Interleaved rows of 16 vectors: head_dim 128 on 8-lane (AVX2) vectors.
+  return (k == 1 || k == 2 || k == 4 || k == 8 || (P == Pairing::kInterleaved && k == 16)) ? k : 0;
 #endif
 }
 
@@ -805,7 +806,12 @@ HWY_INLINE void RowsInRegistersK(size_t K, const Storage<E>* in, Storage<E>* out
     case 1: return RowsInRegisters<1, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
     case 2: return RowsInRegisters<2, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
     case 4: return RowsInRegisters<4, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-    default: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+    case 8: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+    default:
+      if constexpr (P == Pairing::kInterleaved) {
+        return RowsInRegisters<16, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
+      }
+      HWY_ASSERT(false);  // RegisterVectors never returns another K
   }
 }
 
