@@ -5,7 +5,11 @@ import json
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from ggml_live import ggml_or_skip
+from reference import default_inv_freq, rotate
 
 IMPLS = {"rotary", "torch-seed", "hf-apply", "onnxruntime", "ggml"}
 
@@ -31,25 +35,19 @@ def test_peer_bench_decode_lines_and_speedup_table():
 
 def test_ggml_peer_computes_rope_with_half_split_pairs():
     """The ctypes driver of ggml_rope_ext (NEOX) against fp64 RoPE, so that the bench times the right operation."""
-    import numpy as np
-    import pytest
-
     g = ggml_or_skip()
     rng = np.random.default_rng(1)
     tokens, first, base = 5, 1000, 10000.0
     q = rng.standard_normal((tokens, 4, 64)).astype(np.float32)
     k = rng.standard_normal((tokens, 2, 64)).astype(np.float32)
-    inv = base ** (-np.arange(0, 64, 2) / 64)
-    ang = np.outer(np.arange(first, first + tokens), inv)[:, None, :]
-    c, s = np.cos(ang), np.sin(ang)
+    angles = np.outer(np.arange(first, first + tokens), default_inv_freq(base, 64))[:, None, :]
     for dtype, npdt, tol in (("f32", np.float32, 1e-4), ("f16", np.float16, 4e-3)):
         for threads in (1, 2):
             xs = (q.astype(npdt), k.astype(npdt))
             rope = g.GgmlRope(*xs, first, base, dtype, threads)
             outs = rope()  # views of ggml's context: valid while rope lives
             for x, y in zip(xs, outs):
-                x = x.astype(np.float64)
-                want = np.concatenate([x[..., :32] * c - x[..., 32:] * s, x[..., 32:] * c + x[..., :32] * s], -1)
+                want = rotate(x, angles)
                 assert y.shape == x.shape and y.dtype == npdt
                 assert np.abs(y.astype(np.float64) - want).max() < tol, (dtype, threads)
     with pytest.raises(g.GgmlUnavailable, match="no bf16 kernel"):

@@ -17,19 +17,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode,pairing", [("neox", 2), ("normal", 0)])
+@pytest.mark.parametrize("mode_name,mode", [("neox", 2), ("normal", 0)])
 @pytest.mark.parametrize("params", CASES, ids=["plain", "partial", "yarn", "linear-attn"])
-def test_ggml_frequencies_match_live_ggml(mode, pairing, params):
+def test_ggml_frequencies_match_live_ggml(mode_name, mode, params):
     g = ggml_or_skip()
     rng = np.random.default_rng(3)
     tokens, head_dim, base = 64, 128, 10000.0
     positions = rng.integers(0, 4096, tokens)
     q = rng.standard_normal((tokens, 4, head_dim)).astype(np.float32)
     k = rng.standard_normal((tokens, 2, head_dim)).astype(np.float32)
-    rope = g.GgmlRope(q, k, 0, base, "f32", 1, positions=positions, mode=pairing, **params)
+    rope = g.GgmlRope(q, k, 0, base, "f32", 1, positions=positions, mode=mode, **params)
     got_q, got_k = rope()
     n_dims = params.get("n_dims", head_dim)
-    freqs = multimodal.ggml_frequencies(mode, n_dims, freq_base=base,
+    freqs = multimodal.ggml_frequencies(mode_name, n_dims, freq_base=base,
                                         **{name: v for name, v in params.items() if name != "n_dims"})
     want_q, want_k = multimodal.apply_axes(q, positions, freqs, k=k, layout="thd")
     # ggml forms its angles in float32 (theta *= theta_scale, then p * theta): at positions < 4096 its

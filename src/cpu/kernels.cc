@@ -121,19 +121,23 @@ HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
   }
 }
 
+/// Round to nearest even on non-NaN f32 bits: bits + 0x7FFF + (bit 16); the bf16 is the upper half.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundNonNaNToBF16Bits(DU du, hn::Vec<DU> bits) {
+  return hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
+}
+
 /// f32 lanes rounded to bf16 (nearest even) in their upper 16 bits; the lower bits are garbage.
 /// NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
 template <class D>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundToBF16Bits(D d, hn::Vec<D> v) {
   const hn::RebindToUnsigned<D> du;
   const auto bits = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  const auto r = hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), lsb);
-  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)), r);
+  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)),
+                        RoundNonNaNToBF16Bits(du, bits));
 }
 
-/// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare):
-/// otherwise bits + 0x7FFF + (bit 16).
+/// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare).
 template <class D>
 HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn::RebindToUnsigned<D>>* ra,
                                     hn::Vec<hn::RebindToUnsigned<D>>* rb) {
@@ -143,10 +147,15 @@ HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn:
     *rb = RoundToBF16Bits(d, b);
     return;
   }
-  const auto half_ulp = hn::Set(du, 0x7FFFu), one = hn::Set(du, 1u);
-  const auto ba = hn::BitCast(du, a), bb = hn::BitCast(du, b);
-  *ra = hn::Add(hn::Add(ba, half_ulp), hn::And(hn::ShiftRight<16>(ba), one));
-  *rb = hn::Add(hn::Add(bb, half_ulp), hn::And(hn::ShiftRight<16>(bb), one));
+  *ra = RoundNonNaNToBF16Bits(du, hn::BitCast(du, a));
+  *rb = RoundNonNaNToBF16Bits(du, hn::BitCast(du, b));
+}
+
+/// Interleaved bf16 pairs from rounded bits (RoundToBF16Bits) of their even and odd values: each
+/// 32-bit lane holds one pair, the even value in its lower word.
+template <class DU>
+HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
+  return hn::Or(hn::And(odd, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(even));
 }
 
 /// Narrows f32 lanes to E with round-to-nearest-even and stores them (non-temporal if kStream).
@@ -280,8 +289,7 @@ HWY_INLINE void InterleavedBF16Step(D d, const uint16_t* HWY_RESTRICT in, uint16
   __m512i words;
   if (HWY_UNLIKELY(_mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7FFF)) != 0) &&
       (_mm512_fpclass_ps_mask(y0.raw, 0x20) | _mm512_fpclass_ps_mask(y1.raw, 0x20)) != 0) {
-    const auto r0 = RoundToBF16Bits(d, y0), r1 = RoundToBF16Bits(d, y1);
-    words = hn::Or(hn::And(r1, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(r0)).raw;
+    words = BF16PairWords(du, RoundToBF16Bits(d, y0), RoundToBF16Bits(d, y1)).raw;
   } else {
     alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -487,40 +495,27 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
 #endif
 }
 
-/// One interleaved bf16 row (rotated part of R channels, R a multiple of 2 vectors) with each pair
-/// in one 32-bit lane, for targets without AVX512-BF16: the even and odd words widen by one shift and
-/// one mask, `c` and `s` are the token's plain cos and signed sin rows (no duplication per channel, no
-/// pair swaps), and the two rounded results recombine into the pairs' lanes by a mask, a shift and an
-/// or (no pack or lane permute).
-template <bool kStream>
-HWY_INLINE void InterleavedBF16LaneRow(const uint16_t* in, uint16_t* out, const float* c, const float* s, size_t R) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)in, (void)out, (void)c, (void)s, (void)R;
-  HWY_ASSERT(false);  // one-lane vectors never take this path (see RunRowsT)
-#else
-  const hn::ScalableTag<float> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const size_t N = hn::Lanes(d);
-  const auto upper = hn::Set(du, 0xFFFF0000u);
-  for (size_t j = 0; j < R / 2; j += N) {  // pairs [j, j + N): words [2j, 2j + 2N)
-    const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in + 2 * j));
-    const auto x0 = hn::BitCast(d, hn::ShiftLeft<16>(x));
-    const auto x1 = hn::BitCast(d, hn::And(x, upper));
-    const auto vc = hn::LoadU(d, c + j), vs = hn::LoadU(d, s + j);
-    const auto y0 = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc));
-    const auto y1 = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
-    hn::Vec<decltype(du)> r0, r1;
-    RoundPairToBF16Bits(d, y0, y1, &r0, &r1);
-    const auto words = hn::Or(hn::And(r1, upper), hn::ShiftRight<16>(r0));
-    auto* dst = reinterpret_cast<uint32_t*>(out + 2 * j);
-    if constexpr (kStream) {
-      hn::Stream(words, du, dst);
-    } else {
-      hn::StoreU(words, du, dst);
-    }
+#if HWY_TARGET != HWY_SCALAR
+/// InterleavedBF16Step for targets without AVX512-BF16: N pairs (2N words) with each pair in one
+/// 32-bit lane, widened by one shift and one mask, rotated by the pairs' cos `vc` and signed sin `vs`
+/// (no duplication per channel, no pair swaps), and the two rounded results recombined into the
+/// pairs' lanes by a mask, a shift and an or (no pack or lane permute).
+template <bool kStream, class D>
+HWY_INLINE void InterleavedBF16LaneStep(D d, const uint16_t* in, uint16_t* out, hn::Vec<D> vc, hn::Vec<D> vs) {
+  const hn::RebindToUnsigned<D> du;
+  const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in));
+  const auto x0 = hn::BitCast(d, hn::ShiftLeft<16>(x));
+  const auto x1 = hn::BitCast(d, hn::And(x, hn::Set(du, 0xFFFF0000u)));
+  hn::Vec<decltype(du)> r0, r1;
+  RoundPairToBF16Bits(d, hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), hn::MulAdd(x0, vs, hn::Mul(x1, vc)), &r0, &r1);
+  const auto words = BF16PairWords(du, r0, r1);
+  if constexpr (kStream) {
+    hn::Stream(words, du, reinterpret_cast<uint32_t*>(out));
+  } else {
+    hn::StoreU(words, du, reinterpret_cast<uint32_t*>(out));
   }
-#endif
 }
+#endif
 
 // ------------------------------------------------------------------ rows of a job
 
@@ -703,9 +698,10 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
-#if ROTARY_AVX3_WORDS
-  if constexpr (E == Elem::kBF16Native && P == Pairing::kInterleaved && K % 2 == 0 && hn::MaxLanes(d) == 16) {
-    // Pairs in lanes (see InterleavedBF16Step): the plain cos/sin rows, K/2 vectors of 16 pairs each.
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (IsBF16(E) && P == Pairing::kInterleaved && K % 2 == 0) {
+    // Pairs in lanes (InterleavedBF16Step, InterleavedBF16LaneStep): the plain cos/sin rows, K/2
+    // vectors of N pairs each.
     V pc[K / 2], ps[K / 2];
     for (size_t k = 0; k < K / 2; ++k) {
       pc[k] = hn::LoadU(d, c + k * N);
@@ -716,7 +712,15 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
         const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
         for (size_t off = 0; off < K * N * sizeof(T); off += kLine) hwy::Prefetch(pf + off);
       }
-      for (size_t k = 0; k < K / 2; ++k) InterleavedBF16Step<kStream>(d, in + 2 * k * N, out + 2 * k * N, pc[k], ps[k]);
+      for (size_t k = 0; k < K / 2; ++k) {
+#if ROTARY_AVX3_WORDS
+        if constexpr (E == Elem::kBF16Native) {
+          InterleavedBF16Step<kStream>(d, in + 2 * k * N, out + 2 * k * N, pc[k], ps[k]);
+          continue;
+        }
+#endif
+        InterleavedBF16LaneStep<kStream>(d, in + 2 * k * N, out + 2 * k * N, pc[k], ps[k]);
+      }
     }
     return;
   }
@@ -856,41 +860,12 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
   const size_t K = W == Walk::kRows ? 0 : RegisterVectors<P>(p);
   const bool inverse = p.direction == Direction::kInverse;
 
-  // Interleaved bf16 without AVX512-BF16, rows without peeling: pairs in lanes (InterleavedBF16LaneRow).
-  constexpr bool kLanePairs = E == Elem::kBF16 && P == Pairing::kInterleaved && W != Walk::kRows &&
-                              HWY_TARGET != HWY_SCALAR;
-  const bool lane_pairs = kLanePairs && R % (2 * hn::Lanes(hn::ScalableTag<float>())) == 0;
-
   int64_t g = r0 / rpt;  // token index b * S + s
   int64_t w = r0 % rpt;  // first row of the token to do
   int64_t b = g / p.S, s = g % p.S;
   for (int64_t r = r0; r < r1;) {
     const int64_t w_end = std::min(rpt, w + (r1 - r));
-    if (lane_pairs) {
-      if constexpr (kLanePairs) {
-        const float* crow;
-        const float* srow;
-        TokenCosSin(job, b, s, resolved, &crow, &srow);
-        if (inverse) {
-          for (size_t i = 0; i < h; ++i) prepared[i] = -srow[i];
-          srow = prepared;
-        }
-        for (int i = 0; i < p.ntensors; ++i) {
-          const T* in;
-          T* out;
-          const int64_t n = TensorRowsOfToken(p, i, rpt, b, s, w, w_end, &in, &out);
-          const PlanTensor& t = p.t[i];
-          for (int64_t k = 0; k < n; ++k, in += t.in_sh, out += t.out_sh) {
-            if constexpr (W != Walk::kBlocks) {
-              const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta[i]);
-              for (size_t off = 0; off < R * sizeof(T); off += kLine) hwy::Prefetch(pf + off);
-            }
-            InterleavedBF16LaneRow<kStream>(in, out, crow, srow, R);
-            if (R < D && t.in != t.out) std::memcpy(out + R, in + R, (D - R) * sizeof(T));
-          }
-        }
-      }
-    } else if (K != 0) {
+    if (K != 0) {
       TokenCosSin(job, b, s, resolved, &c_use, &s_use);  // signed and duplicated in registers
       // Each tensor's rows of this token with cos/sin in registers (prefetching for large calls).
       for (int i = 0; i < p.ntensors; ++i) {

@@ -498,7 +498,7 @@ TEST(CpuKernelsBf16Test, NativeNarrowingMatchesPortableBitForBit) {
 
 TEST_F(CpuKernelsTest, Bf16PortablePathsAgreeBitForBit) {
   // Without AVX512-BF16, bf16 rows on cache lines take paths of their own (interleaved: each pair in
-  // one 32-bit lane, InterleavedBF16LaneRow; half-split on x86: block-wise widening and packing,
+  // one 32-bit lane, InterleavedBF16LaneStep; half-split on x86: block-wise widening and packing,
   // HalfBF16BlockRows), misaligned rows the per-vector widening and narrowing of LoadX/StoreX. All
   // compute the same f32 values and round to nearest even, so they must agree bit for bit; ~400 000
   // values per call make rounding ties (low 16 bits 0x8000, either parity) occur several times.

@@ -287,7 +287,6 @@ int run_bench(const std::vector<std::string>& args) {
   for (const auto& c : cases) max_pos = std::max(max_pos, c.position + c.tokens);
   table.ensure(max_pos);
 
-
   const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
   const Pairing pairings[] = {Pairing::kHalfSplit, Pairing::kInterleaved};
   const Direction directions[] = {Direction::kForward, Direction::kInverse};
