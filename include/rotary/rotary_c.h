@@ -233,6 +233,8 @@ typedef struct rotary_apply_args_t {
   int64_t seq_len;              /* length seen by dynamic/longrope; -1 (default) = max(position) + 1 */
   int32_t threads;              /* 0 = all cores, 1 = calling thread */
   rotary_backend_t backend;     /* default AUTO */
+  void* stream;                 /* backend CUDA: the cudaStream_t to enqueue on (NULL = default stream). Added
+                                   after 0.1.0: struct_size of the 0.1.0 layout (ending at backend) is accepted */
 } rotary_apply_args_t;
 
 ROTARY_API void rotary_apply_args_init(rotary_apply_args_t* args);

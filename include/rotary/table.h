@@ -12,6 +12,10 @@
 
 namespace rotary {
 
+namespace detail {
+struct TableAttachment;  // internal (src/engine/table_attachment.h)
+}  // namespace detail
+
 /// Computes one position's cos/sin row exactly: the angle pos*theta_i is formed in double
 /// (|error| <= ~2^-29 rad for pos < 2^24), reduced by the C library's correctly range-reduced
 /// double sin/cos, multiplied by attention_factor and rounded once to f32.
@@ -76,6 +80,11 @@ class ROTARY_API CosSinTable {
   std::mutex grow_mutex_;
   std::vector<Block> blocks_;           // guarded by grow_mutex_; never shrinks
   std::atomic<const Block*> current_{nullptr};
+  // Backend data that lives and dies with the table (the CUDA backend's device copies of the rows),
+  // created on first use through detail::TableAttachment.
+  friend struct detail::TableAttachment;
+  mutable std::mutex attachment_mutex_;
+  mutable std::shared_ptr<void> attachment_;
 };
 
 }  // namespace rotary

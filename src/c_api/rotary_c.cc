@@ -2,6 +2,7 @@
 #include "rotary/rotary_c.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -133,8 +134,11 @@ rotary::Positions to_positions(const rotary_positions_t& p, const char* where) {
 
 rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where) {
   require_non_null(a, where, "args");
-  check_struct_size(a->struct_size, sizeof(rotary_apply_args_t), where, "args", "rotary_apply_args_t",
-                    "rotary_apply_args_init");
+  // Callers built against 0.1.0 pass the layout that ends at `backend` (no `stream` field): accepted, stream = NULL.
+  const bool v0_1_layout = a->struct_size == offsetof(rotary_apply_args_t, stream);
+  if (!v0_1_layout)
+    check_struct_size(a->struct_size, sizeof(rotary_apply_args_t), where, "args", "rotary_apply_args_t",
+                      "rotary_apply_args_init");
   rotary::ApplyArgs out;
   if (a->q.data == nullptr) invalid(where, "args->q.data must not be NULL");
   out.q = to_view(a->q, where, "args->q");
@@ -165,6 +169,7 @@ rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where)
     invalid(where, "args->backend must be AUTO (0), CPU (1), REFERENCE (2) or CUDA (3), got " +
                        std::to_string(backend));
   out.backend = static_cast<rotary::Backend>(backend);
+  out.stream = v0_1_layout ? nullptr : a->stream;
   return out;
 }
 

@@ -76,7 +76,7 @@ void apply_axes(const AxisFrequencies& af, const ApplyArgs& args) {
 
   const int64_t n_b = slice.rank == 2 ? slice.shape[0] : 1;
   const int64_t n_s = slice.shape[slice.rank - 1];
-  for (int a = 1; a < af.n_axes; ++a)
+  for (int a = 1; a < af.n_axes && !plan.device; ++a)  // device ids are not read on the host
     for (int64_t b = 0; b < n_b; ++b)
       for (int64_t s = 0; s < n_s; ++s) {
         const int64_t idx = a * ids.strides[0] + (slice.rank == 2 ? b * slice.strides[0] : 0) + s * slice.strides[slice.rank - 1];

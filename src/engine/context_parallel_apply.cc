@@ -26,6 +26,9 @@ std::vector<int64_t> read_int_vector(const TensorView& v, const char* name) {
 /// The shard's args with positions replaced by explicit global ids; `ids` keeps them alive.
 ApplyArgs shard_args(const ContextParallel& cp, const ApplyArgs& args, std::vector<int64_t>* ids) {
   ApplyArgs a = args;
+  if (args.backend == Backend::kCuda)
+    fail(Kind::kUnsupported, kWhere, "backend cuda is not supported on a context-parallel shard (its positions are "
+                                     "built on the host), got backend cuda");
   const int layout = static_cast<int>(args.layout);
   if (layout < 0 || layout > 2) invalid("layout must be bshd, bhsd or thd, got " + std::to_string(layout));
   if (args.layout == Layout::kTHD) {

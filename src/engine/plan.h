@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "rotary/apply.h"
+#include "rotary/table.h"
 #include "rotary/types.h"
 
 namespace rotary::detail {
@@ -20,9 +21,10 @@ struct PlanTensor {
   bool inplace() const { return in == out; }
 };
 
-/// Per-token position source (validated: every index is in range).
+/// Per-token position source. Host calls: validated, every index is in range. Device calls
+/// (Plan::device): shapes, strides and dtypes are validated, values are not read on the host.
 struct PlanPositions {
-  enum class Kind { kOffset, kIds, kPerToken } kind = Kind::kOffset;
+  enum class Kind { kOffset, kIds, kPerToken, kPacked } kind = Kind::kOffset;
   // kOffset: pos = offset + batch_offset(b) + s
   int64_t offset = 0;
   const void* batch_offsets = nullptr;  // i32/i64 [B] or null
@@ -35,6 +37,15 @@ struct PlanPositions {
   int n_axes = 1;  ///< position axes (1..kMaxPositionAxes): 3 for M-RoPE, 2 for 2-D vision, 4 for ggml multi-rope
   // kPerToken: packed batches resolved by the engine into one int64 per token (s index)
   std::vector<int64_t> per_token;
+  // kPacked (device calls only; the host resolves packed batches into kPerToken): token s belongs to the
+  // sequence n with cu[n] <= s < cu[n+1] (searched per token); pos = s - cu[n] + seq_offsets[n].
+  const void* cu_seqlens = nullptr;  // i32/i64 [n_seq + 1]
+  DType cu_seqlens_dtype = DType::kI64;
+  int64_t cu_seqlens_stride = 1;
+  int64_t n_seq = 0;
+  const void* seq_offsets = nullptr;  // i32/i64 [n_seq] or null
+  DType seq_offsets_dtype = DType::kI64;
+  int64_t seq_offsets_stride = 1;
 
   bool fractional() const { return kind == Kind::kIds && (ids_dtype == DType::kF32 || ids_dtype == DType::kF64); }
 };
@@ -43,9 +54,12 @@ struct PlanPositions {
 /// (attention factor already folded in).
 struct PlanCosSin {
   enum class Kind { kTable, kCaller, kOnTheFly } kind = Kind::kTable;
-  // kTable: rows of 2*half f32: [cos | sin], `table_size` rows
+  // kTable: rows of 2*half f32: [cos | sin], `table_size` rows (host memory). Device calls also set
+  // `table_owner` (the device backend keeps its per-device copy of the rows with the table) and
+  // inv_freq/attention_factor (positions past the rows copied so far are computed on the device).
   const float* table = nullptr;
   int64_t table_size = 0;
+  const CosSinTable* table_owner = nullptr;
   // kCaller: rank 2 => indexed by position; rank 3 => [B,S,half] gathered
   TensorView cos, sin;
   // kOnTheFly
@@ -69,6 +83,10 @@ struct Plan {
   PlanPositions pos;
   PlanCosSin cs;
   int threads = 0;  ///< resolved: >= 1
+  /// Device call (backend cuda): every pointer above is device memory. The engine read no value behind
+  /// them (positions, cu_seqlens, batch offsets), so none is range-checked on the host (docs/cuda.md).
+  bool device = false;
+  void* stream = nullptr;  ///< device calls: the caller's cudaStream_t
 };
 
 /// Returns pointers to token (b, s)'s cos row and sin row (`half` f32 each). Uses `scratch`

@@ -45,6 +45,20 @@ int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
       return static_cast<int64_t>(std::floor(id_value(p, b, s, axis)));
     }
     case PlanPositions::Kind::kPerToken: return p.per_token[static_cast<std::size_t>(s)];
+    case PlanPositions::Kind::kPacked: {  // device plans read on the host (tests): the sequence holding s
+      auto at = [](const void* base, DType dt, int64_t i) {
+        return dt == DType::kI32 ? static_cast<const int32_t*>(base)[i] : static_cast<const int64_t*>(base)[i];
+      };
+      if (p.n_seq <= 0) return s;        // malformed (T > 0 tokens, no sequence): not checked on device calls
+      int64_t lo = 0, hi = p.n_seq - 1;  // largest n in [0, n_seq) with cu[n] <= s
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo + 1) / 2;
+        if (at(p.cu_seqlens, p.cu_seqlens_dtype, mid * p.cu_seqlens_stride) <= s) lo = mid;
+        else hi = mid - 1;
+      }
+      const int64_t off = p.seq_offsets ? at(p.seq_offsets, p.seq_offsets_dtype, lo * p.seq_offsets_stride) : 0;
+      return s - at(p.cu_seqlens, p.cu_seqlens_dtype, lo * p.cu_seqlens_stride) + off;
+    }
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/build.h"
@@ -81,6 +82,10 @@ void Rope::apply(const ApplyArgs& args) {
   plan.cs.axis_of_freq = im.axis_of_freq;
 
   // Frequencies for this call's length (HF: seq_len = max(position_ids) + 1 when not given).
+  if (range.unknown && spec.length_dependent() && !args.seq_len)
+    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
+         std::string("seq_len must be given for a ") + rope_type_name(spec.scaling.type) +
+             " spec when positions are device memory (backend cuda does not read them on the host), got none");
   const int64_t seq_len = args.seq_len ? *args.seq_len : (range.any ? range.max_int + 1 : 1);
   Frequencies local;              // outlives run_plan when used on the fly
   const Frequencies* freqs = &im.base;
@@ -96,6 +101,13 @@ void Rope::apply(const ApplyArgs& args) {
   }
 
   bool use_table = table != nullptr && im.options.mode != CosSinMode::kOnTheFly && !range.fractional;
+  if (use_table && range.unknown) {
+    // Device positions: the table's rows up to seq_len (when given) go to the device once; the device
+    // computes the rows of positions past them (kTable mode too: it cannot report them from there).
+    detail::attach_device_table(plan, *table, args.seq_len.value_or(0));
+    detail::run_plan(plan, args.backend);
+    return;
+  }
   if (use_table && im.options.mode == CosSinMode::kAuto) {
     // Auto: the table up to max_positions, on the fly beyond. Also on the fly when this call would
     // make the table grow by far more rows than it has tokens (e.g. one decode step at position 1e6
@@ -114,6 +126,7 @@ void Rope::apply(const ApplyArgs& args) {
       const CosSinTable::View v = table->view_for(range.max_int + 1);  // kTable mode: throws past the limit
       plan.cs.table = v.data;
       plan.cs.table_size = v.size;
+      if (plan.device) detail::attach_device_table(plan, *table, 0);
     }
   } else {
     plan.cs.kind = detail::PlanCosSin::Kind::kOnTheFly;

@@ -306,7 +306,7 @@ void check_int_position(int64_t p, const std::string& where_text) {
 }
 
 /// `scan`: read position values (false for empty calls, whose token grid may be huge and unbacked).
-void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool scan) {
+void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool scan, bool device) {
   if (pos.offset < 0) invalid("positions.offset must be >= 0, got " + str(pos.offset));
   if (pos.offset > kMaxPosition) out_of_range("positions.offset must be < 2^31, got " + str(pos.offset));
   plan.pos.kind = PlanPositions::Kind::kOffset;
@@ -314,7 +314,8 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool sc
   int64_t max_bo = 0;
   if (!absent(pos.batch_offsets)) {
     check_int_vector(pos.batch_offsets, "positions.batch_offsets", plan.B, "B");
-    for (int64_t b = 0; scan && b < plan.B; ++b) {
+    range->unknown = device;
+    for (int64_t b = 0; scan && !device && b < plan.B; ++b) {
       const int64_t v = read_int(pos.batch_offsets.data, pos.batch_offsets.dtype, b * pos.batch_offsets.strides[0]);
       check_int_position(v, "positions.batch_offsets[" + str(b) + "]");
       max_bo = std::max(max_bo, v);
@@ -333,7 +334,7 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool sc
 }
 
 void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan& plan, PositionRange* range,
-              bool scan) {
+              bool scan, bool device) {
   const TensorView& ids = pos.ids;
   const char* name = "positions.ids";
   const bool thd = layout == Layout::kTHD;
@@ -382,6 +383,10 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   }
 
   range->fractional = frac;
+  if (device) {  // values live on the device: not read (docs/cuda.md)
+    range->unknown = true;
+    return;
+  }
   if (!scan) return;
   for (int a = 0; a < pp.n_axes; ++a)
     for (int64_t b = 0; b < plan.B; ++b)
@@ -409,7 +414,7 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
       }
 }
 
-void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange* range, bool scan) {
+void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange* range, bool scan, bool device) {
   if (layout != Layout::kTHD)
     invalid(std::string("positions.kind packed (cu_seqlens) requires layout thd, got layout ") + layout_name(layout));
   const TensorView& cu = pos.cu_seqlens;
@@ -418,6 +423,20 @@ void plan_packed(const Positions& pos, Layout layout, Plan& plan, PositionRange*
   if (cu.shape[0] < 1) invalid("positions.cu_seqlens must have at least 1 entry [N+1], got shape " + shape_str(cu));
   const int64_t n_seq = cu.shape[0] - 1;
   const int64_t T = plan.S;
+  if (device) {  // values live on the device: each token finds its sequence there (docs/cuda.md)
+    if (!absent(pos.seq_offsets)) check_int_vector(pos.seq_offsets, "positions.seq_offsets", n_seq, "N");
+    PlanPositions& pp = plan.pos;
+    pp.kind = PlanPositions::Kind::kPacked;
+    pp.cu_seqlens = cu.data;
+    pp.cu_seqlens_dtype = cu.dtype;
+    pp.cu_seqlens_stride = cu.strides[0];
+    pp.n_seq = n_seq;
+    pp.seq_offsets = pos.seq_offsets.data;
+    pp.seq_offsets_dtype = pos.seq_offsets.dtype;
+    pp.seq_offsets_stride = absent(pos.seq_offsets) ? 0 : pos.seq_offsets.strides[0];
+    range->unknown = true;
+    return;
+  }
   auto cu_at = [&](int64_t i) { return read_int(cu.data, cu.dtype, i * cu.strides[0]); };
   if (cu_at(0) != 0) invalid("positions.cu_seqlens[0] must be 0, got " + str(cu_at(0)));
   for (int64_t i = 1; scan && i <= n_seq; ++i)
@@ -495,7 +514,7 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   const int pairing_i = static_cast<int>(pairing), direction_i = static_cast<int>(args.direction);
   const int backend_i = static_cast<int>(args.backend);
   if (layout_i < 0 || layout_i > 2 || pairing_i < 0 || pairing_i > 1 || direction_i < 0 || direction_i > 1 ||
-      backend_i < 0 || backend_i > 2 || args.threads < 0)
+      backend_i < 0 || backend_i > 3 || (backend_i == 3 && !cuda_available()) || args.threads < 0)
     return false;
   const Positions& pos = args.positions;
   if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 ||
@@ -565,6 +584,8 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   fill(plan->t[plan->ntensors++], cq, args.q, absent(args.q_out) ? args.q : args.q_out);
   if (has_k) fill(plan->t[plan->ntensors++], ck, args.k, absent(args.k_out) ? args.k : args.k_out);
   plan->threads = args.threads > 0 ? args.threads : all_cores();
+  plan->device = req.device || args.backend == Backend::kCuda;
+  plan->stream = args.stream;
   plan->pos.kind = PlanPositions::Kind::kOffset;
   plan->pos.offset = pos.offset;
   *range = PositionRange{};
@@ -683,16 +704,19 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   if (cq.H > 0) fill(plan.t[plan.ntensors++], args.q, q_out);
   if (has_k && ck.H > 0) fill(plan.t[plan.ntensors++], args.k, k_out);
   plan.threads = args.threads > 0 ? args.threads : all_cores();
+  const bool device = req.device || args.backend == Backend::kCuda;
+  plan.device = device;
+  plan.stream = args.stream;
 
   // ---- positions (an empty call is checked for shape only: its token grid may be huge and unbacked)
   const bool scan = plan.ntensors > 0 && plan.B > 0 && plan.S > 0;
   switch (args.positions.kind) {
-    case Positions::Kind::kOffset: plan_offset(args.positions, plan, range, scan); break;
+    case Positions::Kind::kOffset: plan_offset(args.positions, plan, range, scan, device); break;
     case Positions::Kind::kIds:
       if (absent(args.positions.ids)) invalid("positions.ids must be given for positions of kind ids, got none");
-      plan_ids(args.positions, layout, req, plan, range, scan);
+      plan_ids(args.positions, layout, req, plan, range, scan, device);
       break;
-    case Positions::Kind::kPacked: plan_packed(args.positions, layout, plan, range, scan); break;
+    case Positions::Kind::kPacked: plan_packed(args.positions, layout, plan, range, scan, device); break;
   }
   if (args.seq_len && *args.seq_len <= 0) invalid("seq_len must be > 0 when given, got " + str(*args.seq_len));
   return plan;
@@ -715,7 +739,8 @@ void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& 
     invalid("cos last dim must be rotary_dim/2 = " + str(plan.half) + ", got shape " + shape_str(cos));
   if (cos.rank == 2) {
     if (range.fractional) invalid("positions.ids must be integer with a caller cos/sin table, got fractional ids");
-    if (range.any && range.max_int >= cos.shape[0])
+    // Device positions are not read here: the kernel writes NaN for a position outside [0, max_pos).
+    if (range.any && !range.unknown && range.max_int >= cos.shape[0])
       out_of_range("position " + str(range.max_int) + " is out of range for cos/sin with " + str(cos.shape[0]) +
                    " rows (shape " + shape_str(cos) + "); positions must be < max_pos");
   } else {
