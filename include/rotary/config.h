@@ -1,4 +1,4 @@
-// Reading Hugging Face config.json files (v4 rope_scaling and v5 rope_parameters) and built-in model presets.
+// Reading and writing Hugging Face config.json text (v4 rope_scaling, v5 rope_parameters) and built-in model presets.
 #pragma once
 
 #include <string>
@@ -19,6 +19,14 @@ namespace rotary {
 ROTARY_API Spec spec_from_hf_config_json(std::string_view json_text, const std::string& source_name = "config.json");
 /// Reads and parses a file (kIo error if unreadable).
 ROTARY_API Spec spec_from_hf_config_file(const std::string& path);
+
+/// Writes every field of `spec` as config.json text in the Hugging Face v5 layout, which
+/// spec_from_hf_config_json(text, spec.name) reads back to an equal Spec (normalized specs). Top level:
+/// name, head_dim, rotary_dim, max_position_embeddings, rope_interleave (the pairing); rope_parameters:
+/// rope_type, rope_theta (base), partial_rotary_factor and every scaling and M-RoPE field, an unset optional
+/// as null. Fields the rope_type does not use are written with their values but not read back.
+/// indent < 0: one line; otherwise pretty-printed with that many spaces. Field by field: docs/cli.md.
+ROTARY_API std::string spec_to_json(const Spec& spec, int indent = -1);
 
 /// Names of the built-in presets (real models, embedded config.json fragments).
 ROTARY_API std::vector<std::string> preset_names();

@@ -36,30 +36,21 @@ nb::ndarray<nb::numpy, double, nb::ndim<1>> to_numpy(const std::vector<double>& 
   return nb::ndarray<nb::numpy, double, nb::ndim<1>>(data, {values.size()}, owner);
 }
 
+/// Spec's keyword arguments, from the one serialisation of a Spec (rotary::spec_to_json): its top-level and
+/// rope_parameters keys in one dict, with rope_theta as `base` and rope_interleave as `pairing`.
 nb::dict spec_to_dict(const rotary::Spec& s) {
+  nb::dict config = nb::cast<nb::dict>(nb::module_::import_("json").attr("loads")(rotary::spec_to_json(s)));
   nb::dict d;
-  d["head_dim"] = s.head_dim;
-  d["rotary_dim"] = s.effective_rotary_dim();
-  d["base"] = s.base;
+  for (auto [key, value] : config) {
+    if (nb::cast<std::string>(key) == "rope_parameters") {
+      for (auto [k, v] : nb::cast<nb::dict>(value)) d[k] = v;
+    } else {
+      d[key] = value;
+    }
+  }
+  d["base"] = d.attr("pop")("rope_theta");
+  d.attr("pop")("rope_interleave");
   d["pairing"] = std::string(rotary::pairing_name(s.pairing));
-  d["rope_type"] = std::string(rotary::rope_type_name(s.scaling.type));
-  d["max_position_embeddings"] = s.max_position_embeddings;
-  d["partial_rotary_factor"] = s.partial_rotary_factor;
-  d["factor"] = s.scaling.factor;
-  d["original_max_position_embeddings"] = s.scaling.original_max_position_embeddings;
-  d["beta_fast"] = s.scaling.beta_fast;
-  d["beta_slow"] = s.scaling.beta_slow;
-  d["mscale"] = s.scaling.mscale;
-  d["mscale_all_dim"] = s.scaling.mscale_all_dim;
-  d["truncate"] = s.scaling.truncate;
-  d["attention_factor"] = s.scaling.attention_factor;
-  d["short_factor"] = s.scaling.short_factor;
-  d["long_factor"] = s.scaling.long_factor;
-  d["low_freq_factor"] = s.scaling.low_freq_factor;
-  d["high_freq_factor"] = s.scaling.high_freq_factor;
-  d["mrope_section"] = s.mrope.section;
-  d["mrope_interleaved"] = s.mrope.interleaved;
-  d["name"] = s.name;
   return d;
 }
 

@@ -1,4 +1,4 @@
-// Reading Hugging Face config.json text (v4 rope_scaling, v5 rope_parameters, legacy GPT-NeoX/GPT-J keys) into a Spec.
+// Hugging Face config.json text <-> Spec: reads v4/v5 and legacy GPT-NeoX/GPT-J keys, writes the v5 layout.
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -287,6 +287,40 @@ Spec spec_from_hf_config_file(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
   return spec_from_hf_config_json(ss.str(), path);
+}
+
+std::string spec_to_json(const Spec& spec, int indent) {
+  // One list of every Spec field (docs/cli.md describes each). Keys are the ones parse() above reads, so the
+  // text reads back to an equal Spec; fields the rope_type does not use are written too (parse() skips them).
+  using ordered = nlohmann::ordered_json;
+  auto optional = [](const std::optional<double>& v) { return v ? ordered(*v) : ordered(nullptr); };
+  const Scaling& sc = spec.scaling;
+  ordered rp;
+  rp["rope_type"] = rope_type_name(sc.type);
+  rp["rope_theta"] = spec.base;
+  rp["partial_rotary_factor"] = spec.partial_rotary_factor;
+  rp["factor"] = optional(sc.factor);
+  rp["original_max_position_embeddings"] = sc.original_max_position_embeddings;
+  rp["beta_fast"] = sc.beta_fast;
+  rp["beta_slow"] = sc.beta_slow;
+  rp["mscale"] = optional(sc.mscale);
+  rp["mscale_all_dim"] = optional(sc.mscale_all_dim);
+  rp["truncate"] = sc.truncate;
+  rp["attention_factor"] = optional(sc.attention_factor);
+  rp["short_factor"] = sc.short_factor;
+  rp["long_factor"] = sc.long_factor;
+  rp["low_freq_factor"] = sc.low_freq_factor;
+  rp["high_freq_factor"] = sc.high_freq_factor;
+  rp["mrope_section"] = spec.mrope.section;
+  rp["mrope_interleaved"] = spec.mrope.interleaved;
+  ordered doc;
+  doc["name"] = spec.name;
+  doc["head_dim"] = spec.head_dim;
+  doc["rotary_dim"] = spec.effective_rotary_dim();
+  doc["max_position_embeddings"] = spec.max_position_embeddings;
+  doc["rope_interleave"] = spec.pairing == Pairing::kInterleaved;
+  doc["rope_parameters"] = std::move(rp);
+  return doc.dump(indent);
 }
 
 }  // namespace rotary
