@@ -82,11 +82,11 @@ def load(report_dir):
 
 
 def _title(report):
-    spec = report["spec"]
-    sc = spec["scaling"]
-    t = f"{report['model']}: rotary_dim {spec['rotary_dim']}, base {spec['base']:g}, {sc['rope_type']}"
-    if sc["rope_type"] != "default":
-        t += f" x{sc['factor_effective']:g}"
+    spec = report["spec"]  # config.json layout: rope_parameters holds rope_type and rope_theta
+    rp = spec["rope_parameters"]
+    t = f"{report['model']}: rotary_dim {spec['rotary_dim']}, base {rp['rope_theta']:g}, {rp['rope_type']}"
+    if rp["rope_type"] != "default":
+        t += f" x{report['context']['factor']:g}"
     return t
 
 

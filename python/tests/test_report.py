@@ -107,9 +107,9 @@ def write_synthetic_report(d: pathlib.Path):
                                        "rotary_cos_err", "rotary_sin_err"], rows)
     report = {
         "model": "synthetic-llama3",
-        "spec": {"head_dim": dim, "rotary_dim": dim, "base": base,
-                 "scaling": {"rope_type": "llama3", "factor": factor, "factor_effective": factor}},
-        "context": {"original": L, "max_position_embeddings": max_pos},
+        "spec": {"head_dim": dim, "rotary_dim": dim,
+                 "rope_parameters": {"rope_type": "llama3", "rope_theta": base, "factor": factor}},
+        "context": {"original": L, "max_position_embeddings": max_pos, "factor": factor},
         "attention_factor": 1.0,
         "curves": {"variants": [{"key": key, "label": key} for key in variants]},
     }

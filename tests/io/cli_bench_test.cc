@@ -20,6 +20,7 @@ TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
   if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
   std::string out;
   ASSERT_EQ(testing::run_command("'" + cli + "' bench --quick --case P2 --threads 1 --json", &out, false), 0) << out;
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md");
   std::istringstream lines(out);
   std::string line;
   std::set<std::tuple<std::string, std::string, bool, std::string>> seen;
@@ -48,6 +49,8 @@ TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
     const double bytes = (dtype == "f32" ? 4.0 : 2.0) * 40 * 128 * 2;
     EXPECT_NEAR(gbps, bytes / (us * 1e-6) / 1e9, 1e-6 * gbps) << line;
     seen.insert({dtype, pairing, j["inplace"].get<bool>(), direction});
+    for (const auto& [key, value] : j.items())
+      EXPECT_NE(doc.find("| `" + key + "` |"), std::string::npos) << key << " is not described in docs/cli.md";
   }
   EXPECT_EQ(seen.size(), 24u) << "every dtype x pairing x inplace x direction once";
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rotary/config.h"
+#include "rotary/freqs.h"
 #include "testing/shared.h"
 #include "testing/tolerances.h"
 
@@ -153,6 +154,21 @@ double decay_bound(const json& rep, int64_t r) {
   return sum / double(pairs.size());
 }
 
+/// Every key of report.json (at any depth) is described in docs/cli.md, as `key`, `parent.key` or `key.child`.
+void check_documented(const json& j, const std::string& doc) {
+  if (j.is_array()) {
+    for (const auto& e : j) check_documented(e, doc);
+    return;
+  }
+  if (!j.is_object()) return;
+  for (const auto& [key, value] : j.items()) {
+    const bool found = doc.find("`" + key + "`") != std::string::npos || doc.find("." + key + "`") != std::string::npos ||
+                       doc.find("`" + key + ".") != std::string::npos;
+    EXPECT_TRUE(found) << "report.json key \"" << key << "\" is not described in docs/cli.md";
+    check_documented(value, doc);
+  }
+}
+
 /// Checks the CSV files against the JSON and against independent formulas.
 void check_files(const json& rep, const fs::path& dir) {
   const size_t h = rep.at("bands").at("pairs").size();
@@ -202,12 +218,17 @@ TEST(Report, Llama31MatchesTheLlama3Rule) {
   std::string out;
   ASSERT_EQ(run_report("--preset llama-3.1-8b", tmp.path(), &out), 0) << out;
   const json rep = read_json(tmp.path() / "report.json");
-  const json& sc = rep.at("spec").at("scaling");
+  const json& sc = rep.at("spec").at("rope_parameters");
   EXPECT_EQ(rep.at("spec").at("head_dim"), 128);
   EXPECT_EQ(sc.at("rope_type"), "llama3");
   EXPECT_EQ(sc.at("factor"), 8.0);
   EXPECT_EQ(sc.at("original_max_position_embeddings"), 8192);
   EXPECT_EQ(rep.at("attention_factor"), 1.0);
+  // The report's spec is config.json text: read back, it is the preset again.
+  const rotary::Spec preset = rotary::preset("llama-3.1-8b");
+  const rotary::Spec back = rotary::spec_from_hf_config_json(rep.at("spec").dump(), preset.name);
+  EXPECT_EQ(rotary::spec_to_json(back), rotary::spec_to_json(preset));
+  EXPECT_EQ(rotary::compute_frequencies(back).inv_freq, rotary::compute_frequencies(preset).inv_freq);
   const auto classes = check_band_consistency(rep);
   // Independent Llama 3.1 rule (Meta's apply_scaling): wavelength < L/high kept, > L/low divided by 8.
   const json& pairs = rep.at("bands").at("pairs");
@@ -222,6 +243,7 @@ TEST(Report, Llama31MatchesTheLlama3Rule) {
   }
   check_verification(rep);
   check_files(rep, tmp.path());
+  check_documented(rep, rotary::testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md"));
   // The printed report names the sections a reader looks for.
   for (const char* s : {"bands", "attention_factor", "identity", "2^24", "prefill", "decode"})
     EXPECT_NE(out.find(s), std::string::npos) << "output lacks \"" << s << "\"";
@@ -244,8 +266,8 @@ TEST(Report, YarnPresetBandsAndAttentionFactor) {
   std::string out;
   ASSERT_EQ(run_report("--preset " + name, tmp.path(), &out), 0) << out;
   const json rep = read_json(tmp.path() / "report.json");
-  EXPECT_EQ(rep.at("spec").at("scaling").at("rope_type"), "yarn");
-  const double factor = rep.at("spec").at("scaling").at("factor_effective");
+  EXPECT_EQ(rep.at("spec").at("rope_parameters").at("rope_type"), "yarn");
+  const double factor = rep.at("context").at("factor");
   // YaRN's attention factor without mscale: 0.1 ln(factor) + 1.
   EXPECT_NEAR(rep.at("attention_factor").get<double>(), 0.1 * std::log(factor) + 1.0, 1e-12);
   const auto classes = check_band_consistency(rep);
@@ -276,8 +298,8 @@ TEST(Report, ConfigFileIsRead) {
   ASSERT_EQ(run_report("--config " + quote(cfg.string()), tmp.path() / "out", &out), 0) << out;
   const json rep = read_json(tmp.path() / "out" / "report.json");
   EXPECT_EQ(rep.at("spec").at("head_dim"), 64);
-  EXPECT_EQ(rep.at("spec").at("base"), 25000.0);
-  EXPECT_EQ(rep.at("spec").at("scaling").at("rope_type"), "default");
+  EXPECT_EQ(rep.at("spec").at("rope_parameters").at("rope_theta"), 25000.0);
+  EXPECT_EQ(rep.at("spec").at("rope_parameters").at("rope_type"), "default");
   const auto classes = check_band_consistency(rep);
   // Unscaled: only "full rotations" and "less than one rotation", split at wavelength = max_position_embeddings.
   for (size_t i = 0; i < classes.size(); ++i) {

@@ -4,6 +4,8 @@
 #include <numbers>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli.h"
 #include "rotary/freqs.h"
 
@@ -12,30 +14,16 @@ namespace {
 
 constexpr const char* kUsage = "rotary freqs (--config FILE | --preset NAME) [--seq-len N] [--json]";
 
-/// format_double, but always recognisably a float in JSON ("10000.0", not "10000").
-std::string json_double(double v) {
-  std::string s = format_double(v);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
+/// One line: the spec's rope_type, dims and base, then inv_freq and attention_factor (fields: docs/cli.md).
 void print_json(const Spec& spec, const Frequencies& f) {
-  std::string out = "{\"rope_type\": " + json_string(rope_type_name(spec.scaling.type)) +
-                    ", \"head_dim\": " + std::to_string(spec.head_dim) +
-                    ", \"rotary_dim\": " + std::to_string(spec.rotary_dim) + ", \"base\": " + json_double(spec.base) +
-                    ", \"inv_freq\": [";
-  for (size_t i = 0; i < f.inv_freq.size(); ++i) out += (i ? ", " : "") + json_double(f.inv_freq[i]);
-  out += "], \"attention_factor\": " + json_double(f.attention_factor) + "}\n";
-  std::fputs(out.c_str(), stdout);
+  nlohmann::ordered_json j;
+  j["rope_type"] = rope_type_name(spec.scaling.type);
+  j["head_dim"] = spec.head_dim;
+  j["rotary_dim"] = spec.rotary_dim;
+  j["base"] = spec.base;
+  j["inv_freq"] = f.inv_freq;
+  j["attention_factor"] = f.attention_factor;
+  std::printf("%s\n", j.dump().c_str());
 }
 
 void print_table(const Spec& spec, const Frequencies& f, std::optional<int64_t> seq_len) {

@@ -11,13 +11,11 @@
 #include <vector>
 
 #include "cli.h"
+#include "plot.h"
 
 extern char** environ;
 
 namespace rotary::cli {
-
-int run_plotter(const std::string& dir, std::string* note);
-
 namespace {
 
 /// Exit code python/rotary/report.py uses when matplotlib is missing.

@@ -1,0 +1,127 @@
+// `rotary report`: one model's RoPE explained and verified on this machine (bands, decay, accuracy, speed) + plot data.
+//
+// Output (printed, and written to DIR): the spec with every scaling parameter, the band table (which dimension
+// pairs rotate fully within the original context, which are interpolated / blended / never complete a turn),
+// the attention factor, numerical checks (relative-position identity, inverse∘forward, error vs fp64 truth at
+// large positions), a speed line, and the CSVs behind the four plots. Where each part is made:
+//   model.cc    the model's frequencies, band classes and comparison variants
+//   output.cc   the spec and band table on the console, bands.csv
+//   verify.cc   the numerical checks
+//   curves.cc   decay.csv (RoFormer's bound (1/(d/2)) Σ_j |S_j|, S_j = Σ_{k<j} e^{i r θ_k}), score.csv
+//               (<R(m)q, R(n)k> vs r = m − n for a fixed random q/k pair, and q = k), phase_error.csv
+//   speed.cc    the speed line (the timing harness of `rotary bench`, ../timing.h)
+//   this file   the command: runs the parts in order and writes report.json (fields: docs/cli.md)
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../cli.h"
+#include "../plot.h"
+#include "curves.h"
+#include "format.h"
+#include "model.h"
+#include "output.h"
+#include "rotary/config.h"
+#include "rotary/version.h"
+#include "speed.h"
+#include "verify.h"
+
+namespace rotary::cli::report {
+namespace {
+
+/// The command's options after parsing.
+struct ReportOptions {
+  Spec spec;  ///< normalized
+  std::string out_dir;
+  bool plots = true;
+  bool quick = false;
+};
+
+Json run_report(const ReportOptions& o) {
+  namespace fs = std::filesystem;
+  const fs::path dir(o.out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir))
+    fail(Error::Kind::kIo, "rotary_report", "--out " + o.out_dir + " cannot be created: " + ec.message());
+
+  const ModelView mv = make_model_view(o.spec);
+  const int64_t D = mv.spec.head_dim;
+  std::string description;
+  try {
+    description = preset_description(mv.spec.name);
+  } catch (const Error&) {
+  }
+  Json rep;
+  rep["rotary_version"] = ROTARY_VERSION_STRING;
+  rep["model"] = mv.spec.name;
+  rep["description"] = description;
+  // The spec as config.json text that `--config` (and Spec.from_hf_config) read back: the model's own spec,
+  // M-RoPE sections included.
+  rep["spec"] = Json::parse(spec_to_json(o.spec.normalized()));
+  if (o.spec.mrope.enabled())
+    rep["note"] = "M-RoPE spec: shown for text tokens (t = h = w positions), where it equals 1-D RoPE";
+  if (mv.max_pos <= 0 && mv.spec.scaling.original_max_position_embeddings <= 0)
+    rep["note"] = "the config gives no context length: L = 4096 is assumed for the band classes";
+  rep["context"] = {{"original", mv.L},
+                    {"max_position_embeddings", mv.max_pos},
+                    {"factor", mv.nominal_factor},
+                    {"extended", mv.extended},
+                    {"scaled_seq_len", mv.seq_len ? Json(*mv.seq_len) : Json(nullptr)}};
+
+  print_spec(mv, description);
+  if (rep.contains("note")) std::printf("  note: %s\n", rep["note"].get<std::string>().c_str());
+
+  report_bands(mv, dir, rep);
+
+  // Attention factor.
+  rep["attention_factor"] = mv.scaled.attention_factor;
+  std::printf("\nattention_factor %.9g (multiplies cos and sin; logits scale by its square %.6g)\n",
+              mv.scaled.attention_factor, mv.scaled.attention_factor * mv.scaled.attention_factor);
+
+  report_verification(mv, D, rep);
+  report_curves(mv, D, dir, rep);
+  report_speed(mv, D, o.quick, rep);
+  rep["files"] = {"report.json", "bands.csv", "decay.csv", "score.csv", "phase_error.csv"};
+  {
+    std::ofstream f(dir / "report.json");
+    f << rep.dump(2) << "\n";
+    if (!f) fail(Error::Kind::kIo, "rotary_report", "cannot write " + (dir / "report.json").string());
+  }
+  std::printf("\nwrote %s/{report.json, bands.csv, decay.csv, score.csv, phase_error.csv}\n", o.out_dir.c_str());
+  return rep;
+}
+
+int report_main(const std::vector<std::string>& args) {
+  Flags flags(args, {"preset", "config", "out"}, {"no-plots", "quick"});
+  if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
+  ReportOptions o;
+  o.spec = spec_from_flags(flags, "llama-3.1-8b");
+  o.out_dir = flags.get("out").value_or("out/report");
+  o.plots = !flags.has("no-plots");
+  o.quick = flags.has("quick");
+  std::fflush(stdout);
+  run_report(o);
+  if (o.plots) {
+    std::fflush(stdout);
+    std::string note;
+    if (run_plotter(o.out_dir, &note) != 0)
+      std::printf("note: plots were not drawn: %s\n      (the report data above is complete; `rotary plot %s` "
+                  "draws them later)\n",
+                  note.c_str(), o.out_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+ROTARY_CLI_COMMAND("report",
+                   "rotary report [--preset NAME | --config FILE] [--out DIR] [--no-plots] [--quick]",
+                   "a model's RoPE bands, decay, accuracy and speed on this machine, with plots (default preset "
+                   "llama-3.1-8b, DIR out/report)",
+                   report_main);
+
+}  // namespace rotary::cli::report

@@ -1,0 +1,69 @@
+// The timing harness shared by `rotary bench` and `rotary report`: memory-speed limits and alternating medians.
+//
+// Definition (docs/performance.md, "Method"): a kernel and its limit are timed alternately, one sample each
+// in turn (a sample = one call, or a batch of calls for decode), until both have at least `min_reps` samples
+// and `min_time_s` has passed; the median seconds per call of each is kept. The limits run on one buffer of
+// the kernel's total bytes with the same thread count: an in-place streaming read-modify-write
+// (x = x*a + b), a copy with non-temporal stores, and glibc memcpy, the first two with the widest vectors
+// the CPU has and a 4 KiB software prefetch, as the kernels do.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <utility>
+
+namespace rotary::cli {
+
+/// Page-aligned, pre-touched storage (page faults are not part of any measurement).
+class Buffer {
+ public:
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  unsigned char* data() const { return p_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  unsigned char* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// How long one measurement repeats: samples of `batch` back-to-back calls, at least `min_reps` samples of
+/// each side and at least `min_time_s` seconds in all.
+struct Timing {
+  double min_time_s;
+  int min_reps;
+  int batch;
+};
+/// Prefill-sized calls: one call per sample, 0.6 s and 9 samples (`--quick`: 0.05 s, 3).
+Timing prefill_timing(bool quick);
+/// Decode-sized calls (microseconds): batches of 1000 calls, 0.2 s and 15 samples (`--quick`: 200, 0.02 s, 5).
+Timing decode_timing(bool quick);
+
+/// Times `a` and `b` alternately as described above; returns the median seconds per call of each.
+std::pair<double, double> time_pair(const std::function<void()>& a, const std::function<void()>& b,
+                                    const Timing& t);
+
+/// The limits, on buffers of up to `max_bytes` bytes, split over parked helper threads (no run pays thread
+/// start-up). Each call processes the first `bytes` bytes (a multiple of 4) on `threads` threads.
+class Limits {
+ public:
+  explicit Limits(size_t max_bytes);
+  ~Limits();
+  /// In place: x = x*0.999 + 0.001 over the f32 values.
+  void inplace_stream(size_t bytes, int threads);
+  /// Copy with non-temporal (cache-bypassing) stores.
+  void nt_copy(size_t bytes, int threads);
+  /// glibc memcpy.
+  void memcpy(size_t bytes, int threads);
+
+ private:
+  class Team;
+  void split(size_t n_floats, int threads, const std::function<void(float*, float*, size_t)>& body);
+  std::unique_ptr<Team> team_;
+  Buffer src_, dst_;
+};
+
+}  // namespace rotary::cli
