@@ -1,4 +1,4 @@
-// `rotary bench`: the JSON lines carry issue 4's fields with the right types and cover the whole P2 matrix.
+// `rotary bench`: the JSON lines carry the fields docs/cli.md describes, with their types, over the whole P2 matrix.
 #include <gtest/gtest.h>
 
 #include <cmath>
