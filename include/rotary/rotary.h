@@ -15,3 +15,5 @@
 #include "rotary/ggml.h"
 #include "rotary/context_parallel.h"
 #include "rotary/convert.h"
+#include "rotary/safetensors.h"
+#include "rotary/parity.h"

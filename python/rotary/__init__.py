@@ -381,3 +381,8 @@ from . import multimodal as _multimodal  # noqa: E402  (it uses the helpers abov
 from .multimodal import *  # noqa: E402,F401,F403
 
 __all__ += _multimodal.__all__
+
+from . import parity as _parity  # noqa: E402
+from .parity import CheckResult, ExportedTables, check, export_tables  # noqa: E402,F401
+
+__all__ += _parity.__all__

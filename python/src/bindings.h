@@ -59,5 +59,6 @@ void register_errors();
 void bind_spec(nb::module_& m);
 void bind_apply(nb::module_& m);
 void bind_multimodal(nb::module_& m);  // multimodal.cc
+void bind_check(nb::module_& m);       // check.cc
 
 }  // namespace rotary_py

@@ -111,4 +111,5 @@ NB_MODULE(_rotary, m) {
   rotary_py::bind_spec(m);
   rotary_py::bind_apply(m);
   rotary_py::bind_multimodal(m);
+  rotary_py::bind_check(m);
 }

@@ -1,0 +1,46 @@
+// Strict .safetensors reader/writer (8-byte LE header length, JSON header, raw LE data) and one loader for .npy/.safetensors.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rotary/api.h"
+#include "rotary/npy.h"
+
+namespace rotary {
+
+/// Named tensors (in file order) plus the string metadata of a .safetensors file ("__metadata__").
+struct TensorFile {
+  std::vector<std::pair<std::string, NpyArray>> tensors;
+  std::map<std::string, std::string> metadata;
+  /// The tensor called `name`, or nullptr.
+  ROTARY_API const NpyArray* find(std::string_view name) const;
+  /// The tensor called `name`, else the only one whose name ends in "." + name (a state_dict key), else nullptr.
+  ROTARY_API const NpyArray* find_like(std::string_view name) const;
+};
+
+/// Parses .safetensors bytes: u64 little-endian header size N, N bytes of JSON
+///   {"NAME": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ..., "__metadata__": {str: str}}
+/// then the data buffer. dtypes F64, F32, F16, BF16, I64, I32 (BF16 arrives as DType::kBF16).
+/// Rejects with Error(kIo) naming `name` and the problem: a header size beyond the file or over 100 MB,
+/// malformed or non-object JSON, duplicate names, unknown keys, other dtypes, negative or overflowing shapes,
+/// offsets that are reversed, out of the buffer, of the wrong size for the shape, overlapping, or leaving
+/// holes, non-string metadata.
+ROTARY_API TensorFile safetensors_parse(std::string_view bytes, const std::string& name = "<safetensors>");
+ROTARY_API TensorFile safetensors_load(const std::string& path);
+/// Serializes (tensors in the given order, header padded with spaces to a multiple of 8 bytes).
+/// Error(kInvalidArgument) for an empty or duplicate name, "__metadata__" as a tensor name, or data whose
+/// size does not match its shape.
+ROTARY_API std::string safetensors_serialize(const TensorFile& file);
+
+/// Reads `path` by its extension: .safetensors (every tensor and the metadata) or .npy (one tensor, named
+/// `npy_name`). Anything else is Error(kInvalidArgument) naming the extensions accepted.
+ROTARY_API TensorFile load_tensor_file(const std::string& path, const std::string& npy_name);
+/// Writes bytes to `path` atomically: a temporary file in the same folder renamed over `path`, so that on
+/// any error nothing is left at `path` (Error(kIo) naming the path).
+ROTARY_API void write_file_atomically(const std::string& path, std::string_view bytes);
+
+}  // namespace rotary

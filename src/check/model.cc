@@ -1,0 +1,82 @@
+// The tolerance test of a hypothesis (frequencies, attention factor, angle precision) against canonical engine data.
+#include "check/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace rotary::parity {
+
+std::vector<int64_t> sample_rows(int64_t rows) {
+  std::vector<int64_t> out;
+  if (rows <= 4096) {
+    for (int64_t r = 0; r < rows; ++r) out.push_back(r);
+    return out;
+  }
+  for (int64_t r = 0; r < 2048; ++r) out.push_back(r);
+  const int64_t rest = rows - 2048;
+  for (int64_t k = 1; k <= 2048; ++k) out.push_back(2047 + (rest * k + 2047) / 2048);
+  out.back() = rows - 1;
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+namespace {
+
+/// Extra angle error of angles formed in dtype d: |d(d(p) * d(theta)) - p*theta| plus one rounding of slack.
+double low_precision_envelope(DType d, double p, double theta) {
+  const double formed = round_to(d, round_to(d, p) * round_to(d, theta));
+  return std::fabs(formed - p * theta) + 2 * half_ulp(d, formed);
+}
+
+}  // namespace
+
+double score(const Canonical& data, const Model& m, const std::vector<int64_t>& rows, std::vector<double>* per_band) {
+  const int64_t hm = static_cast<int64_t>(m.inv_freq.size());
+  const int64_t h = std::max(data.half, hm);
+  if (per_band) per_band->assign(static_cast<size_t>(h), 0.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  double worst = 0;
+  auto note = [&](int64_t j, double ratio) {
+    worst = std::max(worst, ratio);
+    if (per_band) (*per_band)[static_cast<size_t>(j)] = std::max((*per_band)[static_cast<size_t>(j)], ratio);
+  };
+  auto theta_of = [&](int64_t j) { return j < hm ? m.inv_freq[static_cast<size_t>(j)] : 0.0; };
+  // Bands the model rotates but the data does not have.
+  for (int64_t j = data.half; j < hm; ++j)
+    if (m.inv_freq[static_cast<size_t>(j)] != 0.0) note(j, inf);
+
+  if (data.form == Form::kFreqs) {
+    for (int64_t j = 0; j < data.half; ++j) {
+      const double t = theta_of(j), d = data.inv_freq[static_cast<size_t>(j)];
+      const double tol = 2 * half_ulp(data.dtype, t) + kFreqRel * std::fabs(t) + 1e-300;
+      note(j, std::fabs(d - t) / tol);
+    }
+    if (data.attention_factor) {
+      const double ratio = std::fabs(*data.attention_factor - m.af) / (kFactorRel * std::fabs(m.af) + 1e-12);
+      for (int64_t j = 0; j < h; ++j) note(j, ratio);
+    }
+    return worst;
+  }
+  const double noise = data.noise_scale * 2 * half_ulp(data.dtype, std::max(1.0, std::fabs(m.af)));
+  for (int64_t r : rows) {
+    const double p = data.positions[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < data.half; ++j) {
+      const double theta = theta_of(j), angle = p * theta;
+      double angle_tol = kAngleAbs + kAngleRel * std::fabs(angle);
+      if (m.low_precision_angles) angle_tol += low_precision_envelope(*m.low_precision_angles, p, theta);
+      const size_t k = static_cast<size_t>(r * data.half + j);
+      if (data.form == Form::kAngles) {
+        const double tol = 2 * half_ulp(data.dtype, angle) + angle_tol;
+        note(j, std::fabs(std::remainder(data.a[k] - angle, 2 * M_PI)) / tol);
+      } else {
+        const double tol = noise + std::fabs(m.af) * angle_tol;
+        const double ec = std::fabs(data.a[k] - m.af * std::cos(angle)), es = std::fabs(data.b[k] - m.af * std::sin(angle));
+        note(j, std::max(ec, es) / tol);
+      }
+    }
+  }
+  return worst;
+}
+
+}  // namespace rotary::parity

@@ -1,0 +1,77 @@
+// `rotary check`: audits an engine's inv_freq, cos/sin table or rotated q/k against a config (exit 0 agree, 1 disagree).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "cli.h"
+#include "rotary/parity.h"
+
+namespace rotary::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "rotary check (--config FILE | --preset NAME) (--inv-freq F | --cos-sin F | --cos F --sin F | "
+    "--rotated Y --input X --positions P) --layout hf|vllm|flashinfer|te|ggml|onnx|raw [--max-pos N] [--json]";
+
+/// Reads a .npy or .safetensors file; .pt needs torch, so it is left to the Python API.
+TensorFile read(const std::string& path, const std::string& npy_name) {
+  if (std::filesystem::path(path).extension() == ".pt")
+    throw UsageError(path + ": .pt files need torch; load them with rotary.check(...) in Python (it reads .pt with "
+                     "torch.load(weights_only=True)), or save the tensors as .safetensors or .npy");
+  return load_tensor_file(path, npy_name);
+}
+
+/// The one tensor of `path` for `role` (its only tensor, or one named like any of `names`), renamed to `role`.
+void add_role(TensorFile& into, const std::string& path, const std::string& role, std::initializer_list<const char*> names) {
+  TensorFile f = read(path, role);
+  const NpyArray* a = f.tensors.size() == 1 ? &f.tensors[0].second : nullptr;
+  for (const char* n : names)
+    if (!a) a = f.find_like(n);
+  if (!a) throw UsageError(path + " holds " + std::to_string(f.tensors.size()) + " tensors and none is named " + role);
+  into.tensors.emplace_back(role, *a);
+}
+
+int run(const std::vector<std::string>& args) {
+  Flags flags(args, {"config", "preset", "inv-freq", "cos-sin", "cos", "sin", "rotated", "input", "positions", "layout", "max-pos"},
+              {"json"});
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  const Spec spec = spec_from_flags(flags);
+  CheckInput in;
+  in.layout = parse_engine_layout(flags.require("layout"));
+  const int modes = (flags.has("inv-freq") ? 1 : 0) + (flags.has("cos-sin") ? 1 : 0) +
+                    (flags.has("cos") || flags.has("sin") ? 1 : 0) + (flags.has("rotated") || flags.has("input") ? 1 : 0);
+  if (modes != 1)
+    throw UsageError("give exactly one of --inv-freq F, --cos-sin F, --cos F --sin F, --rotated Y --input X --positions P");
+  if (flags.has("inv-freq")) {
+    in.kind = TableKind::kInvFreq;
+    in.tensors = read(*flags.get("inv-freq"), "inv_freq");
+  } else if (flags.has("cos-sin")) {
+    in.kind = TableKind::kCosSin;
+    in.tensors = read(*flags.get("cos-sin"), "table");
+  } else if (flags.has("cos")) {
+    in.kind = TableKind::kCosSin;
+    add_role(in.tensors, flags.require("cos"), "cos", {"cos", "cos_cache"});
+    add_role(in.tensors, flags.require("sin"), "sin", {"sin", "sin_cache"});
+  } else {
+    in.kind = TableKind::kRotated;
+    add_role(in.tensors, flags.require("rotated"), "rotated", {"rotated"});
+    add_role(in.tensors, flags.require("input"), "input", {"input"});
+    add_role(in.tensors, flags.require("positions"), "positions", {"positions", "position_ids"});
+  }
+  if (auto n = flags.get_int("max-pos")) {
+    if (*n <= 0) throw UsageError("--max-pos must be > 0, got " + std::to_string(*n));
+    in.max_pos = *n;
+  }
+  const CheckResult r = check_parity(spec, in);
+  const std::string out = flags.has("json") ? check_result_json(r) : check_result_text(r);
+  std::fputs(out.c_str(), stdout);
+  return r.agree ? 0 : 1;
+}
+
+}  // namespace
+
+ROTARY_CLI_COMMAND("check", kUsage,
+                   "audit an engine's RoPE table (inv_freq, cos/sin, rotated q/k) against a config; diagnoses known mistakes",
+                   run);
+
+}  // namespace rotary::cli

@@ -1,0 +1,91 @@
+// `rotary export`: writes rotary's exact inv_freq or cos/sin tables in an engine's layout (.npy or .safetensors).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "cli.h"
+#include "rotary/parity.h"
+
+namespace rotary::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "rotary export (--config FILE | --preset NAME) --layout hf|vllm|flashinfer|te|ggml|onnx|raw "
+    "(--out FILE.safetensors|FILE.npy | --cos A.npy --sin B.npy) [--what cos-sin|inv-freq] [--dtype f32|f16|bf16] "
+    "[--max-pos N]";
+
+DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "float32") return DType::kF32;
+  if (s == "f16" || s == "float16") return DType::kF16;
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  if (s == "f64" || s == "float64") return DType::kF64;
+  throw UsageError("--dtype must be f32, f16 or bf16, got \"" + s + "\"");
+}
+
+std::string ext_of(const std::string& path) { return std::filesystem::path(path).extension().string(); }
+
+int run(const std::vector<std::string>& args) {
+  Flags flags(args, {"config", "preset", "layout", "out", "cos", "sin", "what", "dtype", "max-pos"}, {});
+  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  const Spec spec = spec_from_flags(flags);
+  ExportOptions o;
+  o.layout = parse_engine_layout(flags.require("layout"), "rotary_export");
+  o.what = o.layout == EngineLayout::kGgml ? TableKind::kInvFreq : TableKind::kCosSin;
+  if (auto w = flags.get("what")) {
+    if (*w == "cos-sin") o.what = TableKind::kCosSin;
+    else if (*w == "inv-freq") o.what = TableKind::kInvFreq;
+    else throw UsageError("--what must be cos-sin or inv-freq, got \"" + *w + "\"");
+  }
+  if (auto d = flags.get("dtype")) o.dtype = parse_dtype(*d);
+  if (auto n = flags.get_int("max-pos")) {
+    if (*n <= 0) throw UsageError("--max-pos must be > 0, got " + std::to_string(*n));
+    o.positions = *n;
+  }
+  const bool split = flags.has("cos") || flags.has("sin");
+  if (split == flags.has("out")) throw UsageError("give either --out FILE or --cos A.npy --sin B.npy");
+  // Every check on the flags happens before anything is computed or written.
+  std::string out;
+  if (split) {
+    if (!flags.has("cos") || !flags.has("sin")) throw UsageError("--cos and --sin go together");
+    if (ext_of(*flags.get("cos")) != ".npy" || ext_of(*flags.get("sin")) != ".npy")
+      throw UsageError("--cos and --sin name .npy files");
+  } else {
+    out = *flags.get("out");
+    if (ext_of(out) != ".npy" && ext_of(out) != ".safetensors")
+      throw UsageError("--out must end in .safetensors or .npy, got \"" + out + "\"");
+  }
+  const TensorFile t = export_tables(spec, o);
+  if (split) {
+    const NpyArray* c = t.tensors.size() == 2 ? &t.tensors[0].second : nullptr;
+    if (!c) throw UsageError(std::string("--cos/--sin: the ") + engine_layout_name(o.layout) + " " +
+                             (o.what == TableKind::kInvFreq ? "inv_freq" : "table") + " is one tensor: use --out");
+    const std::string cb = npy_serialize(t.tensors[0].second), sb = npy_serialize(t.tensors[1].second);
+    write_file_atomically(*flags.get("cos"), cb);
+    write_file_atomically(*flags.get("sin"), sb);
+    std::printf("wrote %s (%s) and %s (%s)\n", flags.get("cos")->c_str(), t.tensors[0].first.c_str(), flags.get("sin")->c_str(),
+                t.tensors[1].first.c_str());
+  } else if (ext_of(out) == ".npy") {
+    if (t.tensors.size() != 1)
+      throw UsageError(std::string("the ") + engine_layout_name(o.layout) + " layout has " + std::to_string(t.tensors.size()) +
+                       " tensors and " + (t.metadata.count("mode") ? "parameters " : "") +
+                       "; .npy holds one: use .safetensors or --cos/--sin");
+    write_file_atomically(out, npy_serialize(t.tensors[0].second));
+    std::printf("wrote %s (%s)\n", out.c_str(), t.tensors[0].first.c_str());
+  } else {
+    write_file_atomically(out, safetensors_serialize(t));
+    std::string names;
+    for (const auto& [n, a] : t.tensors) names += (names.empty() ? "" : ", ") + n;
+    std::printf("wrote %s (%s)\n", out.c_str(), names.c_str());
+  }
+  if (engine_layout_name(o.layout) == std::string("te") && t.metadata.count("rotary.attention_factor") &&
+      t.metadata.at("rotary.attention_factor") != "1")
+    std::fprintf(stderr, "note: TE freqs hold angles only; apply the attention factor %s to cos/sin yourself\n",
+                 t.metadata.at("rotary.attention_factor").c_str());
+  return 0;
+}
+
+}  // namespace
+
+ROTARY_CLI_COMMAND("export", kUsage, "write rotary's exact inv_freq or cos/sin in an engine's layout (.npy, .safetensors)", run);
+
+}  // namespace rotary::cli
