@@ -88,15 +88,17 @@ class GgmlRope:
                  threads: int, *, positions: Optional[np.ndarray] = None, mode: int = GGML_ROPE_TYPE_NEOX,
                  n_dims: Optional[int] = None, n_ctx_orig: int = 0, freq_scale: float = 1.0,
                  ext_factor: float = 0.0, attn_factor: float = 1.0, beta_fast: float = 32.0,
-                 beta_slow: float = 1.0):
+                 beta_slow: float = 1.0, freq_factors: Optional[np.ndarray] = None):
         """q [T, Hq, D], k [T, Hk, D]; positions first_position.. (or `positions`, T int32 values);
-        the keyword arguments are ggml_rope_ext's own (defaults: plain RoPE over the whole head)."""
+        the keyword arguments are ggml_rope_ext's own (defaults: plain RoPE over the whole head);
+        freq_factors: ggml's optional `c` tensor (float32, one per rotated pair)."""
         if dtype not in GGML_TYPE:
             raise GgmlUnavailable(f"ggml's CPU rope has no {dtype} kernel (f32 and f16 only)")
         self._base, self._cpu = base, cpu = _libs()
         tokens, hq, dim = q.shape
         hk = k.shape[1]
-        data_bytes = 2 * (q.nbytes + k.nbytes) + 4 * tokens + 4096
+        ff = None if freq_factors is None else np.ascontiguousarray(freq_factors, dtype=np.float32)
+        data_bytes = 2 * (q.nbytes + k.nbytes) + 4 * tokens + 4096 + (0 if ff is None else ff.nbytes)
         mem = data_bytes + 16 * base.ggml_tensor_overhead() + base.ggml_graph_overhead() + (1 << 20)
         self._ctx = base.ggml_init(_InitParams(mem, None, False))
         if not self._ctx:
@@ -108,11 +110,13 @@ class GgmlRope:
         pos = base.ggml_new_tensor_1d(self._ctx, 26, tokens)  # GGML_TYPE_I32
         if positions is None:
             positions = np.arange(first_position, first_position + tokens)
-        for tensor, arr in ((gq, q), (gk, k), (pos, np.asarray(positions, dtype=np.int32))):
+        gff = None if ff is None else base.ggml_new_tensor_1d(self._ctx, 0, ff.size)  # GGML_TYPE_F32
+        pairs = [(gq, q), (gk, k), (pos, np.asarray(positions, dtype=np.int32))] + ([] if ff is None else [(gff, ff)])
+        for tensor, arr in pairs:
             src = np.ascontiguousarray(arr)
             assert base.ggml_nbytes(tensor) == src.nbytes
             ctypes.memmove(base.ggml_get_data(tensor), src.ctypes.data, src.nbytes)
-        rope = lambda x: base.ggml_rope_ext(self._ctx, x, pos, None, dim if n_dims is None else n_dims, mode,
+        rope = lambda x: base.ggml_rope_ext(self._ctx, x, pos, gff, dim if n_dims is None else n_dims, mode,
                                             n_ctx_orig, base_freq, freq_scale, ext_factor, attn_factor,
                                             beta_fast, beta_slow)
         self._outs = [rope(gq), rope(gk)]

@@ -76,7 +76,10 @@ def _encode(name: str, a: Any) -> tuple:
 
 def _load_pt(path: str, name: str) -> list:
     import torch
-    obj = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a bad file
+        raise OSError(f"[rotary_check] {path}: cannot be read by torch.load(weights_only=True): {e}") from e
     if isinstance(obj, torch.Tensor):
         return [_encode(name, obj)]
     if isinstance(obj, dict):

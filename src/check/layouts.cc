@@ -238,13 +238,11 @@ TensorFile encode(const LayoutInfo& info, TableKind what, const std::vector<doub
 }
 
 TensorFile encode_ggml(const Spec& spec, const std::vector<double>& inv_freq, double af) {
-  // Trailing zero frequencies (proportional's pass-through) are left out: ggml copies channels >= n_dims.
-  int64_t h = static_cast<int64_t>(inv_freq.size());
-  while (h > 0 && inv_freq[static_cast<size_t>(h - 1)] == 0.0) --h;
-  if (h == 0) bad("ggml layout: every frequency is zero, nothing to rotate");
+  // Zero frequencies (proportional's pass-through pairs) get the largest f32 freq_factor: theta ~1e-40, an angle
+  // below 1e-30 rad at any position ggml takes. Trimming n_dims instead would move half-split pair partners.
+  const int64_t h = static_cast<int64_t>(inv_freq.size());
   TensorFile f;
   const bool mrope = spec.mrope.enabled();
-  if (mrope && h != static_cast<int64_t>(inv_freq.size())) bad("ggml layout: M-RoPE with zero frequencies is not supported");
   f.metadata["mode"] = mrope ? (spec.mrope.interleaved ? "imrope" : "mrope")
                              : (spec.pairing == Pairing::kInterleaved ? "normal" : "neox");
   if (mrope)
@@ -264,7 +262,8 @@ TensorFile encode_ggml(const Spec& spec, const std::vector<double>& inv_freq, do
   ff.data.resize(static_cast<size_t>(h) * 4);
   for (int64_t j = 0; j < h; ++j) {
     const double ladder = 1.0 / std::pow(spec.base, static_cast<double>(2 * j) / static_cast<double>(2 * h));
-    detail::store_from_double(ff.data.data(), DType::kF32, j, ladder / inv_freq[static_cast<size_t>(j)]);
+    const double t = inv_freq[static_cast<size_t>(j)];
+    detail::store_from_double(ff.data.data(), DType::kF32, j, t > 0 ? ladder / t : 3.4028234663852886e38);
   }
   f.tensors.emplace_back("freq_factors", std::move(ff));
   return f;

@@ -49,7 +49,7 @@ double score(const Canonical& data, const Model& m, const std::vector<int64_t>& 
   if (data.form == Form::kFreqs) {
     for (int64_t j = 0; j < data.half; ++j) {
       const double t = theta_of(j), d = data.inv_freq[static_cast<size_t>(j)];
-      const double tol = 2 * half_ulp(data.dtype, t) + kFreqRel * std::fabs(t) + 1e-300;
+      const double tol = 2 * half_ulp(data.dtype, t) + kFreqRel * std::fabs(t) + kFreqAbs;
       note(j, std::fabs(d - t) / tol);
     }
     if (data.attention_factor) {

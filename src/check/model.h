@@ -14,6 +14,8 @@ namespace rotary::parity {
 inline constexpr double kAngleRel = 1e-5;   ///< allowed |angle error| per unit of angle
 inline constexpr double kAngleAbs = 1e-6;   ///< plus this (f32 cos/sin evaluation, af product)
 inline constexpr double kFreqRel = 4e-6;    ///< inv_freq data: allowed relative error beyond the dtype's rounding
+/// inv_freq data: a frequency below this never turns by 1e-21 rad at a position < 2^31 (ggml's zero-frequency stand-in).
+inline constexpr double kFreqAbs = 1e-30;
 inline constexpr double kFactorRel = 1e-6;  ///< attention factor carried as a parameter (ggml)
 
 /// One hypothesis: the frequencies and attention factor the engine used, optionally with angles formed in a
