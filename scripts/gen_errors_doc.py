@@ -63,7 +63,7 @@ ORDER = ["C++", "C", "CLI", "Python"]
 TITLES = {
     "C++": "C++ API (`Rope::apply`, `apply_table`, `apply_frequencies`, `apply_cos_sin`, `Spec`)",
     "C": "C API (`rotary_c.h`)",
-    "CLI": "CLI (`rotary apply`)",
+    "CLI": "CLI (`rotary apply`, `rotary check`, `rotary export`)",
     "Python": "Python (`rotary.apply`, `apply_qk`, `onnx_rotary_embedding`, `Spec`)",
 }
 
@@ -78,7 +78,7 @@ def main():
     os.close(fd)
     env = dict(os.environ, ROTARY_ERRORS_DOC=rows_path)
     for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"), ("hostile_c_hostile_test", "HostileC.EveryCase*"),
-                     ("hostile_cli_hostile_test", "*")):
+                     ("hostile_cli_hostile_test", "*"), ("hostile_check_hostile_test", "CheckCli.Hostile*")):
         subprocess.run([os.path.join(build, "tests", exe), f"--gtest_filter={flt}"], env=env,
                        stdout=subprocess.DEVNULL)
     if os.path.exists(VENV_PY):
