@@ -89,6 +89,7 @@ struct PrecisionSeries {
 
 struct CheckResult {
   bool agree = false;
+  std::string spec_json;                        ///< the spec checked against (rotary::spec_to_json)
   std::string layout, kind, dtype;              ///< as given
   std::string pairing_found;                    ///< "half", "interleaved" or "" (not determined by the data)
   int64_t positions = 0;                        ///< rows of the table / tokens / positions examined

@@ -8,6 +8,7 @@
 #include "check/hypotheses.h"
 #include "check/model.h"
 #include "check/precision.h"
+#include "rotary/config.h"
 #include "rotary/freqs.h"
 
 namespace rotary {
@@ -79,6 +80,7 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   const Canonical d = decode(info, in.kind, in.tensors, spec.pairing, spec.effective_rotary_dim());
 
   CheckResult res;
+  res.spec_json = spec_to_json(spec);
   res.layout = info.name;
   res.kind = table_kind_name(in.kind);
   res.dtype = dtype_name(d.dtype);

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "check/canonical.h"
+#include "rotary/config.h"
 #include "rotary/freqs.h"
 
 namespace rotary {
@@ -76,7 +77,7 @@ TensorFile export_tables(const Spec& spec_in, const ExportOptions& o) {
   out.metadata["rotary.layout"] = info.name;
   out.metadata["rotary.kind"] = o.layout == EngineLayout::kGgml ? "ggml_params" : table_kind_name(o.what);
   out.metadata["rotary.rope_type"] = rope_type_name(spec.scaling.type);
-  out.metadata["rotary.spec"] = spec.name;
+  out.metadata["rotary.spec"] = spec_to_json(spec);
   out.metadata["rotary.attention_factor"] = g(f.attention_factor, 17);
   if (seq_len) out.metadata["rotary.seq_len"] = std::to_string(*seq_len);
   return out;
@@ -93,6 +94,7 @@ std::string check_result_json(const CheckResult& r) {
     bad += b.ok ? 0 : 1;
   }
   Json j = {{"verdict", r.agree ? "agree" : "disagree"},
+            {"spec", r.spec_json.empty() ? Json(nullptr) : Json::parse(r.spec_json)},
             {"layout", r.layout},
             {"kind", r.kind},
             {"dtype", r.dtype},

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -51,6 +52,17 @@ TEST_F(CheckCli, ExitCodesAndJsonFields) {
                         "first_pos_err_1e-3", "first_pos_err_1e-2", "bands", "precision", "precision_f32_angles"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_EQ(j["verdict"], "agree");
+  // Every key at any depth (except the spec, described with the spec layout) is described in docs/cli.md.
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md");
+  std::function<void(const nlohmann::json&)> described = [&](const nlohmann::json& v) {
+    if (v.is_array()) for (const auto& e : v) described(e);
+    if (!v.is_object()) return;
+    for (const auto& [key, value] : v.items()) {
+      EXPECT_NE(doc.find("| `" + key + "` |"), std::string::npos) << key << " is not described in docs/cli.md";
+      if (key != "spec") described(value);
+    }
+  };
+  described(j);
   // The README's example: a YaRN table without the attention factor.
   write("noaf.json", R"({"hidden_size": 3584, "num_attention_heads": 28, "max_position_embeddings": 32768,
     "rope_theta": 1000000.0, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,

@@ -61,13 +61,18 @@ int run(const std::vector<std::string>& args) {
                              (o.what == TableKind::kInvFreq ? "inv_freq" : "table") + " is one tensor: use --out");
     const std::string cb = npy_serialize(t.tensors[0].second), sb = npy_serialize(t.tensors[1].second);
     write_file_atomically(*flags.get("cos"), cb);
-    write_file_atomically(*flags.get("sin"), sb);
+    try {
+      write_file_atomically(*flags.get("sin"), sb);
+    } catch (...) {  // nothing half-written: take the cos file back
+      std::filesystem::remove(*flags.get("cos"));
+      throw;
+    }
     std::printf("wrote %s (%s) and %s (%s)\n", flags.get("cos")->c_str(), t.tensors[0].first.c_str(), flags.get("sin")->c_str(),
                 t.tensors[1].first.c_str());
   } else if (ext_of(out) == ".npy") {
     if (t.tensors.size() != 1)
       throw UsageError(std::string("the ") + engine_layout_name(o.layout) + " layout has " + std::to_string(t.tensors.size()) +
-                       " tensors and " + (t.metadata.count("mode") ? "parameters " : "") +
+                       " tensors" + (t.metadata.count("mode") ? " and parameters" : "") +
                        "; .npy holds one: use .safetensors or --cos/--sin");
     write_file_atomically(out, npy_serialize(t.tensors[0].second));
     std::printf("wrote %s (%s)\n", out.c_str(), t.tensors[0].first.c_str());
