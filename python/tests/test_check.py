@@ -359,3 +359,40 @@ def test_hostile_inputs(tmp_path):
         rotary.check(spec, layout="hf")
     with pytest.raises(ValueError, match="layout must be one of"):
         rotary.check(spec, layout="mlx", cos=t["cos"], sin=t["sin"])
+
+
+# mlx-lm's own RoPE classes (mlx_lm.models.rope_utils.initialize_rope, mlx's CPU backend): the config keys it is
+# given, and what rotary check must say about q it rotated at positions 0..T-1.
+MLX_CASES = [
+    ("default", {}, 2000, set()),
+    ("linear", {}, 2000, set()),
+    ("dynamic", {}, 3000, set()),
+    ("yarn", {}, 2000, set()),
+    ("yarn_mscale", {}, 2000, set()),
+    ("llama3", {}, 2000, set()),
+    ("proportional", {}, 2000, set()),
+    ("longrope", {}, 3000, set()),
+    # mlx-lm 0.32 passes neither attention_factor nor truncate to its YarnRoPE, and its SuScaledRoPE always uses
+    # the long factors (as vLLM does): real divergences from HF.
+    ("yarn", {"attention_factor": 1.0}, 2000, {"attention_factor_missing"}),
+    ("yarn_no_truncate", {}, 2000, {"truncate_mismatch"}),
+    ("longrope", {}, 2000, {"longrope_switch"}),
+]
+
+
+@pytest.mark.parametrize("name,extra,tokens,expected", MLX_CASES,
+                         ids=[f"{c[0]}{'-' + '-'.join(c[1]) if c[1] else ''}-{c[2]}" for c in MLX_CASES])
+def test_mlx_lm_rope_classes(name, extra, tokens, expected):
+    mx = pytest.importorskip("mlx.core")
+    rope_utils = pytest.importorskip("mlx_lm.models.rope_utils")
+    cfg, params, _ = CONFIGS[name]
+    params = dict(params, **extra)
+    scaling = None if params["rope_type"] == "default" else dict(params, type=params["rope_type"])
+    rope = rope_utils.initialize_rope(64, params["rope_theta"], False, scaling, cfg["max_position_embeddings"])
+    x = np.random.default_rng(4).standard_normal((1, 4, tokens, 64)).astype(np.float32)
+    y = np.array(rope(mx.array(x)))
+    config = hf_config(name, **extra)
+    r = rotary.check(config, layout="raw", rotated=y[0].transpose(1, 0, 2), input=x[0].transpose(1, 0, 2),
+                     positions=np.arange(tokens))
+    assert codes(r) == expected, r.text
+    assert r.agree == (not expected)

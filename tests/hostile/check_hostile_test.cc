@@ -143,6 +143,7 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
       {chk + "--layout ggml --inv-freq '" + path("good.npy") + "'", {"ggml layout needs metadata \"mode\""}, ""},
       {"export --preset llama-2-7b --layout te --dtype bf16 --out '" + path("o.safetensors") + "'", {"te tables are float32 only"}, "o.safetensors"},
       {"export --preset llama-2-7b --layout hf --out '" + path("o.npy") + "'", {".npy holds one"}, "o.npy"},
+      {"export --preset llama-2-7b --layout ggml --out '" + path("o.npy") + "'", {"--out must be .safetensors"}, "o.npy"},
       {"export --preset llama-2-7b --layout hf --out '" + path("o.txt") + "'", {"--out must end in .safetensors or .npy"}, "o.txt"},
       {"export --preset llama-2-7b --layout hf --dtype f8 --out '" + path("o.safetensors") + "'", {"--dtype must be", "f8"}, "o.safetensors"},
       {"export --preset llama-2-7b --layout vllm --max-pos 99999999 --out '" + path("o.safetensors") + "'", {"positions must be in [1, 4194304]"}, "o.safetensors"},

@@ -53,6 +53,8 @@ int run(const std::vector<std::string>& args) {
     out = *flags.get("out");
     if (ext_of(out) != ".npy" && ext_of(out) != ".safetensors")
       throw UsageError("--out must end in .safetensors or .npy, got \"" + out + "\"");
+    if (o.layout == EngineLayout::kGgml && ext_of(out) != ".safetensors")
+      throw UsageError("the ggml layout is ggml_rope_ext's parameters (metadata) and freq_factors: --out must be .safetensors");
   }
   const TensorFile t = export_tables(spec, o);
   if (split) {
