@@ -54,7 +54,10 @@ void estimate_bands(const Canonical& d, double af, std::vector<double>& found, s
       double phase = 0, prev = std::atan2(d.b[at(run[0])], d.a[at(run[0])]);
       for (size_t k = 1; k < run.size(); ++k) {
         const double cur = std::atan2(d.b[at(run[k])], d.a[at(run[k])]);
-        phase += std::remainder(cur - prev, 2 * std::numbers::pi);
+        double inc = cur - prev;  // atan2 differences lie in (-2pi, 2pi): one fold puts them in [-pi, pi]
+        if (inc > std::numbers::pi) inc -= 2 * std::numbers::pi;
+        else if (inc < -std::numbers::pi) inc += 2 * std::numbers::pi;
+        phase += inc;
         prev = cur;
       }
       est = phase / span;

@@ -26,13 +26,24 @@ struct Series {
   }
 };
 
-/// Positions examined for a range [0, n): all up to 2^20, then a stride that keeps ~2^20 of them (last included).
+/// |x| reduced to [0, pi] modulo 2*pi (cheap when it already is: the usual case).
+double wrapped(double x) {
+  x = std::fabs(x);
+  return x <= M_PI ? x : std::fabs(std::remainder(x, 2 * M_PI));
+}
+
+/// Positions examined in [0, n): all below 4096, then 2048 evenly spaced per octave [2^k, 2^(k+1)) (its last
+/// position included), so a first crossing beyond 4096 is found to within 1/2048 of its octave.
 std::vector<int64_t> range_positions(int64_t n) {
   std::vector<int64_t> out;
-  const int64_t cap = int64_t(1) << 20;
-  const int64_t stride = n <= cap ? 1 : (n + cap - 1) / cap;
-  for (int64_t p = 0; p < n; p += stride) out.push_back(p);
-  if (n > 0 && out.back() != n - 1) out.push_back(n - 1);
+  for (int64_t p = 0; p < std::min<int64_t>(n, 4096); ++p) out.push_back(p);
+  for (int64_t s = 4096; s < n; s *= 2) {
+    const int64_t e = std::min(2 * s, n);  // [s, e)
+    for (int64_t k = 0; k < 2048; ++k) {
+      const int64_t p = s + (e - s - 1) * k / 2047;
+      if (out.back() != p) out.push_back(p);
+    }
+  }
   return out;
 }
 
@@ -53,8 +64,14 @@ PrecisionSeries data_precision(const Canonical& d, const std::vector<double>& th
     return out.s;
   }
   out.s.description = std::string(d.form == Form::kAngles ? "angles" : "cos/sin") + " as given (" + dtype_name(d.dtype) +
-                      ") vs exact, per position";
-  for (int64_t r = 0; r < d.rows(); ++r) {
+                      ") vs exact, per position (all below 4096, then 2048 per octave)";
+  // File tables (row r = position r) are examined like a range; rotated tokens (arbitrary positions) all.
+  std::vector<int64_t> rows;
+  bool by_row = true;
+  for (int64_t r = 0; r < d.rows() && by_row; ++r) by_row = d.positions[static_cast<size_t>(r)] == static_cast<double>(r);
+  if (by_row) rows = range_positions(d.rows());
+  else for (int64_t r = 0; r < d.rows(); ++r) rows.push_back(r);
+  for (int64_t r : rows) {
     const double p = d.positions[static_cast<size_t>(r)];
     double err = 0;
     for (int64_t j = 0; j < d.half; ++j) {
@@ -62,12 +79,12 @@ PrecisionSeries data_precision(const Canonical& d, const std::vector<double>& th
       const size_t k = static_cast<size_t>(r * d.half + j);
       double e;
       if (d.form == Form::kAngles) {
-        const double da = std::fabs(std::remainder(d.a[k] - exact, 2 * M_PI));
+        const double da = wrapped(d.a[k] - exact);
         e = std::max({da, std::fabs(std::cos(d.a[k]) - std::cos(exact)), std::fabs(std::sin(d.a[k]) - std::sin(exact))});
       } else {
         const double ec = std::fabs(d.a[k] - af * std::cos(exact)), es = std::fabs(d.b[k] - af * std::sin(exact));
         double da = 0;
-        if (std::hypot(d.a[k], d.b[k]) > 1e-3) da = std::fabs(std::remainder(std::atan2(d.b[k], d.a[k]) - exact, 2 * M_PI));
+        if (std::hypot(d.a[k], d.b[k]) > 1e-3) da = wrapped(std::atan2(d.b[k], d.a[k]) - std::remainder(exact, 2 * M_PI));
         e = std::max({ec, es, da});
       }
       err = std::max(err, e);
@@ -99,7 +116,7 @@ PrecisionSeries f32_angle_precision(const std::vector<double>& theta, double af,
       } else {
         a = pf * t32[j];
       }
-      err = std::max(err, std::fabs(std::remainder(static_cast<double>(a) - static_cast<double>(p) * theta[j], 2 * M_PI)));
+      err = std::max(err, wrapped(static_cast<double>(a) - static_cast<double>(p) * theta[j]));
     }
     out.add(p, std::min(2.0, err) * scale);
   }
