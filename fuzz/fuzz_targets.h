@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
+#include "npy.h"
 #include "rotary/config.h"
 #include "rotary/freqs.h"
-#include "rotary/npy.h"
 #include "rotary/rotary_c.h"
 #include "rotary/spec.h"
 

@@ -54,7 +54,8 @@ field, what was expected, and the offending value.
 ## Messages
 
 The tables below are generated from the real messages of the hostile batteries
-(`tests/hostile/*_test.cc`, `python/tests/test_hostile.py`) by `python3 scripts/gen_errors_doc.py`; the C++
+(`tests/hostile/cpp_hostile_test.cc`, `tests/c_api/hostile_test.cc`, `tests/cli/hostile_test.cc`,
+`python/tests/test_hostile.py`) by `python3 scripts/gen_errors_doc.py`; the C++
 and C batteries fail when a message of theirs is missing here. CLI paths are shown relative to the test's
 temporary folder.
 """
@@ -77,8 +78,8 @@ def main():
     fd, rows_path = tempfile.mkstemp(suffix=".tsv")
     os.close(fd)
     env = dict(os.environ, ROTARY_ERRORS_DOC=rows_path)
-    for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"), ("hostile_c_hostile_test", "HostileC.EveryCase*"),
-                     ("hostile_cli_hostile_test", "*"), ("hostile_check_hostile_test", "CheckCli.Hostile*")):
+    for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"), ("c_api_hostile_test", "HostileC.EveryCase*"),
+                     ("cli_hostile_test", "*"), ("cli_check_hostile_test", "CheckCli.Hostile*")):
         subprocess.run([os.path.join(build, "tests", exe), f"--gtest_filter={flt}"], env=env,
                        stdout=subprocess.DEVNULL)
     if os.path.exists(VENV_PY):

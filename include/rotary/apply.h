@@ -87,8 +87,8 @@ struct RopeOptions {
   TableOptions table;
 };
 
-/// The seed's module in C++: a Spec plus lazily grown cos/sin tables, applying with the right
-/// frequencies for the sequence length (dynamic NTK / LongRoPE switch like HF's forward).
+/// A RoPE module: a Spec plus lazily grown cos/sin tables, applying with the right frequencies
+/// for the sequence length (dynamic NTK / LongRoPE switch like HF's forward).
 /// Thread-safe: apply() may be called concurrently from many threads.
 class ROTARY_API Rope {
  public:
@@ -102,6 +102,11 @@ class ROTARY_API Rope {
   Frequencies frequencies(std::optional<int64_t> seq_len = std::nullopt) const;
   /// Applies to args (pairing defaults to spec().pairing; M-RoPE specs take [3,...] ids).
   void apply(const ApplyArgs& args);
+  /// The exact f32 cos/sin rows (attention factor folded in) that apply() uses for 1-D positions [N]
+  /// (i32/i64, or f32/f64 fractional positions), written to cos_out and sin_out, each [N, rotary_dim/2]
+  /// row-major. The rows come from the table where apply() would use it and are computed otherwise (same
+  /// values), so a few far positions never build a large table. seq_len as in ApplyArgs. Not for M-RoPE specs.
+  void cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, float* cos_out, float* sin_out);
   /// The table used for lengths within the original context.
   CosSinTable& table();
 

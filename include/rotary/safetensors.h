@@ -1,6 +1,7 @@
 // Strict .safetensors reader/writer (8-byte LE header length, JSON header, raw LE data) and one loader for .npy/.safetensors.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -8,18 +9,32 @@
 #include <vector>
 
 #include "rotary/api.h"
-#include "rotary/npy.h"
+#include "rotary/types.h"
 
 namespace rotary {
 
+/// An owned, C-contiguous n-d array as read from or written to a tensor file (.safetensors, .npy).
+struct HostArray {
+  DType dtype = DType::kF32;  ///< f32, f16, bf16 (.safetensors BF16), f64, i32, i64
+  bool is_uint16 = false;     ///< .npy '<u2' arrays (e.g. raw bf16 bit patterns) are read as dtype kBF16 with this set
+  std::vector<int64_t> shape;
+  std::vector<unsigned char> data;
+
+  ROTARY_API int64_t numel() const;
+  template <class T> const T* as() const { return reinterpret_cast<const T*>(data.data()); }
+  template <class T> T* as() { return reinterpret_cast<T*>(data.data()); }
+  /// A contiguous TensorView of this array (rank <= 4).
+  ROTARY_API TensorView view();
+};
+
 /// Named tensors (in file order) plus the string metadata of a .safetensors file ("__metadata__").
 struct TensorFile {
-  std::vector<std::pair<std::string, NpyArray>> tensors;
+  std::vector<std::pair<std::string, HostArray>> tensors;
   std::map<std::string, std::string> metadata;
   /// The tensor called `name`, or nullptr.
-  ROTARY_API const NpyArray* find(std::string_view name) const;
+  ROTARY_API const HostArray* find(std::string_view name) const;
   /// The tensor called `name`, else the only one whose name ends in "." + name (a state_dict key), else nullptr.
-  ROTARY_API const NpyArray* find_like(std::string_view name) const;
+  ROTARY_API const HostArray* find_like(std::string_view name) const;
 };
 
 /// Parses .safetensors bytes: u64 little-endian header size N, N bytes of JSON

@@ -1,4 +1,4 @@
-// The cos/sin cache (the seed's cos_cache/sin_cache): exact angles, grown lazily, safe to grow while others read.
+// The cos/sin cache: exact angles, grown lazily, safe to grow while others read.
 #pragma once
 
 #include <atomic>
@@ -13,7 +13,7 @@
 namespace rotary {
 
 namespace detail {
-struct TableAttachment;  // internal (src/engine/table_attachment.h)
+struct TableAttachment;  // internal (src/plan/table_attachment.h)
 }  // namespace detail
 
 /// Computes one position's cos/sin row exactly: the angle pos*theta_i is formed in double

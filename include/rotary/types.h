@@ -91,11 +91,17 @@ class ROTARY_API Error : public std::runtime_error {
     kIo = 4,               ///< file could not be read/written or is malformed
     kInternal = 5,
   };
-  Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  /// What a kInvalidArgument error is about: a wrong value/shape/stride, or a wrong element type
+  /// (a dtype; Python raises TypeError for these, ValueError for the others).
+  enum class Cause : int { kValue = 0, kType = 1 };
+  Error(Kind kind, const std::string& message, Cause cause = Cause::kValue)
+      : std::runtime_error(message), kind_(kind), cause_(cause) {}
   Kind kind() const { return kind_; }
+  Cause cause() const { return cause_; }
 
  private:
   Kind kind_;
+  Cause cause_;
 };
 
 /// Throws rotary::Error(kind, "[where] " + message).

@@ -4,8 +4,6 @@
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,11 +52,6 @@ void set_positions(rotary::ApplyArgs& a, int64_t offset, const std::optional<InA
     a.positions = rotary::Positions::contiguous(offset);
     if (batch_offsets) a.positions.batch_offsets = to_view(*batch_offsets, "batch_offsets");
   }
-}
-
-template <class T>
-double read_position(const void* data, int64_t i) {
-  return static_cast<double>(static_cast<const T*>(data)[i]);
 }
 
 }  // namespace
@@ -132,64 +125,25 @@ void bind_apply(nb::module_& m) {
   m.def(
       "_cos_sin",
       [](const PySpec& spec, InArray positions, std::optional<int64_t> seq_len) {
-        rotary::TensorView pv = to_view(positions, "positions");
-        if (pv.rank != 1)
-          throw nb::value_error(("[rotary_cos_sin] positions must be 1-D, got rank " + std::to_string(pv.rank)).c_str());
-        if (spec.spec().mrope.enabled())
-          throw nb::value_error("[rotary_cos_sin] M-RoPE specs have per-section positions; use rotary.apply");
-        const int64_t n = pv.shape[0];
-        std::vector<double> pos(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t off = i * pv.strides[0];
-          switch (pv.dtype) {
-            case rotary::DType::kI32: pos[i] = read_position<int32_t>(pv.data, off); break;
-            case rotary::DType::kI64: pos[i] = read_position<int64_t>(pv.data, off); break;
-            case rotary::DType::kF32: pos[i] = read_position<float>(pv.data, off); break;
-            case rotary::DType::kF64: pos[i] = read_position<double>(pv.data, off); break;
-            default: throw nb::type_error("[rotary_cos_sin] positions must be int32, int64, float32 or float64");
-          }
-          if (!(pos[i] >= 0) || !std::isfinite(pos[i]))
-            throw nb::value_error(("[rotary_cos_sin] positions must be finite and >= 0, got " +
-                                   std::to_string(pos[i]) + " at index " + std::to_string(i)).c_str());
-        }
-        rotary::Rope& rope = spec.rope();
+        const rotary::TensorView pv = to_view(positions, "positions");
+        const int64_t n = pv.rank == 1 ? pv.shape[0] : 0;
         const int64_t half = spec.spec().effective_rotary_dim() / 2;
-        float* cos_data = new float[std::max<int64_t>(1, n * half)];
-        float* sin_data = new float[std::max<int64_t>(1, n * half)];
+        float* cos_data = new float[static_cast<size_t>(std::max<int64_t>(1, n * half))];
         nb::capsule cos_owner(cos_data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+        float* sin_data = new float[static_cast<size_t>(std::max<int64_t>(1, n * half))];
         nb::capsule sin_owner(sin_data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
+        rotary::Rope& rope = spec.rope();
         {
           nb::gil_scoped_release release;
-          double max_pos = 0;
-          bool integral = true;
-          for (double p : pos) {
-            max_pos = std::max(max_pos, p);
-            integral = integral && p == std::floor(p);
-          }
-          const int64_t seen = seq_len ? *seq_len : static_cast<int64_t>(std::floor(max_pos)) + 1;
-          rotary::Frequencies f = rope.frequencies(seen);
-          rotary::CosSinTable& table = rope.table();
-          const bool use_table = integral && n > 0 && f.inv_freq == table.frequencies().inv_freq &&
-                                 f.attention_factor == table.frequencies().attention_factor &&
-                                 max_pos < static_cast<double>(table.max_positions());
-          if (use_table) {
-            rotary::CosSinTable::View v = table.view_for(static_cast<int64_t>(max_pos) + 1);
-            for (int64_t i = 0; i < n; ++i) {
-              const int64_t p = static_cast<int64_t>(pos[i]);
-              std::memcpy(cos_data + i * half, v.cos(p), sizeof(float) * half);
-              std::memcpy(sin_data + i * half, v.sin(p), sizeof(float) * half);
-            }
-          } else {
-            for (int64_t i = 0; i < n; ++i)
-              rotary::compute_cos_sin_row(f, pos[i], cos_data + i * half, sin_data + i * half);
-          }
+          rope.cos_sin(pv, seq_len, cos_data, sin_data);  // validates (rank 1, dtype, values) first
         }
         using Out = nb::ndarray<nb::numpy, float, nb::ndim<2>>;
         return std::make_tuple(Out(cos_data, {size_t(n), size_t(half)}, cos_owner),
                                Out(sin_data, {size_t(n), size_t(half)}, sin_owner));
       },
       nb::arg("spec"), nb::arg("positions"), nb::arg("seq_len").none() = nb::none(),
-      "Private: exact f32 cos/sin rows [N, rotary_dim/2] (attention factor folded in) for 1-D positions.");
+      "Private: exact f32 cos/sin rows [N, rotary_dim/2] (attention factor folded in) for 1-D positions "
+      "(rotary::Rope::cos_sin).");
 }
 
 }  // namespace rotary_py

@@ -1,5 +1,4 @@
 // The rotary._rotary extension module: error translation, array conversion and module definition.
-#include <cstring>
 #include <string>
 
 #include "bindings.h"
@@ -14,8 +13,8 @@ void register_errors() {
       PyObject* type = PyExc_RuntimeError;
       switch (e.kind()) {
         case rotary::Error::Kind::kInvalidArgument:
-          // The core reports dtype problems as invalid arguments; Python spells them TypeError.
-          type = std::strstr(e.what(), "dtype") ? PyExc_TypeError : PyExc_ValueError;
+          // The core marks a wrong element type (dtype) as such; Python spells it TypeError.
+          type = e.cause() == rotary::Error::Cause::kType ? PyExc_TypeError : PyExc_ValueError;
           break;
         case rotary::Error::Kind::kOutOfRange: type = PyExc_ValueError; break;
         case rotary::Error::Kind::kUnsupported: type = PyExc_NotImplementedError; break;

@@ -1,6 +1,7 @@
 """rotary.apply / apply_qk / cos_sin on numpy arrays and torch tensors vs the float64 reference."""
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -182,6 +183,27 @@ def test_cos_sin_values(rng):
     assert c3.shape == (3, 32)
     np.testing.assert_array_equal(c3[0], c[0, 0])
     np.testing.assert_allclose(s3, np.sin(np.arange(3)[:, None] * inv) * af, atol=1.5e-7)
+
+
+def test_cos_sin_far_positions_build_no_table():
+    # One row at a far position is computed, not looked up in a table built up to it (before: 100 MB here,
+    # 2 GB and 21 s at position 4e6). Same rows as the table would give.
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    c, s = rotary.cos_sin(spec, np.array([200_000, 3]))
+    assert spec.table_positions < 10_000
+    inv, af = spec.frequencies(seq_len=200_001)
+    np.testing.assert_allclose(c, np.cos(np.array([200_000, 3])[:, None] * inv) * af, atol=1.5e-7)
+    np.testing.assert_allclose(s, np.sin(np.array([200_000, 3])[:, None] * inv) * af, atol=1.5e-7)
+
+
+def test_threads_are_capped_at_usable_cores():
+    # threads=10**6 used to leave ~10**6 parked pool threads (capped at 1023 by chunks) in the process.
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("needs /proc")
+    x = np.ones((1, 4096, 32, 128), np.float32)  # 64 MiB
+    before = len(os.listdir("/proc/self/task"))
+    rotary.apply(x, 0, rotary.Spec(128), out=x, threads=10**6)
+    assert len(os.listdir("/proc/self/task")) - before <= len(os.sched_getaffinity(0)) - 1
 
 
 def test_empty_arrays_are_returned_untouched():

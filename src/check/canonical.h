@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "io/npy.h"
 #include "rotary/parity.h"
 
 namespace rotary::parity {

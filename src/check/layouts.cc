@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "check/canonical.h"
-#include "engine/convert.h"
+#include "plan/dtype_scalar.h"
 #include "rotary/ggml.h"
 
 namespace rotary::parity {

@@ -1,5 +1,5 @@
 // Row permutation of q/k projection weights and biases between interleaved and half-split pairing.
-#include "rotary/convert.h"
+#include "rotary/convert_weights.h"
 
 #include <cstring>
 #include <string>

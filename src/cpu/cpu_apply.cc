@@ -1,10 +1,10 @@
-// CPU backend entry point: picks the SIMD kernel or the reference fallback, and splits rows over threads.
+// CPU backend entry point: picks the SIMD kernel or the reference fallback, resolves the thread count, splits rows.
 #include <algorithm>
 #include <cstdint>
 
 #include "cpu/kernels.h"
 #include "cpu/thread_pool.h"
-#include "engine/plan.h"
+#include "plan/plan.h"
 
 namespace rotary::detail {
 namespace {
@@ -57,9 +57,13 @@ void cpu_apply(const Plan& plan) {
   // One token (decode): share cos/sin registers across its heads; more: stream rows in order.
   job.row_outer = job.stream || plan.B * plan.S > 1;
 
-  int64_t threads = std::max(1, plan.threads);
-  if (moved < kInlineBytes || cpu::in_parallel_region()) threads = 1;
-  threads = std::min(threads, std::max<int64_t>(1, moved / kMinBytesPerThread));
+  // Threads: 0 = every core this process may run on, N = at most N and never more than those cores.
+  int64_t threads = 1;
+  if (moved >= kInlineBytes && !cpu::in_parallel_region()) {
+    const int cores = cpu::usable_cores();
+    threads = plan.threads == 0 ? cores : std::min(plan.threads, cores);
+    threads = std::min(threads, std::max<int64_t>(1, moved / kMinBytesPerThread));
+  }
   if (threads == 1) return cpu::run_rows(job, 0, job.total_rows);
 
   const int64_t nchunks_wanted = std::min(job.total_rows, threads * kChunksPerThread);

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/plan.h"
+#include "plan/plan.h"
 
 namespace rotary::detail::cpu {
 

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <pthread.h>
+#include <sched.h>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,19 @@ void run_serial(int64_t nchunks, void (*fn)(void*, int64_t), void* ctx) {
 }  // namespace
 
 bool in_parallel_region() { return t_in_region; }
+
+int usable_cores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+#endif
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
 
 void parallel_for(int threads, int64_t nchunks, void (*fn)(void* ctx, int64_t chunk), void* ctx) {
   if (threads <= 1 || nchunks <= 1 || t_in_region) return run_serial(nchunks, fn, ctx);

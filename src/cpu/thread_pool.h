@@ -18,4 +18,9 @@ void parallel_for(int threads, int64_t nchunks, void (*fn)(void* ctx, int64_t ch
 /// True on a pool thread while it runs a chunk (including the calling thread while it helps).
 bool in_parallel_region();
 
+/// Cores this process may run on: the CPUs of its affinity mask (sched_getaffinity, so `taskset`,
+/// cgroup cpusets and os.sched_setaffinity are respected), else std::thread::hardware_concurrency(),
+/// at least 1. Read on each call (a syscall): callers ask only when a call is large enough for threads.
+int usable_cores();
+
 }  // namespace rotary::detail::cpu

@@ -1,50 +1,20 @@
 // The public apply entry points: validate, attach a cos/sin source (table, on the fly, caller), dispatch a backend.
 #include "rotary/apply.h"
 
-#include <algorithm>
+#include <string>
 
-#include "engine/build.h"
+#include "engine/build_plan.h"
+#include "engine/cos_sin_source.h"
+#include "engine/run_plan.h"
 
 namespace rotary {
-
-namespace detail {
-void attach_device_table(Plan& plan, CosSinTable& table, int64_t rows) {
-  const CosSinTable::View v = rows > 0 ? table.view_for(std::min(rows, table.max_positions())) : table.view();
-  plan.cs.table = v.data;
-  plan.cs.table_size = v.size;
-  plan.cs.table_owner = &table;
-  plan.cs.inv_freq = table.frequencies().inv_freq.data();
-  plan.cs.attention_factor = table.frequencies().attention_factor;
-}
-
-void run_plan(const Plan& plan, Backend backend) {
-  if (plan.ntensors == 0 || plan.B == 0 || plan.S == 0) return;  // nothing to rotate
-  switch (backend) {
-    case Backend::kAuto:
-    case Backend::kCpu: cpu_apply(plan); return;
-    case Backend::kReference: reference_apply(plan); return;
-    case Backend::kCuda: cuda_apply(plan); return;
-  }
-  fail(Error::Kind::kInvalidArgument, kApplyWhere, "backend must be auto, cpu, reference or cuda, got " +
-                                                       std::to_string(static_cast<int>(backend)));
-}
-}  // namespace detail
 
 void apply_table(CosSinTable& table, const ApplyArgs& args) {
   detail::PlanRequest req;
   req.rotary_dim = 2 * table.half();
   detail::PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
-  plan.cs.kind = detail::PlanCosSin::Kind::kTable;
-  if (range.unknown) {  // device positions: rows up to seq_len if given, the rest computed on the device
-    detail::attach_device_table(plan, table, args.seq_len.value_or(0));
-  } else if (range.any) {
-    // Grows the table if needed (thread-safe); throws kOutOfRange past max_positions, before any write.
-    const CosSinTable::View v = table.view_for(range.max_int + 1);
-    plan.cs.table = v.data;
-    plan.cs.table_size = v.size;
-    if (plan.device) detail::attach_device_table(plan, table, 0);
-  }
+  detail::attach_table(plan, table, range, args.seq_len);  // grows the table (thread-safe); throws past max_positions
   detail::run_plan(plan, args.backend);
 }
 
@@ -55,9 +25,7 @@ void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args) {
   req.allow_fractional = true;
   detail::PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
-  plan.cs.kind = detail::PlanCosSin::Kind::kOnTheFly;
-  plan.cs.inv_freq = freqs.inv_freq.data();
-  plan.cs.attention_factor = freqs.attention_factor;
+  detail::attach_on_the_fly(plan, freqs);
   detail::run_plan(plan, args.backend);
 }
 

@@ -1,22 +1,40 @@
-// rotary::Rope: the seed's module (spec + lazily grown tables), choosing frequencies per call like HF's forward.
+// rotary::Rope: a spec plus lazily grown tables, choosing frequencies and the cos/sin source per call like HF's forward.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "engine/build.h"
+#include "core/messages.h"
+#include "engine/build_plan.h"
+#include "engine/cos_sin_source.h"
+#include "engine/run_plan.h"
+#include "engine/tensor_checks.h"
+#include "plan/dtype_scalar.h"
 #include "rotary/apply.h"
+#include "rotary/multimodal.h"
 
 namespace rotary {
 
 namespace {
-// Rows a kAuto call may always add to a table, whatever its token count.
-constexpr int64_t kAutoGrowthSlack = 8192;
+
+using detail::PositionRange;
+
+constexpr const char* kCosSinWhere = "rotary_cos_sin";
 
 bool same_frequencies(const Frequencies& a, const Frequencies& b) {
   return a.attention_factor == b.attention_factor && a.inv_freq == b.inv_freq;
 }
+
+/// The frequencies and cos/sin source of one call.
+struct Source {
+  Frequencies local;                      ///< set when the call's frequencies differ from the base ones
+  const Frequencies* freqs = nullptr;     ///< the call's frequencies (base or local)
+  CosSinTable* table = nullptr;           ///< the table to use, or null: rows on the fly
+};
+
 }  // namespace
 
 struct Rope::Impl {
@@ -42,6 +60,23 @@ struct Rope::Impl {
     extra.push_back(std::make_unique<CosSinTable>(f, o));
     return extra.back().get();
   }
+
+  /// Frequencies for the call's length (HF: seq_len = max(position) + 1 when not given) and the
+  /// one table-or-on-the-fly decision (detail::use_table) for `tokens` tokens over `range`.
+  void choose(const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens, Source* src) {
+    src->freqs = &base;
+    CosSinTable* table = main.get();
+    if (spec.length_dependent()) {
+      src->local = compute_frequencies(spec, seq_len ? *seq_len : (range.any ? range.max_int + 1 : 1));
+      if (!same_frequencies(src->local, base)) {
+        src->freqs = &src->local;
+        // Dynamic NTK beyond the context: a new frequency set per length -> on the fly, never stored.
+        // LongRoPE: only two sets (short/long) -> a lazily created table.
+        table = spec.scaling.type == RopeType::kDynamic ? nullptr : table_for(src->local);
+      }
+    }
+    src->table = detail::use_table(table, options.mode, range, tokens) ? table : nullptr;
+  }
 };
 
 Rope::Rope(Spec spec, RopeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -53,7 +88,7 @@ Rope::Rope(Spec spec, RopeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->base = compute_frequencies(impl_->spec);
   impl_->main = std::make_unique<CosSinTable>(impl_->base, options.table);
   if (impl_->spec.mrope.enabled())
-    impl_->axis_of_freq = detail::mrope_axis_of_freq(impl_->spec.mrope, impl_->spec.effective_rotary_dim() / 2);
+    impl_->axis_of_freq = mrope_axis_map(impl_->spec.mrope, impl_->spec.effective_rotary_dim() / 2);
 }
 
 Rope::~Rope() = default;
@@ -71,8 +106,11 @@ void Rope::apply(const ApplyArgs& args) {
   req.rotary_dim = spec.effective_rotary_dim();
   req.default_pairing = spec.pairing;
   req.allow_fractional = im.options.mode != CosSinMode::kTable;
-  req.mrope = spec.mrope.enabled();
-  detail::PositionRange range;
+  if (spec.mrope.enabled()) {
+    req.n_axes = 3;
+    req.axes_what = "t, h, w position per token for an M-RoPE spec";
+  }
+  PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
   if (plan.head_dim != spec.head_dim)
     fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
@@ -81,59 +119,64 @@ void Rope::apply(const ApplyArgs& args) {
   if (plan.ntensors == 0 || plan.B == 0 || plan.S == 0) return;  // nothing to rotate (validated above)
   plan.cs.axis_of_freq = im.axis_of_freq;
 
-  // Frequencies for this call's length (HF: seq_len = max(position_ids) + 1 when not given).
   if (range.unknown && spec.length_dependent() && !args.seq_len)
     fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
          std::string("seq_len must be given for a ") + rope_type_name(spec.scaling.type) +
              " spec when positions are device memory (backend cuda does not read them on the host), got none");
-  const int64_t seq_len = args.seq_len ? *args.seq_len : (range.any ? range.max_int + 1 : 1);
-  Frequencies local;              // outlives run_plan when used on the fly
-  const Frequencies* freqs = &im.base;
-  CosSinTable* table = im.main.get();
-  if (spec.length_dependent()) {
-    local = compute_frequencies(spec, seq_len);
-    if (!same_frequencies(local, im.base)) {
-      freqs = &local;
-      // Dynamic NTK beyond the context: a new frequency set per length -> on the fly, never stored.
-      // LongRoPE: only two sets (short/long) -> a lazily created table.
-      table = spec.scaling.type == RopeType::kDynamic ? nullptr : im.table_for(local);
-    }
-  }
+  Source src;  // outlives run_plan when the rows are computed on the fly
+  im.choose(range, args.seq_len, plan.B * plan.S, &src);
+  if (src.table) detail::attach_table(plan, *src.table, range, args.seq_len);
+  else detail::attach_on_the_fly(plan, *src.freqs);
+  detail::run_plan(plan, args.backend);
+}
 
-  bool use_table = table != nullptr && im.options.mode != CosSinMode::kOnTheFly && !range.fractional;
-  if (use_table && range.unknown) {
-    // Device positions: the table's rows up to seq_len (when given) go to the device once; the device
-    // computes the rows of positions past them (kTable mode too: it cannot report them from there).
-    detail::attach_device_table(plan, *table, args.seq_len.value_or(0));
-    detail::run_plan(plan, args.backend);
-    return;
+void Rope::cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, float* cos_out, float* sin_out) {
+  using detail::str;
+  Impl& im = *impl_;
+  if (im.spec.mrope.enabled())
+    detail::invalid(kCosSinWhere, "M-RoPE specs have per-section positions (t, h, w); use apply, got a spec with mrope_section");
+  if (positions.rank != 1)
+    detail::invalid(kCosSinWhere, "positions must be 1-D [N], got rank " + str(positions.rank) + " (shape " +
+                                      detail::shape_str(positions) + ")");
+  detail::check_view(positions, "positions", /*allow_broadcast_zero=*/true);
+  const bool frac = positions.dtype == DType::kF32 || positions.dtype == DType::kF64;
+  if (!frac && !is_integer(positions.dtype))
+    detail::invalid_dtype(kCosSinWhere, std::string("positions dtype must be i32, i64, f32 or f64, got ") +
+                                            dtype_name(positions.dtype));
+  if (seq_len && *seq_len <= 0) detail::invalid(kCosSinWhere, "seq_len must be > 0 when given, got " + str(*seq_len));
+  const int64_t n = positions.shape[0];
+  if (n > 0 && (cos_out == nullptr || sin_out == nullptr))
+    detail::invalid(kCosSinWhere, "cos_out and sin_out must not be null for " + str(n) + " positions");
+  const int64_t stride = positions.strides[0];
+  PositionRange range;
+  range.fractional = frac;
+  for (int64_t i = 0; i < n; ++i) {
+    const double p = detail::load_index(positions.data, positions.dtype, i * stride);
+    const std::string label = "positions[" + str(i) + "]";
+    if (!std::isfinite(p)) detail::invalid(kCosSinWhere, label + " must be a finite position, got " + detail::num(p));
+    if (p < 0) detail::invalid(kCosSinWhere, label + " must be >= 0 (negative positions are invalid), got " + detail::num(p));
+    if (p >= 2147483648.0) detail::out_of_range(kCosSinWhere, label + " must be < 2^31, got " + detail::num(p));
+    range.any = true;
+    range.max_int = std::max(range.max_int, static_cast<int64_t>(std::floor(p)));
+    range.max_f = std::max(range.max_f, p);
   }
-  if (use_table && im.options.mode == CosSinMode::kAuto) {
-    // Auto: the table up to max_positions, on the fly beyond. Also on the fly when this call would
-    // make the table grow by far more rows than it has tokens (e.g. one decode step at position 1e6
-    // on a fresh table): the rows are the same compute_cos_sin_row values either way, so the
-    // results are bit-identical; only the cost differs.
-    const int64_t tokens = plan.B * plan.S;
-    const int64_t missing = range.max_int + 1 - table->size();
-    if (range.max_int >= table->max_positions()) use_table = false;
-    else if (missing > std::max<int64_t>(kAutoGrowthSlack, tokens > INT64_MAX / 16 ? INT64_MAX : 16 * tokens))
-      use_table = false;
-  }
+  if (n == 0) return;
 
-  if (use_table) {
-    plan.cs.kind = detail::PlanCosSin::Kind::kTable;
-    if (range.any) {
-      const CosSinTable::View v = table->view_for(range.max_int + 1);  // kTable mode: throws past the limit
-      plan.cs.table = v.data;
-      plan.cs.table_size = v.size;
-      if (plan.device) detail::attach_device_table(plan, *table, 0);
+  Source src;
+  im.choose(range, seq_len, n, &src);
+  const int64_t half = im.spec.effective_rotary_dim() / 2;
+  if (src.table) {
+    const CosSinTable::View v = src.table->view_for(range.max_int + 1);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = detail::load_int_index(positions.data, positions.dtype, i * stride);
+      std::memcpy(cos_out + i * half, v.cos(p), sizeof(float) * static_cast<std::size_t>(half));
+      std::memcpy(sin_out + i * half, v.sin(p), sizeof(float) * static_cast<std::size_t>(half));
     }
   } else {
-    plan.cs.kind = detail::PlanCosSin::Kind::kOnTheFly;
-    plan.cs.inv_freq = freqs->inv_freq.data();
-    plan.cs.attention_factor = freqs->attention_factor;
+    for (int64_t i = 0; i < n; ++i)
+      compute_cos_sin_row(*src.freqs, detail::load_index(positions.data, positions.dtype, i * stride), cos_out + i * half,
+                          sin_out + i * half);
   }
-  detail::run_plan(plan, args.backend);
 }
 
 }  // namespace rotary

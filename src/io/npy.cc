@@ -1,5 +1,5 @@
 // Strict NumPy .npy reader/writer (format 1.0/2.0/3.0, little-endian numeric dtypes, C order only).
-#include "rotary/npy.h"
+#include "npy.h"
 
 #include <cctype>
 #include <cstring>

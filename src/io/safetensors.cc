@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/npy.h"
+
 namespace rotary {
 namespace {
 

@@ -1,5 +1,5 @@
 // CUDA backend stub for builds without CUDA: same symbols, every call reports kUnsupported.
-#include "engine/plan.h"
+#include "plan/plan.h"
 
 namespace rotary::detail {
 

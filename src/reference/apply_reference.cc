@@ -2,8 +2,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/convert.h"
-#include "engine/plan.h"
+#include "plan/dtype_scalar.h"
+#include "plan/plan.h"
 
 namespace rotary::detail {
 

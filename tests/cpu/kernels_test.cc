@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
-#include "engine/plan.h"
+#include "plan/plan.h"
 #include "testing/shared.h"
 #include "testing/tolerances.h"
 

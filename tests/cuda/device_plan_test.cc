@@ -7,7 +7,8 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/build.h"
+#include "engine/build_plan.h"
+#include "engine/cos_sin_source.h"
 #include "rotary/apply.h"
 #include "rotary/rotary_c.h"
 
@@ -121,7 +122,7 @@ TEST(DevicePlan, MropeIdsAreNotRead) {
   Call c;
   c.a.positions = Positions::from_ids(TensorView::contiguous(dev.at(0), DType::kI64, {3, 2, 5}));
   PlanRequest req = device_request();
-  req.mrope = true;
+  req.n_axes = 3;
   PositionRange range;
   const Plan plan = detail::build_plan(c.a, req, &range);
   EXPECT_EQ(plan.pos.n_axes, 3);

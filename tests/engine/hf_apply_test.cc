@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/test_tensors.h"
+#include "npy.h"
 #include "rotary/rotary.h"
 #include "testing/tolerances.h"
 

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/build.h"
+#include "engine/build_plan.h"
+#include "engine/fast_plan.h"
 #include "rotary/apply.h"
 
 namespace rotary {

@@ -215,5 +215,40 @@ TEST(Rope, MRopeSectionsTakeTheirAxisPosition) {
   }
 }
 
+TEST(Rope, MRopeWithOffsetOrPackedPositionsGivesEveryAxisTheTokenPosition) {
+  // Text tokens (HF get_rope_index: t = h = w) as plain offset or packed positions: the same as the
+  // spec without sections. Before, the h and w axes read position 0.
+  Spec s = llama_like(32);
+  Spec m = s;
+  m.mrope.section = {6, 5, 5};
+  for (CosSinMode mode : {CosSinMode::kAuto, CosSinMode::kOnTheFly}) {
+    RopeOptions o;
+    o.mode = mode;
+    Rope plain(s, o), mrope(m, o);
+    TestTensor a(DType::kF32, Layout::kBSHD, 2, 5, 2, 32), b(DType::kF32, Layout::kBSHD, 2, 5, 2, 32);
+    a.fill_randn(4);
+    b.fill_randn(4);
+    ApplyArgs x;
+    x.positions = Positions::contiguous(17);
+    x.q = a.view();
+    plain.apply(x);
+    x.q = b.view();
+    mrope.apply(x);
+    EXPECT_EQ(a.bytes(), b.bytes()) << "offset";
+    TestTensor c(DType::kF32, Layout::kTHD, 1, 6, 2, 32), d(DType::kF32, Layout::kTHD, 1, 6, 2, 32);
+    c.fill_randn(5);
+    d.fill_randn(5);
+    const std::vector<int64_t> cu = {0, 2, 6};
+    ApplyArgs y;
+    y.layout = Layout::kTHD;
+    y.positions = Positions::packed(TensorView::contiguous(cu.data(), DType::kI64, {3}));
+    y.q = c.view();
+    plain.apply(y);
+    y.q = d.view();
+    mrope.apply(y);
+    EXPECT_EQ(c.bytes(), d.bytes()) << "packed";
+  }
+}
+
 }  // namespace
 }  // namespace rotary

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "npy.h"
 #include "rotary/rotary.h"
 #include "testing/errors_doc.h"
 #include "testing/shared.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "rotary/npy.h"
+#include "npy.h"
 #include "testing/shared.h"
 
 namespace rotary {

@@ -7,7 +7,7 @@
 
 #include "multimodal/mm_testing.h"
 #include "rotary/apply.h"
-#include "rotary/convert.h"
+#include "rotary/convert_weights.h"
 #include "rotary/freqs.h"
 
 namespace rotary {

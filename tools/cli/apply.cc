@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "cli.h"
+#include "npy.h"
 #include "rotary/apply.h"
 #include "rotary/multimodal.h"
-#include "rotary/npy.h"
 
 namespace rotary::cli {
 namespace {

@@ -24,7 +24,7 @@ TensorFile read(const std::string& path, const std::string& npy_name) {
 /// The one tensor of `path` for `role` (its only tensor, or one named like any of `names`), renamed to `role`.
 void add_role(TensorFile& into, const std::string& path, const std::string& role, std::initializer_list<const char*> names) {
   TensorFile f = read(path, role);
-  const NpyArray* a = f.tensors.size() == 1 ? &f.tensors[0].second : nullptr;
+  const HostArray* a = f.tensors.size() == 1 ? &f.tensors[0].second : nullptr;
   for (const char* n : names)
     if (!a) a = f.find_like(n);
   if (!a) throw UsageError(path + " holds " + std::to_string(f.tensors.size()) + " tensors and none is named " + role);

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "rotary/npy.h"
+#include "npy.h"
 #include "testing/errors_doc.h"
 #include "testing/shared.h"
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "rotary/npy.h"
+#include "npy.h"
 #include "rotary/safetensors.h"
 #include "testing/errors_doc.h"
 #include "testing/shared.h"

@@ -1,4 +1,4 @@
-// Internal: scalar load/store of every floating dtype with exactly one rounding on store (engine + reference).
+// Internal: scalar load/store of every dtype (one rounding on store) and the one index reader (plan, engine, backends).
 #pragma once
 
 #include <cmath>
@@ -106,6 +106,18 @@ inline double load_as_double(const void* base, DType dt, int64_t idx) {
     case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[idx]);
     default: return 0.0;
   }
+}
+
+/// Element `idx` of an integer index buffer (positions, batch offsets, cu_seqlens) of dtype i32 or i64, exactly.
+inline int64_t load_int_index(const void* base, DType dt, int64_t idx) {
+  return dt == DType::kI32 ? static_cast<const int32_t*>(base)[idx] : static_cast<const int64_t*>(base)[idx];
+}
+
+/// Element `idx` of a position buffer of dtype i32, i64, f32 or f64 (fractional positions), as a double.
+inline double load_index(const void* base, DType dt, int64_t idx) {
+  if (dt == DType::kI32) return static_cast<const int32_t*>(base)[idx];
+  if (dt == DType::kI64) return static_cast<double>(static_cast<const int64_t*>(base)[idx]);
+  return load_as_double(base, dt, idx);
 }
 
 /// Stores `v` rounded once (round-to-nearest-even) to `dt`.

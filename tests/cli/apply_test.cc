@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "npy.h"
 #include "rotary/config.h"
 #include "rotary/freqs.h"
-#include "rotary/npy.h"
 #include "testing/shared.h"
 #include "testing/tolerances.h"
 

@@ -1,4 +1,4 @@
-// Internal: a fully validated, backend-neutral description of one apply call (what backends consume).
+// The backend interface: a validated, backend-neutral Plan of one apply call (built by the engine, consumed by backends).
 #pragma once
 
 #include <cstdint>
@@ -82,7 +82,7 @@ struct Plan {
   PlanTensor t[2];
   PlanPositions pos;
   PlanCosSin cs;
-  int threads = 0;  ///< resolved: >= 1
+  int threads = 0;  ///< as asked (>= 0): 0 = all usable cores; the CPU backend resolves and caps it
   /// Device call (backend cuda): every pointer above is device memory. The engine read no value behind
   /// them (positions, cu_seqlens, batch offsets), so none is range-checked on the host (docs/cuda.md).
   bool device = false;

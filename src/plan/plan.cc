@@ -1,8 +1,8 @@
-// Per-token position lookup and cos/sin row resolution shared by every CPU-side backend.
+// The Plan's per-token lookups shared by every CPU-side backend: token positions and cos/sin rows.
 #include <cmath>
 
-#include "engine/convert.h"
-#include "engine/plan.h"
+#include "plan/dtype_scalar.h"
+#include "plan/plan.h"
 #include "rotary/multimodal.h"
 #include "rotary/table.h"
 
@@ -10,21 +10,11 @@ namespace rotary::detail {
 
 namespace {
 int64_t batch_offset(const PlanPositions& p, int64_t b) {
-  if (!p.batch_offsets) return 0;
-  const int64_t i = b * p.batch_offsets_stride;
-  return p.batch_offsets_dtype == DType::kI32 ? static_cast<const int32_t*>(p.batch_offsets)[i]
-                                              : static_cast<const int64_t*>(p.batch_offsets)[i];
+  return p.batch_offsets ? load_int_index(p.batch_offsets, p.batch_offsets_dtype, b * p.batch_offsets_stride) : 0;
 }
 
-double id_value(const PlanPositions& p, int64_t b, int64_t s, int axis) {
-  const int64_t i = (p.n_axes > 1 ? axis : 0) * p.ids_sa + b * p.ids_sb + s * p.ids_ss;
-  switch (p.ids_dtype) {
-    case DType::kI32: return static_cast<const int32_t*>(p.ids)[i];
-    case DType::kI64: return static_cast<double>(static_cast<const int64_t*>(p.ids)[i]);
-    case DType::kF32: return static_cast<const float*>(p.ids)[i];
-    case DType::kF64: return static_cast<const double*>(p.ids)[i];
-    default: return 0.0;
-  }
+int64_t id_index(const PlanPositions& p, int64_t b, int64_t s, int axis) {
+  return (p.n_axes > 1 ? axis : 0) * p.ids_sa + b * p.ids_sb + s * p.ids_ss;
 }
 
 /// Copies `half` values of a caller cos or sin row (any floating dtype, any stride) into f32.
@@ -39,16 +29,13 @@ int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
   switch (p.kind) {
     case PlanPositions::Kind::kOffset: return p.offset + batch_offset(p, b) + s;
     case PlanPositions::Kind::kIds: {
-      const int64_t i = (p.n_axes > 1 ? axis : 0) * p.ids_sa + b * p.ids_sb + s * p.ids_ss;
-      if (p.ids_dtype == DType::kI32) return static_cast<const int32_t*>(p.ids)[i];
-      if (p.ids_dtype == DType::kI64) return static_cast<const int64_t*>(p.ids)[i];
-      return static_cast<int64_t>(std::floor(id_value(p, b, s, axis)));
+      const int64_t i = id_index(p, b, s, axis);
+      if (is_integer(p.ids_dtype)) return load_int_index(p.ids, p.ids_dtype, i);
+      return static_cast<int64_t>(std::floor(load_index(p.ids, p.ids_dtype, i)));
     }
     case PlanPositions::Kind::kPerToken: return p.per_token[static_cast<std::size_t>(s)];
     case PlanPositions::Kind::kPacked: {  // device plans read on the host (tests): the sequence holding s
-      auto at = [](const void* base, DType dt, int64_t i) {
-        return dt == DType::kI32 ? static_cast<const int32_t*>(base)[i] : static_cast<const int64_t*>(base)[i];
-      };
+      auto at = load_int_index;
       if (p.n_seq <= 0) return s;        // malformed (T > 0 tokens, no sequence): not checked on device calls
       int64_t lo = 0, hi = p.n_seq - 1;  // largest n in [0, n_seq) with cu[n] <= s
       while (lo < hi) {
@@ -64,7 +51,8 @@ int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
 }
 
 double token_position_f(const Plan& plan, int64_t b, int64_t s, int axis) {
-  if (plan.pos.kind == PlanPositions::Kind::kIds) return id_value(plan.pos, b, s, axis);
+  const PlanPositions& p = plan.pos;
+  if (p.kind == PlanPositions::Kind::kIds) return load_index(p.ids, p.ids_dtype, id_index(p, b, s, axis));
   return static_cast<double>(token_position(plan, b, s, axis));
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "multimodal/mm_testing.h"
+#include "npy.h"
 #include "rotary/rotary.h"
 #include "testing/tolerances.h"
 

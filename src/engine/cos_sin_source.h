@@ -1,0 +1,48 @@
+// Internal: where a Plan's cos/sin rows come from (table, on the fly, caller tensors) and the one table-or-not decision (engine only).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "engine/plan_request.h"
+#include "plan/plan.h"
+#include "rotary/apply.h"
+#include "rotary/table.h"
+
+namespace rotary::detail {
+
+/// Auto mode keeps a table at most this large (bytes); rows past it are computed on the fly.
+inline constexpr int64_t kAutoTableBytes = int64_t(512) << 20;
+/// Bytes of rows an auto-mode call may always add to a table, whatever its token count
+/// (8192 rows at rotary_dim 128); beyond, growth must be paid for by the call's tokens (16 rows each).
+inline constexpr int64_t kAutoGrowthBytes = int64_t(4) << 20;
+
+/// The one cos/sin-source decision for a call that may use `table` (null: none exists for its
+/// frequencies) in `mode`: the table for integer positions within its limits, on the fly otherwise.
+/// kAuto also computes on the fly when the table would exceed kAutoTableBytes or max_positions, or
+/// grow by more than max(kAutoGrowthBytes, 16 rows per token). Table and on-the-fly rows are the
+/// same compute_cos_sin_row values: the decision changes cost, never results. Positions on the device
+/// (range.unknown) take the table whenever one may be used (the device computes rows past it).
+bool use_table(const CosSinTable* table, CosSinMode mode, const PositionRange& range, int64_t tokens);
+
+/// Sets the plan's source to `table`'s rows, grown to cover the range (throws kOutOfRange past max_positions).
+/// Device calls: also names the table as the owner of the backend's device copy (attach_device_table);
+/// with positions on the device (range.unknown), rows up to `seq_len` when given.
+void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len);
+
+/// Device calls with a table source: makes `plan` read `table` as it is, or grown to `rows` rows first
+/// (capped at max_positions; 0 = no growth), names the table as the owner of the backend's device copy of
+/// its rows, and sets its frequencies: the device computes rows for positions past those it has.
+void attach_device_table(Plan& plan, CosSinTable& table, int64_t rows);
+
+/// Sets the plan's source to rows computed per token from `freqs` (which must outlive the plan).
+void attach_on_the_fly(Plan& plan, const Frequencies& freqs);
+
+/// Validates caller cos/sin against a plan (shape, dtype, positions in range) and attaches them.
+void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& sin, const ApplyArgs& args,
+                           const PositionRange& range);
+
+/// Validates Frequencies used on the fly (non-empty, finite).
+void check_frequencies(const Frequencies& freqs, const char* name);
+
+}  // namespace rotary::detail

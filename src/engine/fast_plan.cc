@@ -1,0 +1,126 @@
+// The shortcut planner for the common apply call: a decode step spends most of its validation time here otherwise.
+#include "engine/fast_plan.h"
+
+#include <cstdint>
+
+#include "engine/position_checks.h"
+#include "engine/tensor_checks.h"
+#include "rotary/multimodal.h"
+
+namespace rotary::detail {
+namespace {
+
+/// A present, non-empty, row-major contiguous floating tensor of the layout's rank whose every
+/// check in build_plan_full passes by construction; `bytes` = its exact byte extent.
+bool simple_tensor(const TensorView& v, Layout layout, int64_t* bytes) {
+  if (v.data == nullptr || v.rank != expected_rank(layout) || !is_floating(v.dtype)) return false;
+  int64_t expect = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    if (v.shape[i] <= 0 || v.shape[i] >= (int64_t(1) << 31)) return false;
+    // a size-1 dim's stride never addresses anything (any non-negative value is valid)
+    if (v.shape[i] == 1 ? v.strides[i] < 0 : v.strides[i] != expect) return false;
+    if (__builtin_mul_overflow(expect, v.shape[i], &expect) || expect > (int64_t(1) << 56)) return false;
+  }
+  *bytes = expect * elem_size(v.dtype);
+  return true;
+}
+
+bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return pa + static_cast<uintptr_t>(a_bytes) <= pb || pb + static_cast<uintptr_t>(b_bytes) <= pa;
+}
+
+}  // namespace
+
+/// The common call (contiguous tensors, q and k and any outputs in disjoint memory, offset
+/// positions) planned without the general checks, which it passes by construction: a decode step
+/// spends most of its validation time here otherwise. Returns false, touching nothing, for
+/// anything else (build_plan_full then validates and reports).
+bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, PositionRange* range) {
+  const int layout_i = static_cast<int>(args.layout);
+  const Pairing pairing = args.pairing.value_or(req.default_pairing);
+  const int pairing_i = static_cast<int>(pairing), direction_i = static_cast<int>(args.direction);
+  const int backend_i = static_cast<int>(args.backend);
+  if (layout_i < 0 || layout_i > 2 || pairing_i < 0 || pairing_i > 1 || direction_i < 0 || direction_i > 1 ||
+      backend_i < 0 || backend_i > 3 || (backend_i == 3 && !cuda_available()) || args.threads < 0)
+    return false;
+  const Positions& pos = args.positions;
+  if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 ||
+      pos.offset > kMaxPosition)
+    return false;
+  if (args.seq_len && *args.seq_len <= 0) return false;
+  if (req.n_axes < 1 || req.n_axes > kMaxPositionAxes || (req.axes_need_ids && req.n_axes > 1)) return false;
+  const Layout layout = args.layout;
+  int64_t q_bytes = 0, k_bytes = 0, qo_bytes = 0, ko_bytes = 0;
+  if (!simple_tensor(args.q, layout, &q_bytes)) return false;
+  const Canon cq = canonical(args.q, layout);
+  const bool has_k = !absent(args.k);
+  Canon ck;
+  if (has_k) {
+    if (!simple_tensor(args.k, layout, &k_bytes) || args.k.dtype != args.q.dtype) return false;
+    ck = canonical(args.k, layout);
+    if (ck.B != cq.B || ck.S != cq.S || ck.D != cq.D || !disjoint(args.q.data, q_bytes, args.k.data, k_bytes))
+      return false;
+  } else if (!absent(args.k_out)) {
+    return false;
+  }
+  // An output that is the input's own view (same data, shape and strides) means in place.
+  const bool q_same = !absent(args.q_out) && same_view(args.q_out, args.q);
+  const bool k_same = has_k && !absent(args.k_out) && same_view(args.k_out, args.k);
+  if ((q_same && (!simple_tensor(args.q_out, layout, &qo_bytes) || args.q_out.dtype != args.q.dtype)) ||
+      (k_same && (!simple_tensor(args.k_out, layout, &ko_bytes) || args.k_out.dtype != args.k.dtype)))
+    return false;
+  const bool q_oop = !absent(args.q_out) && !q_same, k_oop = !absent(args.k_out) && !k_same;
+  if (q_oop) {  // a separate output: same shape and dtype, touching no other tensor of the call
+    if (!simple_tensor(args.q_out, layout, &qo_bytes) || args.q_out.dtype != args.q.dtype) return false;
+    for (int i = 0; i < args.q.rank; ++i)
+      if (args.q_out.shape[i] != args.q.shape[i]) return false;
+    if (!disjoint(args.q_out.data, qo_bytes, args.q.data, q_bytes) ||
+        (has_k && !disjoint(args.q_out.data, qo_bytes, args.k.data, k_bytes)))
+      return false;
+  }
+  if (k_oop) {
+    if (!simple_tensor(args.k_out, layout, &ko_bytes) || args.k_out.dtype != args.k.dtype) return false;
+    for (int i = 0; i < args.k.rank; ++i)
+      if (args.k_out.shape[i] != args.k.shape[i]) return false;
+    if (!disjoint(args.k_out.data, ko_bytes, args.q.data, q_bytes) ||
+        !disjoint(args.k_out.data, ko_bytes, args.k.data, k_bytes) ||
+        (q_oop && !disjoint(args.k_out.data, ko_bytes, args.q_out.data, qo_bytes)))
+      return false;
+  }
+  const int64_t R = req.rotary_dim;
+  if (R <= 0 || R % 2 != 0 || R > cq.D) return false;
+  const int64_t last = pos.offset + (cq.S - 1);  // both < 2^31: no overflow
+  if (last > kMaxPosition) return false;
+
+  plan->dtype = args.q.dtype;
+  plan->pairing = pairing;
+  plan->direction = args.direction;
+  plan->head_dim = cq.D;
+  plan->rotary_dim = R;
+  plan->half = R / 2;
+  plan->B = cq.B;
+  plan->S = cq.S;
+  auto fill = [&](PlanTensor& t, const Canon& ci, const TensorView& in, const TensorView& out) {
+    const Canon co = &out == &in ? ci : canonical(out, layout);
+    t.in = in.data;
+    t.out = out.data;
+    t.heads = ci.H;
+    t.in_sb = ci.sb; t.in_ss = ci.ss; t.in_sh = ci.sh; t.in_sd = ci.sd;
+    t.out_sb = co.sb; t.out_ss = co.ss; t.out_sh = co.sh; t.out_sd = co.sd;
+  };
+  plan->ntensors = 0;
+  fill(plan->t[plan->ntensors++], cq, args.q, absent(args.q_out) ? args.q : args.q_out);
+  if (has_k) fill(plan->t[plan->ntensors++], ck, args.k, absent(args.k_out) ? args.k : args.k_out);
+  plan->threads = args.threads;
+  plan->device = req.device || args.backend == Backend::kCuda;
+  plan->stream = args.stream;
+  plan->pos.kind = PlanPositions::Kind::kOffset;
+  plan->pos.offset = pos.offset;
+  plan->pos.n_axes = req.n_axes;
+  *range = PositionRange{};
+  note_position(range, last);
+  return true;
+}
+
+}  // namespace rotary::detail
