@@ -27,7 +27,7 @@ rotary::TensorFile to_file(const nb::list& tensors, const nb::dict& metadata) {
   rotary::TensorFile f;
   for (nb::handle item : tensors) {
     nb::tuple t = nb::cast<nb::tuple>(item);
-    rotary::NpyArray a;
+    rotary::HostArray a;
     a.dtype = dtype_from(nb::cast<std::string>(t[1]));
     a.shape = nb::cast<std::vector<int64_t>>(t[2]);
     nb::bytes b = nb::cast<nb::bytes>(t[3]);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "npy.h"
 #include "rotary/config.h"
 #include "rotary/freqs.h"
 #include "rotary/parity.h"

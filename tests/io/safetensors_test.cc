@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "npy.h"
 #include "rotary/safetensors.h"
 
 namespace rotary {

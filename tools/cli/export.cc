@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli.h"
+#include "npy.h"
 #include "rotary/parity.h"
 
 namespace rotary::cli {
