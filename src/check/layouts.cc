@@ -43,6 +43,7 @@ std::pair<int64_t, int64_t> table_shape(const NpyArray& a, const std::string& wh
   std::vector<int64_t> s = squeezed(a.shape, 2);
   if (s.size() == 4 && s[1] == 1 && s[2] == 1) s = {s[0], s[3]};
   if (s.size() != 2 || s[1] <= 0) bad(what + " must have shape " + expected + ", got " + shape_str(a.shape));
+  if (s[0] <= 0) bad(what + " has no rows (positions), got shape " + shape_str(a.shape));
   return {s[0], s[1]};
 }
 

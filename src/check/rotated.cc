@@ -102,6 +102,9 @@ Canonical decode_rotated(const LayoutInfo& info, const TensorFile& tf, Pairing e
     if (pa.numel() != t.tokens) bad("positions must have shape [T] = [" + std::to_string(t.tokens) + "], got " + shape_string(pa.shape));
     t.x = x, t.y = y, t.pos = p;
   }
+  for (size_t i = 0; i < t.pos.size(); ++i)
+    if (!(t.pos[i] >= 0 && t.pos[i] < 2147483648.0))
+      bad("positions[" + std::to_string(i) + "] must be in [0, 2^31), got " + std::to_string(t.pos[i]));
   // Rotary width candidates: the config's, the whole head, and the last channel the engine changed.
   const double tol = 8 * unit(ya.dtype) + 8 * unit(xa.dtype);
   int64_t last = -1;

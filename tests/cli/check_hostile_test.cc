@@ -114,6 +114,20 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
   nan.dtype = DType::kF32;
   nan.data.assign(4 * 128 * 4, 0xff);
   npy_save(path("nan.npy"), nan);
+  NpyArray empty;
+  empty.shape = {0, 128};
+  npy_save(path("empty.npy"), empty);
+  NpyArray x;
+  x.shape = {3, 2, 8};
+  x.data.resize(3 * 2 * 8 * 4);
+  for (size_t i = 0; i < x.data.size(); i += 4) x.data[i + 3] = 0x3f;  // 0.5-ish values
+  npy_save(path("x.npy"), x);
+  NpyArray pbad;
+  pbad.dtype = DType::kI64;
+  pbad.shape = {3};
+  const int64_t pv[3] = {0, int64_t(1) << 40, 2};
+  pbad.data.assign(reinterpret_cast<const unsigned char*>(pv), reinterpret_cast<const unsigned char*>(pv) + 24);
+  npy_save(path("pbad.npy"), pbad);
   write("t.pt", "PK");
   write("cfg.txt", "x");
   const std::string chk = "check --preset llama-2-7b ";
@@ -133,6 +147,9 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
       {chk + "--layout vllm --cos-sin '" + path("nan.npy") + "'", {"non-finite value at flat index 0"}, ""},
       {chk + "--layout flashinfer --cos-sin '" + path("half.npy") + "'", {"must be float32", "f16"}, ""},
       {chk + "--layout onnx --inv-freq '" + path("good.npy") + "'", {"onnx layout has no inv_freq"}, ""},
+      {chk + "--layout vllm --cos-sin '" + path("empty.npy") + "'", {"has no rows", "[0, 128]"}, ""},
+      {"check --preset llama-2-7b --layout raw --rotated '" + path("x.npy") + "' --input '" + path("x.npy") + "' --positions '" +
+           path("pbad.npy") + "'", {"positions[1] must be in [0, 2^31)"}, ""},
       {chk + "--layout hf --cos-sin '" + path("t.pt") + "'", {".pt files need torch", "rotary.check"}, ""},
       {chk + "--layout hf --cos-sin '" + path("cfg.txt") + "'", {"unsupported file type", ".txt"}, ""},
       {chk + "--layout hf --cos-sin '" + path("missing.npy") + "'", {"missing.npy", "cannot open"}, ""},
