@@ -13,14 +13,6 @@
 
 namespace rotary {
 
-enum class Backend : int {
-  kAuto = 0,       ///< best available (CPU SIMD today)
-  kCpu = 1,        ///< SIMD kernels (Highway, runtime ISA dispatch) + threads
-  kReference = 2,  ///< literal scalar kernel: the test oracle
-  kCuda = 3,       ///< NVIDIA GPU (Error(kUnsupported) unless built with ROTARY_BUILD_CUDA): every tensor of the
-                   ///< call, positions included, is device memory and is never read on the host (docs/cuda.md)
-};
-
 /// Where each token's position comes from. The token grid is (b, s) for bshd/bhsd and (0, t) for thd.
 struct Positions {
   enum class Kind : int {
@@ -57,7 +49,7 @@ struct ApplyArgs {
   Direction direction = Direction::kForward;
   std::optional<int64_t> seq_len;   ///< length seen by dynamic/longrope; nullopt = max(position)+1
   int threads = 0;                  ///< 0 = all cores; 1 = calling thread only (see docs/threading.md)
-  Backend backend = Backend::kAuto;
+  Backend backend = Backend::kAuto;  ///< see rotary/types.h
   /// Backend kCuda: the cudaStream_t the call is enqueued on (nullptr = the default stream). The call
   /// never synchronises the host; other backends ignore it.
   void* stream = nullptr;

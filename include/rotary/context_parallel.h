@@ -47,6 +47,20 @@ struct CpLocation {
 };
 ROTARY_API CpLocation cp_locate(int64_t size, int64_t global_position, int64_t global_len);
 
+/// A shard's global positions and the sequence length length-dependent scaling sees for it: what
+/// apply_context_parallel derives (and what Python's rotary.apply_context_parallel uses).
+struct CpShard {
+  std::vector<int64_t> positions;  ///< global positions of the shard's tokens
+  int64_t seq_len = 1;             ///< the global length an unsharded call would see
+};
+
+/// A bshd/bhsd shard of `local_len` tokens per sequence: positions cp_positions(cp, local_len, offset),
+/// seq_len = offset + local_len * size.
+ROTARY_API CpShard cp_shard(const ContextParallel& cp, int64_t local_len, int64_t offset = 0);
+/// A thd shard from the GLOBAL cu_seqlens: positions cp_positions_packed(cp, cu), seq_len = the longest
+/// global sequence (at least 1).
+ROTARY_API CpShard cp_shard_packed(const ContextParallel& cp, const std::vector<int64_t>& global_cu_seqlens);
+
 /// Rotates a shard: args.q/k hold this rank's tokens. Positions are derived from `cp`:
 ///   bshd/bhsd: args.positions must be kOffset (its offset is added; no batch_offsets);
 ///   thd:       args.positions must be kPacked with the GLOBAL cu_seqlens (seq_offsets not allowed).

@@ -85,6 +85,14 @@ enum {
   ROTARY_BACKEND_CUDA = 3       /* ROTARY_ERROR_UNSUPPORTED unless built with CUDA */
 };
 
+/* The names of layouts, pairings, directions and backends: the same spellings as the C++ parse_* functions,
+ * Python and the CLI (layout bshd|bhsd|thd; pairing half, half_split, neox|interleaved, gptj; direction
+ * forward|inverse; backend auto|cpu|reference|cuda). An unknown name is ROTARY_ERROR_INVALID_ARGUMENT. */
+ROTARY_API rotary_status_t rotary_layout_from_name(const char* name, rotary_layout_t* out);
+ROTARY_API rotary_status_t rotary_pairing_from_name(const char* name, rotary_pairing_t* out);
+ROTARY_API rotary_status_t rotary_direction_from_name(const char* name, rotary_direction_t* out);
+ROTARY_API rotary_status_t rotary_backend_from_name(const char* name, rotary_backend_t* out);
+
 typedef int32_t rotary_rope_type_t;
 enum {
   ROTARY_ROPE_DEFAULT = 0,

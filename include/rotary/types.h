@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "rotary/api.h"
 
@@ -54,9 +55,32 @@ enum class Direction : int { kForward = 0, kInverse = 1 };
 ///   kTHD   [tokens, heads, head_dim]       (packed / varlen; B = 1, S = T)
 enum class Layout : int { kBSHD = 0, kBHSD = 1, kTHD = 2 };
 
-ROTARY_API const char* pairing_name(Pairing p);    ///< "half" / "interleaved"
-ROTARY_API const char* layout_name(Layout l);      ///< "bshd" / "bhsd" / "thd"
-ROTARY_API const char* direction_name(Direction d);///< "forward" / "backward"
+/// Where an apply call runs.
+enum class Backend : int {
+  kAuto = 0,       ///< best available (CPU SIMD today)
+  kCpu = 1,        ///< SIMD kernels (Highway, runtime ISA dispatch) + threads
+  kReference = 2,  ///< literal scalar kernel: the test oracle
+  kCuda = 3,       ///< NVIDIA GPU (Error(kUnsupported) unless built with ROTARY_BUILD_CUDA): every tensor of the
+                   ///< call, positions included, is device memory and is never read on the host (docs/cuda.md)
+};
+
+ROTARY_API const char* pairing_name(Pairing p);     ///< "half" / "interleaved"
+ROTARY_API const char* layout_name(Layout l);       ///< "bshd" / "bhsd" / "thd"
+ROTARY_API const char* direction_name(Direction d); ///< "forward" / "inverse"
+ROTARY_API const char* backend_name(Backend b);     ///< "auto" / "cpu" / "reference" / "cuda"
+
+/// The one set of names every adapter accepts (C++, the C API's rotary_*_from_name, Python, the CLI);
+/// the *_name functions above print the first of each:
+///   layout     bshd | bhsd | thd
+///   pairing    half (also half_split, neox) | interleaved (also gptj)
+///   direction  forward | inverse
+///   backend    auto | cpu | reference | cuda
+/// Anything else throws Error(kInvalidArgument) naming `what`: `[rotary] pairing must be half or
+/// interleaved, got "zigzag"`.
+ROTARY_API Layout parse_layout(std::string_view name, const char* what = "layout");
+ROTARY_API Pairing parse_pairing(std::string_view name, const char* what = "pairing");
+ROTARY_API Direction parse_direction(std::string_view name, const char* what = "direction");
+ROTARY_API Backend parse_backend(std::string_view name, const char* what = "backend");
 
 inline constexpr int kMaxRank = 4;
 

@@ -12,17 +12,17 @@ context-parallel shard positions, and q/k weight permutation between interleaved
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from . import _rotary
+from ._arrays import _as_core_array, _check_out, _empty_like, _index_array
 from ._rotary import cp_local_cu_seqlens, cp_positions, cp_positions_packed, grid_positions
 
 __all__ = [
     "AxisFrequencies",
     "apply_axes",
-    "apply_context_parallel",
     "cp_local_cu_seqlens",
     "cp_positions",
     "cp_positions_packed",
@@ -87,9 +87,11 @@ def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq
     rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
     """
     ff = [] if freq_factors is None else [float(v) for v in freq_factors]
-    return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), int(n_ctx_orig), float(freq_base),
-                                           float(freq_scale), float(ext_factor), float(attn_factor),
-                                           float(beta_fast), float(beta_slow), [int(s) for s in sections], ff))
+    return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), n_ctx_orig=int(n_ctx_orig), freq_base=float(freq_base),
+                                           freq_scale=float(freq_scale), ext_factor=float(ext_factor),
+                                           attn_factor=float(attn_factor), beta_fast=float(beta_fast),
+                                           beta_slow=float(beta_slow), sections=[int(s) for s in sections],
+                                           freq_factors=ff))
 
 
 def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None, layout: str = "bshd",
@@ -100,8 +102,6 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted.
     """
-    from . import _as_core_array, _check_out, _empty_like, _index_array
-
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
     xv, bf16 = _as_core_array(x, "x", readonly=True)
@@ -116,47 +116,11 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
         k_out = _empty_like(k)
         kov, _ = _as_core_array(k_out, "k_out")
     ids = _index_array(positions, "positions", allow_float=True)
-    _rotary._apply_axes([float(v) for v in freqs.inv_freq], [int(a) for a in freqs.axis_of_freq], freqs.n_axes,
-                        freqs.pairing, freqs.attention_factor, xv, ov, kv, kov, ids, layout, pairing, bool(inverse),
-                        int(threads), backend, bf16)
+    _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
+                        n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
+                        q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
+                        inverse=bool(inverse), threads=int(threads), backend=backend, bf16_bits=bf16)
     return out if k is None else (out, k_out)
-
-
-def apply_context_parallel(x: Any, spec: Any, rank: int, cp_size: int, *, layout: str = "bshd", offset: int = 0,
-                           cu_seqlens: Any = None, pairing: Optional[str] = None, inverse: bool = False,
-                           threads: int = 0, backend: str = "auto") -> Any:
-    """Rotates one context-parallel shard x (this rank's tokens, TransformerEngine dual-chunk order).
-
-    bshd/bhsd: x holds local_len = S tokens per sequence; positions are cp_positions(rank, cp_size, S, offset).
-    thd: cu_seqlens are the GLOBAL (padded) boundaries, as TransformerEngine takes them.
-    Length-dependent scaling sees the global length, so the result equals the matching rows of the
-    unsharded rotary.apply bit-exactly.
-    """
-    from . import apply
-
-    if layout == "thd":
-        if cu_seqlens is None:
-            raise ValueError("[rotary_apply_context_parallel] thd shards need the global cu_seqlens")
-        cu = [int(v) for v in np.asarray(cu_seqlens).reshape(-1)]
-        ids = cp_positions_packed(rank, cp_size, cu)
-        seq_len = max([cu[i + 1] - cu[i] for i in range(len(cu) - 1)] + [1])
-    else:
-        S = x.shape[1] if layout == "bshd" else x.shape[2]
-        ids = cp_positions(rank, cp_size, int(S), int(offset))
-        seq_len = int(offset) + int(S) * int(cp_size)
-    if _is_torch_tensor(x):
-        import torch
-
-        ids = torch.from_numpy(ids)
-    return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
-                 backend=backend)
-
-
-def _is_torch_tensor(x: Any) -> bool:
-    import sys
-
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
 
 
 def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 0, src: str = "interleaved",
@@ -167,10 +131,9 @@ def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 
     permute; half -> interleaved its inverse (llama.cpp's). Only the first rotary_dim rows of each head move
     (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype.
     """
-    from . import _as_core_array, _empty_like
-
     wv, bf16 = _as_core_array(w, "w", readonly=True)
     out = _empty_like(w)
     ov, _ = _as_core_array(out, "out")
-    _rotary._permute_qk(wv, ov, int(n_heads), int(head_dim), int(rotary_dim), src, dst, bf16)
+    _rotary._permute_qk(wv, ov, n_heads=int(n_heads), head_dim=int(head_dim), rotary_dim=int(rotary_dim), src=src,
+                        dst=dst, bf16_bits=bf16)
     return out

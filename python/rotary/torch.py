@@ -158,8 +158,8 @@ class _CallerTableRotation(torch.autograd.Function):
         ctx.tables = (cos_h, sin_h, layout)
         q_out = torch.empty_like(q)
         k_out = torch.empty_like(k)
-        _native._apply_cos_sin(cos_h, sin_h, _readable(q), q_out, _readable(k), k_out, None, layout, "half", False,
-                               0, "auto", False, False)
+        _native._apply_cos_sin(cos_h, sin_h, _readable(q), q_out=q_out, k=_readable(k), k_out=k_out, layout=layout,
+                               pairing="half")
         return q_out, k_out
 
     @staticmethod
@@ -171,8 +171,7 @@ class _CallerTableRotation(torch.autograd.Function):
                 outs.append(None)
                 continue
             gi = torch.empty_like(g)
-            _native._apply_cos_sin(cos_h, sin_h, _readable(g), gi, None, None, None, layout, "half", True, 0, "auto",
-                                   False, False)
+            _native._apply_cos_sin(cos_h, sin_h, _readable(g), q_out=gi, layout=layout, pairing="half", inverse=True)
             outs.append(gi)
         return outs[0], outs[1], None, None, None
 

@@ -71,10 +71,13 @@ void bind_apply(nb::module_& m) {
         nb::gil_scoped_release release;
         rope.apply(c.args);
       },
-      nb::arg("spec"), nb::arg("q"), nb::arg("q_out").none(), nb::arg("k").none(), nb::arg("k_out").none(),
-      nb::arg("offset"), nb::arg("ids").none(), nb::arg("cu_seqlens").none(), nb::arg("seq_offsets").none(),
-      nb::arg("batch_offsets").none(), nb::arg("layout"), nb::arg("pairing").none(), nb::arg("inverse"),
-      nb::arg("seq_len").none(), nb::arg("threads"), nb::arg("backend"), nb::arg("bf16_bits"),
+      nb::arg("spec"), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(),
+      nb::arg("k").none() = nb::none(), nb::arg("k_out").none() = nb::none(), nb::arg("offset") = 0,
+      nb::arg("ids").none() = nb::none(), nb::arg("cu_seqlens").none() = nb::none(),
+      nb::arg("seq_offsets").none() = nb::none(), nb::arg("batch_offsets").none() = nb::none(),
+      nb::arg("layout") = "bshd", nb::arg("pairing").none() = nb::none(), nb::arg("inverse") = false,
+      nb::arg("seq_len").none() = nb::none(), nb::arg("threads") = 0, nb::arg("backend") = "auto",
+      nb::arg("bf16_bits") = false,
       "Private: rotary.apply/apply_qk after argument normalisation. q_out None = in place.");
 
   m.def(
@@ -92,9 +95,11 @@ void bind_apply(nb::module_& m) {
         nb::gil_scoped_release release;
         rotary::apply_cos_sin(cv, sv, c.args);
       },
-      nb::arg("cos"), nb::arg("sin"), nb::arg("q"), nb::arg("q_out").none(), nb::arg("k").none(),
-      nb::arg("k_out").none(), nb::arg("ids").none(), nb::arg("layout"), nb::arg("pairing").none(),
-      nb::arg("inverse"), nb::arg("threads"), nb::arg("backend"), nb::arg("bf16_bits"), nb::arg("table_bf16_bits"),
+      nb::arg("cos"), nb::arg("sin"), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(),
+      nb::arg("k").none() = nb::none(), nb::arg("k_out").none() = nb::none(), nb::arg("ids").none() = nb::none(),
+      nb::arg("layout") = "bshd", nb::arg("pairing").none() = nb::none(), nb::arg("inverse") = false,
+      nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
+      nb::arg("table_bf16_bits") = false,
       "Private: rotation with caller cos/sin (rank 2 + ids, or rank 3 per token), ONNX semantics.");
 
   m.def(
@@ -117,9 +122,10 @@ void bind_apply(nb::module_& m) {
         nb::gil_scoped_release release;
         rotary::onnx_rotary_embedding(a);
       },
-      nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::arg("position_ids").none(), nb::arg("y"),
-      nb::arg("interleaved"), nb::arg("rotary_embedding_dim"), nb::arg("num_heads"), nb::arg("threads"),
-      nb::arg("backend"), nb::arg("bf16_bits"), nb::arg("table_bf16_bits"),
+      nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::kw_only(), nb::arg("position_ids").none() = nb::none(),
+      nb::arg("y"), nb::arg("interleaved") = 0, nb::arg("rotary_embedding_dim") = 0, nb::arg("num_heads") = 0,
+      nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
+      nb::arg("table_bf16_bits") = false,
       "Private: the ONNX RotaryEmbedding-23 operator (rotary::onnx_rotary_embedding).");
 
   m.def(

@@ -51,9 +51,10 @@ rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits =
 /// True if the array has no elements (kernels are then skipped).
 bool is_empty(const rotary::TensorView& v);
 
-rotary::Layout parse_layout(const std::string& s);
-rotary::Pairing parse_pairing(const std::string& s, const char* what = "pairing");
-rotary::Backend parse_backend(const std::string& s);
+// Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument).
+using rotary::parse_backend;
+using rotary::parse_layout;
+using rotary::parse_pairing;
 
 void register_errors();
 void bind_spec(nb::module_& m);

@@ -74,29 +74,6 @@ bool is_empty(const rotary::TensorView& v) {
   return false;
 }
 
-rotary::Layout parse_layout(const std::string& s) {
-  if (s == "bshd") return rotary::Layout::kBSHD;
-  if (s == "bhsd") return rotary::Layout::kBHSD;
-  if (s == "thd") return rotary::Layout::kTHD;
-  throw nb::value_error(("[rotary] layout must be \"bshd\", \"bhsd\" or \"thd\", got \"" + s + "\"").c_str());
-}
-
-rotary::Pairing parse_pairing(const std::string& s, const char* what) {
-  if (s == "half" || s == "half_split" || s == "neox") return rotary::Pairing::kHalfSplit;
-  if (s == "interleaved" || s == "gptj") return rotary::Pairing::kInterleaved;
-  throw nb::value_error((std::string("[rotary] ") + what + " must be \"half\" or \"interleaved\", got \"" + s +
-                         "\"").c_str());
-}
-
-rotary::Backend parse_backend(const std::string& s) {
-  if (s == "auto") return rotary::Backend::kAuto;
-  if (s == "cpu") return rotary::Backend::kCpu;
-  if (s == "reference") return rotary::Backend::kReference;
-  if (s == "cuda") return rotary::Backend::kCuda;
-  throw nb::value_error(
-      ("[rotary] backend must be \"auto\", \"cpu\", \"reference\" or \"cuda\", got \"" + s + "\"").c_str());
-}
-
 }  // namespace rotary_py
 
 NB_MODULE(_rotary, m) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "rotary/context_parallel.h"
 
 namespace rotary_py {
 
@@ -95,9 +96,9 @@ void bind_multimodal(nb::module_& m) {
         p.freq_factors = std::move(freq_factors);
         return to_tuple(rotary::ggml_frequencies(p));
       },
-      nb::arg("mode"), nb::arg("n_dims"), nb::arg("n_ctx_orig"), nb::arg("freq_base"), nb::arg("freq_scale"),
-      nb::arg("ext_factor"), nb::arg("attn_factor"), nb::arg("beta_fast"), nb::arg("beta_slow"), nb::arg("sections"),
-      nb::arg("freq_factors"), "Private: rotary::ggml_frequencies.");
+      nb::arg("mode"), nb::arg("n_dims"), nb::kw_only(), nb::arg("n_ctx_orig"), nb::arg("freq_base"),
+      nb::arg("freq_scale"), nb::arg("ext_factor"), nb::arg("attn_factor"), nb::arg("beta_fast"), nb::arg("beta_slow"),
+      nb::arg("sections"), nb::arg("freq_factors"), "Private: rotary::ggml_frequencies.");
 
   m.def(
       "_apply_axes",
@@ -121,10 +122,12 @@ void bind_multimodal(nb::module_& m) {
         nb::gil_scoped_release release;
         rotary::apply_axes(af, a);
       },
-      nb::arg("inv_freq"), nb::arg("axis_of_freq"), nb::arg("n_axes"), nb::arg("default_pairing"),
-      nb::arg("attention_factor"), nb::arg("q"), nb::arg("q_out").none(), nb::arg("k").none(), nb::arg("k_out").none(),
-      nb::arg("ids"), nb::arg("layout"), nb::arg("pairing").none(), nb::arg("inverse"), nb::arg("threads"),
-      nb::arg("backend"), nb::arg("bf16_bits"), "Private: rotary::apply_axes (on-the-fly multi-axis rotation).");
+      nb::kw_only(), nb::arg("inv_freq"), nb::arg("axis_of_freq"), nb::arg("n_axes"), nb::arg("default_pairing"),
+      nb::arg("attention_factor"), nb::arg("q"), nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
+      nb::arg("k_out").none() = nb::none(), nb::arg("ids"), nb::arg("layout") = "bshd",
+      nb::arg("pairing").none() = nb::none(), nb::arg("inverse") = false, nb::arg("threads") = 0,
+      nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
+      "Private: rotary::apply_axes (on-the-fly multi-axis rotation).");
 
   m.def(
       "grid_positions",
@@ -161,19 +164,36 @@ void bind_multimodal(nb::module_& m) {
       nb::arg("rank"), nb::arg("cp_size"), nb::arg("cu_seqlens"), "The shard's cu_seqlens: global cu_seqlens / cp_size.");
 
   m.def(
+      "_cp_shard",
+      [](int64_t rank, int64_t cp_size, int64_t local_len, int64_t offset) {
+        rotary::CpShard sh = rotary::cp_shard({rank, cp_size}, local_len, offset);
+        return std::make_tuple(to_numpy<int64_t, I64Array>(sh.positions), sh.seq_len);
+      },
+      nb::arg("rank"), nb::arg("cp_size"), nb::arg("local_len"), nb::arg("offset") = 0,
+      "Private: rotary::cp_shard: (global positions, seq_len) of a bshd/bhsd context-parallel shard.");
+  m.def(
+      "_cp_shard_packed",
+      [](int64_t rank, int64_t cp_size, std::vector<int64_t> cu) {
+        rotary::CpShard sh = rotary::cp_shard_packed({rank, cp_size}, cu);
+        return std::make_tuple(to_numpy<int64_t, I64Array>(sh.positions), sh.seq_len);
+      },
+      nb::arg("rank"), nb::arg("cp_size"), nb::arg("cu_seqlens"),
+      "Private: rotary::cp_shard_packed: (global positions, seq_len) of a thd shard from the GLOBAL cu_seqlens.");
+
+  m.def(
       "_permute_qk",
-      [](InArray src, OutArray dst, int64_t n_heads, int64_t head_dim, int64_t rotary_dim, const std::string& from,
-         const std::string& to, bool bf16_bits) {
+      [](InArray w, OutArray out, int64_t n_heads, int64_t head_dim, int64_t rotary_dim, const std::string& src,
+         const std::string& dst, bool bf16_bits) {
         rotary::QkPermutation p;
         p.n_heads = n_heads;
         p.head_dim = head_dim;
         p.rotary_dim = rotary_dim;
-        p.from = parse_pairing(from, "from");
-        p.to = parse_pairing(to, "to");
-        rotary::permute_qk_weight(to_view(src, "w", bf16_bits), to_view(dst, "out", bf16_bits), p);
+        p.from = parse_pairing(src, "src");
+        p.to = parse_pairing(dst, "dst");
+        rotary::permute_qk_weight(to_view(w, "w", bf16_bits), to_view(out, "out", bf16_bits), p);
       },
-      nb::arg("src"), nb::arg("dst"), nb::arg("n_heads"), nb::arg("head_dim"), nb::arg("rotary_dim"), nb::arg("from"),
-      nb::arg("to"), nb::arg("bf16_bits"), "Private: rotary::permute_qk_weight.");
+      nb::arg("w"), nb::arg("out"), nb::kw_only(), nb::arg("n_heads"), nb::arg("head_dim"), nb::arg("rotary_dim"),
+      nb::arg("src"), nb::arg("dst"), nb::arg("bf16_bits") = false, "Private: rotary::permute_qk_weight.");
 }
 
 }  // namespace rotary_py

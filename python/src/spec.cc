@@ -79,6 +79,7 @@ rotary::Spec spec_from_python_config(nb::handle config, std::optional<std::strin
   return rotary::spec_from_hf_config_json(text, name.value_or("config dict"));
 }
 
+/// Spec(head_dim, rotary_dim, base, *, pairing, rope_type, ...): Python's keyword names are the Spec fields'.
 PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::string& pairing,
                  const std::string& rope_type, int64_t max_position_embeddings, std::optional<double> factor,
                  int64_t original_max_position_embeddings, double beta_fast, double beta_slow,
@@ -121,19 +122,8 @@ void bind_spec(nb::module_& m) {
       "Build one with Spec(head_dim, ...), Spec.from_hf_config(config) or Spec.preset(name).\n"
       "Each Spec owns a lazily built cos/sin table that rotary.apply reuses across calls.");
 
-  cls.def(nb::new_([](int64_t head_dim, int64_t rotary_dim, double base, const std::string& pairing,
-                      const std::string& rope_type, int64_t max_position_embeddings, std::optional<double> factor,
-                      int64_t original_max_position_embeddings, double beta_fast, double beta_slow,
-                      std::optional<double> mscale, std::optional<double> mscale_all_dim, bool truncate,
-                      std::optional<double> attention_factor, std::optional<std::vector<double>> short_factor,
-                      std::optional<std::vector<double>> long_factor, double low_freq_factor,
-                      double high_freq_factor, std::optional<std::vector<int64_t>> mrope_section,
-                      bool mrope_interleaved, double partial_rotary_factor, const std::string& name) {
-            return make_spec(head_dim, rotary_dim, base, pairing, rope_type, max_position_embeddings, factor,
-                             original_max_position_embeddings, beta_fast, beta_slow, mscale, mscale_all_dim,
-                             truncate, attention_factor, short_factor, long_factor, low_freq_factor,
-                             high_freq_factor, mrope_section, mrope_interleaved, partial_rotary_factor, name);
-          }),
+  // The parameters are make_spec's (their types) and the nb::arg list below (their names and defaults).
+  cls.def(nb::new_(&make_spec),
           nb::arg("head_dim"), nb::arg("rotary_dim") = 0, nb::arg("base") = 10000.0, nb::kw_only(),
           nb::arg("pairing") = "half", nb::arg("rope_type") = "default", nb::arg("max_position_embeddings") = 0,
           nb::arg("factor") = nb::none(), nb::arg("original_max_position_embeddings") = 0,

@@ -1,7 +1,10 @@
 // Names, sizes and view helpers for the vocabulary types in rotary/types.h, and the one error helper.
 #include "rotary/types.h"
 
+#include <initializer_list>
 #include <limits>
+#include <string>
+#include <string_view>
 
 namespace rotary {
 
@@ -28,7 +31,52 @@ const char* layout_name(Layout l) {
   return "unknown";
 }
 
-const char* direction_name(Direction d) { return d == Direction::kForward ? "forward" : "backward"; }
+const char* direction_name(Direction d) { return d == Direction::kForward ? "forward" : "inverse"; }
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kAuto: return "auto";
+    case Backend::kCpu: return "cpu";
+    case Backend::kReference: return "reference";
+    case Backend::kCuda: return "cuda";
+  }
+  return "unknown";
+}
+
+namespace {
+
+struct Spelling {
+  std::string_view name;
+  int value;
+};
+
+/// The value whose spelling is `name`, else Error naming `what` and the canonical names `expected`.
+int parse_name(std::string_view name, std::initializer_list<Spelling> spellings, const char* what, const char* expected) {
+  for (const Spelling& s : spellings)
+    if (s.name == name) return s.value;
+  fail(Error::Kind::kInvalidArgument, "rotary",
+       std::string(what) + " must be " + expected + ", got \"" + std::string(name.substr(0, 64)) + "\"");
+}
+
+}  // namespace
+
+Layout parse_layout(std::string_view name, const char* what) {
+  return static_cast<Layout>(parse_name(name, {{"bshd", 0}, {"bhsd", 1}, {"thd", 2}}, what, "bshd, bhsd or thd"));
+}
+
+Pairing parse_pairing(std::string_view name, const char* what) {
+  return static_cast<Pairing>(parse_name(
+      name, {{"half", 0}, {"half_split", 0}, {"neox", 0}, {"interleaved", 1}, {"gptj", 1}}, what, "half or interleaved"));
+}
+
+Direction parse_direction(std::string_view name, const char* what) {
+  return static_cast<Direction>(parse_name(name, {{"forward", 0}, {"inverse", 1}}, what, "forward or inverse"));
+}
+
+Backend parse_backend(std::string_view name, const char* what) {
+  return static_cast<Backend>(
+      parse_name(name, {{"auto", 0}, {"cpu", 1}, {"reference", 2}, {"cuda", 3}}, what, "auto, cpu, reference or cuda"));
+}
 
 int64_t TensorView::numel() const {
   int64_t n = 1;

@@ -35,7 +35,7 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   if (static_cast<int>(pairing) < 0 || static_cast<int>(pairing) > 1)
     invalid("pairing must be half or interleaved, got " + str(static_cast<int>(pairing)));
   if (static_cast<int>(args.direction) < 0 || static_cast<int>(args.direction) > 1)
-    invalid("direction must be forward or backward, got " + str(static_cast<int>(args.direction)));
+    invalid("direction must be forward or inverse, got " + str(static_cast<int>(args.direction)));
   const int backend_i = static_cast<int>(args.backend);
   if (backend_i < 0 || backend_i > 3) invalid("backend must be auto, cpu, reference or cuda, got " + str(backend_i));
   if (args.backend == Backend::kCuda && !cuda_available())

@@ -1,8 +1,10 @@
 // Apply on a context-parallel shard: derive the shard's global positions, then the ordinary apply path.
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "plan/dtype_scalar.h"
 #include "rotary/context_parallel.h"
 
 namespace rotary {
@@ -18,10 +20,30 @@ std::vector<int64_t> read_int_vector(const TensorView& v, const char* name) {
     invalid(std::string(name) + " must be a non-null i32/i64 vector [N+1] with N >= 0, got rank " + std::to_string(v.rank));
   std::vector<int64_t> out(static_cast<std::size_t>(v.shape[0]));
   for (int64_t i = 0; i < v.shape[0]; ++i)
-    out[static_cast<std::size_t>(i)] = v.dtype == DType::kI32 ? static_cast<const int32_t*>(v.data)[i * v.strides[0]]
-                                                              : static_cast<const int64_t*>(v.data)[i * v.strides[0]];
+    out[static_cast<std::size_t>(i)] = detail::load_int_index(v.data, v.dtype, i * v.strides[0]);
   return out;
 }
+
+}  // namespace
+
+CpShard cp_shard(const ContextParallel& cp, int64_t local_len, int64_t offset) {
+  CpShard sh;
+  sh.positions = cp_positions(cp, local_len, offset);  // validates cp, local_len and offset
+  int64_t global = 0;
+  if (__builtin_mul_overflow(local_len, cp.size, &global) || __builtin_add_overflow(global, offset, &sh.seq_len))
+    invalid("offset + local_len * cp.size overflows int64, got offset " + std::to_string(offset) + ", local_len " +
+            std::to_string(local_len) + ", cp.size " + std::to_string(cp.size));
+  return sh;
+}
+
+CpShard cp_shard_packed(const ContextParallel& cp, const std::vector<int64_t>& cu) {
+  CpShard sh;
+  sh.positions = cp_positions_packed(cp, cu);  // validates cp and cu (non-decreasing, divisible lengths)
+  for (std::size_t n = 1; n < cu.size(); ++n) sh.seq_len = std::max(sh.seq_len, cu[n] - cu[n - 1]);
+  return sh;
+}
+
+namespace {
 
 /// The shard's args with positions replaced by explicit global ids; `ids` keeps them alive.
 ApplyArgs shard_args(const ContextParallel& cp, const ApplyArgs& args, std::vector<int64_t>* ids) {
@@ -35,23 +57,19 @@ ApplyArgs shard_args(const ContextParallel& cp, const ApplyArgs& args, std::vect
     if (args.positions.kind != Positions::Kind::kPacked)
       invalid("thd shards need positions of kind packed carrying the GLOBAL cu_seqlens, got another kind");
     if (args.positions.seq_offsets.data != nullptr) invalid("positions.seq_offsets is not supported on a context-parallel shard");
-    const std::vector<int64_t> cu = read_int_vector(args.positions.cu_seqlens, "positions.cu_seqlens");
-    *ids = cp_positions_packed(cp, cu);
-    if (args.q.rank != 3 || args.q.shape[0] != static_cast<int64_t>(ids->size()))
-      invalid("q must be [T_local, H, D] with T_local = cu_seqlens[N]/cp.size = " + std::to_string(ids->size()) +
+    CpShard sh = cp_shard_packed(cp, read_int_vector(args.positions.cu_seqlens, "positions.cu_seqlens"));
+    if (args.q.rank != 3 || args.q.shape[0] != static_cast<int64_t>(sh.positions.size()))
+      invalid("q must be [T_local, H, D] with T_local = cu_seqlens[N]/cp.size = " + std::to_string(sh.positions.size()) +
               ", got shape[0] " + std::to_string(args.q.rank >= 1 ? args.q.shape[0] : -1));
-    if (!a.seq_len) {
-      int64_t longest = 1;
-      for (std::size_t n = 1; n < cu.size(); ++n) longest = std::max(longest, cu[n] - cu[n - 1]);
-      a.seq_len = longest;
-    }
+    *ids = std::move(sh.positions);
+    if (!a.seq_len) a.seq_len = sh.seq_len;
   } else {
     if (args.positions.kind != Positions::Kind::kOffset || args.positions.batch_offsets.data != nullptr)
       invalid("bshd/bhsd shards need positions of kind offset without batch_offsets, got another kind");
     if (args.q.rank != 4) invalid("q must have rank 4 for layout bshd/bhsd, got rank " + std::to_string(args.q.rank));
-    const int64_t S = args.layout == Layout::kBSHD ? args.q.shape[1] : args.q.shape[2];
-    *ids = cp_positions(cp, S, args.positions.offset);
-    if (!a.seq_len) a.seq_len = args.positions.offset + S * cp.size;
+    CpShard sh = cp_shard(cp, args.layout == Layout::kBSHD ? args.q.shape[1] : args.q.shape[2], args.positions.offset);
+    *ids = std::move(sh.positions);
+    if (!a.seq_len) a.seq_len = sh.seq_len;
   }
   const int64_t n = static_cast<int64_t>(ids->size());
   a.positions = Positions::from_ids(TensorView::contiguous(ids->data(), DType::kI64, {n}));

@@ -37,7 +37,7 @@ TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
     const std::string dtype = j["dtype"], pairing = j["pairing"], direction = j["direction"], limit = j["limit"];
     EXPECT_TRUE(dtype == "f32" || dtype == "f16" || dtype == "bf16") << dtype;
     EXPECT_TRUE(pairing == "half" || pairing == "interleaved") << pairing;
-    EXPECT_TRUE(direction == "forward" || direction == "backward") << direction;
+    EXPECT_TRUE(direction == "forward" || direction == "inverse") << direction;
     EXPECT_EQ(limit, j["inplace"].get<bool>() ? "inplace-stream" : "memcpy") << line;
     const double ms = j["ms"], us = j["us"], gbps = j["gbps"], limit_gbps = j["limit_gbps"], ratio = j["ratio"];
     EXPECT_GT(us, 0.0);

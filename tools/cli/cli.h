@@ -5,9 +5,11 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rotary/spec.h"
+#include "rotary/types.h"
 
 namespace rotary::cli {
 
@@ -46,6 +48,19 @@ class Flags {
   std::map<std::string, std::string> values_;
   std::vector<std::string> positional_;
 };
+
+/// A flag's value read by one of the core's name parsers (rotary::parse_layout, parse_pairing, ...): a bad
+/// value is a UsageError naming the flag, e.g. `--layout must be bshd, bhsd or thd, got "bsdh"`.
+template <class T>
+T parse_flag(T (*parse)(std::string_view, const char*), const std::string& value, const char* flag) {
+  try {
+    return parse(value, flag);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    const size_t end = msg.rfind("] ", msg.find(' '));  // drop the "[where] " prefix
+    throw UsageError(end == std::string::npos ? msg : msg.substr(end + 2));
+  }
+}
 
 /// --config FILE | --preset NAME (exactly one; neither: `default_preset` if non-empty, else UsageError).
 Spec spec_from_flags(const Flags& flags, const std::string& default_preset = "");

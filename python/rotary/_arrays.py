@@ -1,0 +1,139 @@
+"""Array plumbing shared by rotary's Python modules: numpy/torch views handed to the core without copies,
+cache-line-aligned outputs, output checks and index arrays. No module of the package is imported here, so
+rotary/__init__.py and rotary/multimodal.py both import from it (no import cycle)."""
+from __future__ import annotations
+
+import sys
+from typing import Any, Sequence, Tuple, Union
+
+import numpy as np
+
+ArrayLike = Any  # numpy.ndarray or torch.Tensor (CPU)
+
+_INT_KINDS = ("i", "u")
+
+
+def _torch_module():
+    """The torch module if it is already imported (an array can only be a tensor then), else None."""
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    torch = _torch_module()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _is_numpy_bf16(a: np.ndarray) -> bool:
+    # ml_dtypes' bfloat16 is the only kind-'V' dtype we accept. Its scalar type's name, not dtype.name,
+    # which ml_dtypes builds on each access (1.4 us, four times per apply_qk call).
+    return a.dtype.kind == "V" and a.dtype.type.__name__ == "bfloat16"
+
+
+def _check_torch_cpu(t: Any, what: str) -> None:
+    if t.device.type != "cpu":
+        raise ValueError(f"[rotary] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
+
+
+def _has_broadcast_axis(x: Any) -> bool:
+    """True if an axis longer than 1 has a zero (broadcast) or negative (reversed numpy view) stride."""
+    strides = x.strides if isinstance(x, np.ndarray) else x.stride()
+    return any(st <= 0 and n > 1 for st, n in zip(strides, x.shape))
+
+
+def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool]:
+    """(object the extension can import without copying, is-bf16-as-uint16-bits).
+
+    The core takes non-negative strides and rejects zero strides on axes longer than 1 (they would alias
+    outputs); such an *input* (readonly=True: a broadcast gradient of a sum, a reversed numpy view) is
+    materialised first. Outputs are never copied, so such an `out` raises ValueError.
+    """
+    if isinstance(x, np.ndarray):
+        # C-contiguous arrays (the common case, checked first: it is cheap) have no such axis.
+        if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
+            x = np.ascontiguousarray(x)
+        if _is_numpy_bf16(x):
+            return x.view(np.uint16), True
+        return x, False
+    if _is_torch(x):
+        _check_torch_cpu(x, what)
+        x = x.detach()
+        if readonly and _has_broadcast_axis(x):
+            x = x.contiguous()
+        return x, False
+    raise TypeError(f"[rotary] {what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+
+
+_ALIGN = 64  # bytes: one cache line on x86 and most Arm cores
+
+
+def empty(shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
+    """An uninitialised C-contiguous numpy array whose data starts on a 64-byte cache line.
+
+    numpy's own large arrays start 16 bytes past a line; rotary writes aligned outputs with whole-line
+    non-temporal stores, so out-of-place calls into arrays from here (or rotary's own outputs, which
+    are allocated this way) run faster (measured in docs/performance.md). Any dtype numpy knows.
+    """
+    dt = np.dtype(dtype)
+    shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape_t):
+        raise ValueError(f"[rotary] empty: shape must be non-negative, got {shape_t}")
+    nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _ALIGN
+    return raw[start:start + nbytes].view(dt).reshape(shape_t)
+
+
+def empty_like(x: ArrayLike) -> ArrayLike:
+    """rotary.empty with x's shape and dtype (numpy); torch tensors get torch.empty_like (already aligned)."""
+    if isinstance(x, np.ndarray):
+        return empty(x.shape, x.dtype)
+    return _torch_module().empty_like(x)
+
+
+def _empty_like(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        if _has_broadcast_axis(x) or x.flags.c_contiguous:
+            return empty(x.shape, x.dtype)  # cache-line aligned (see rotary.empty)
+        return np.empty_like(x)  # keeps x's memory order (e.g. a transposed view stays transposed)
+    return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
+
+
+def _check_out(out: Any, x: Any, what: str) -> None:
+    x_numpy = isinstance(x, np.ndarray)
+    if isinstance(out, np.ndarray) != x_numpy or (not x_numpy and _is_torch(out) != _is_torch(x)):
+        raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
+                        f"got {type(out).__name__}")
+    if tuple(out.shape) != tuple(x.shape):
+        raise ValueError(f"[rotary] {what} must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"[rotary] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
+
+
+def _index_array(a: Any, what: str, allow_float: bool) -> Any:
+    """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed)."""
+    if isinstance(a, (list, tuple)):
+        a = np.asarray(a)
+    if isinstance(a, np.ndarray):
+        if a.dtype.kind in _INT_KINDS:
+            return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
+        if a.dtype.kind == "f" and allow_float:
+            return a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)
+        if a.dtype.kind == "b":
+            raise TypeError(f"[rotary] {what} must be integers, got dtype bool")
+        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} array, "
+                        f"got dtype {a.dtype}")
+    if _is_torch(a):
+        torch = _torch_module()
+        _check_torch_cpu(a, what)
+        a = a.detach()
+        if a.dtype in (torch.int32, torch.int64):
+            return a
+        if a.dtype in (torch.uint8, torch.int8, torch.int16):
+            return a.to(torch.int64)
+        if allow_float and a.dtype in (torch.float32, torch.float64):
+            return a
+        if allow_float and a.dtype in (torch.float16, torch.bfloat16):
+            return a.to(torch.float64)
+        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} tensor, "
+                        f"got dtype {a.dtype}")
+    raise TypeError(f"[rotary] {what} must be an int, a sequence or an array, got {type(a).__name__}")

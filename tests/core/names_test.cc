@@ -1,0 +1,57 @@
+// The one set of layout/pairing/direction/backend names: *_name prints what parse_* reads, in C++ and the C API.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "rotary/rotary.h"
+#include "rotary/rotary_c.h"
+
+namespace rotary {
+namespace {
+
+TEST(Names, EveryPrintedNameParsesBack) {
+  for (Layout l : {Layout::kBSHD, Layout::kBHSD, Layout::kTHD}) EXPECT_EQ(parse_layout(layout_name(l)), l);
+  for (Pairing p : {Pairing::kHalfSplit, Pairing::kInterleaved}) EXPECT_EQ(parse_pairing(pairing_name(p)), p);
+  for (Direction d : {Direction::kForward, Direction::kInverse}) EXPECT_EQ(parse_direction(direction_name(d)), d);
+  for (Backend b : {Backend::kAuto, Backend::kCpu, Backend::kReference, Backend::kCuda})
+    EXPECT_EQ(parse_backend(backend_name(b)), b);
+  EXPECT_STREQ(direction_name(Direction::kInverse), "inverse");  // one word for the backward rotation
+}
+
+TEST(Names, AliasesAndErrors) {
+  EXPECT_EQ(parse_pairing("neox"), Pairing::kHalfSplit);
+  EXPECT_EQ(parse_pairing("half_split"), Pairing::kHalfSplit);
+  EXPECT_EQ(parse_pairing("gptj"), Pairing::kInterleaved);
+  try {
+    (void)parse_pairing("zigzag", "--pairing");
+    ADD_FAILURE() << "zigzag accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "[rotary] --pairing must be half or interleaved, got \"zigzag\"");
+  }
+  EXPECT_THROW((void)parse_layout("BSHD"), Error);  // names are lower case, as printed
+  EXPECT_THROW((void)parse_direction("backward"), Error);
+  EXPECT_THROW((void)parse_backend(""), Error);
+}
+
+TEST(Names, TheCApiReadsTheSameNames) {
+  rotary_layout_t l = -1;
+  ASSERT_EQ(rotary_layout_from_name("thd", &l), ROTARY_OK);
+  EXPECT_EQ(l, ROTARY_LAYOUT_THD);
+  rotary_pairing_t p = -1;
+  ASSERT_EQ(rotary_pairing_from_name("neox", &p), ROTARY_OK);
+  EXPECT_EQ(p, ROTARY_PAIRING_HALF);
+  rotary_direction_t d = -1;
+  ASSERT_EQ(rotary_direction_from_name("inverse", &d), ROTARY_OK);
+  EXPECT_EQ(d, ROTARY_DIRECTION_INVERSE);
+  rotary_backend_t b = -1;
+  ASSERT_EQ(rotary_backend_from_name("reference", &b), ROTARY_OK);
+  EXPECT_EQ(b, ROTARY_BACKEND_REFERENCE);
+  EXPECT_EQ(rotary_layout_from_name("bsdh", &l), ROTARY_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(rotary_last_error()).find("got \"bsdh\""), std::string::npos) << rotary_last_error();
+  EXPECT_EQ(l, ROTARY_LAYOUT_THD);  // untouched on error
+  EXPECT_EQ(rotary_backend_from_name(nullptr, &b), ROTARY_ERROR_INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace rotary
