@@ -10,9 +10,14 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include <strings.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -994,7 +999,47 @@ void run_rows(const RowJob& job, int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(
 
 const char* dispatched_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)()); }
 
-std::vector<int64_t> runnable_targets() { return hwy::SupportedAndGeneratedTargets(); }
+namespace {
+/// The targets limit_target disabled (Highway's mask bits: lower bits are better targets).
+std::atomic<int64_t> g_disabled_targets{0};
+}  // namespace
+
+std::vector<int64_t> runnable_targets() {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  // Highway 1.0.3's SupportedTargets() points dispatch back at the best detected target, ignoring
+  // DisableTargets (it returns the masked set, though): re-apply the limit.
+  hwy::DisableTargets(g_disabled_targets.load());
+  return targets;
+}
+
+bool limit_target(const std::string& name) {
+  int64_t disabled = 0;
+  if (!name.empty()) {
+    int64_t bits = HWY_TARGETS;
+    while (bits != 0 && strcasecmp(name.c_str(), hwy::TargetName(bits & -bits)) != 0) bits &= bits - 1;
+    if (bits == 0) return false;
+    disabled = (bits & -bits) - 1;  // every better target (lower bit) than the named one
+  }
+  g_disabled_targets.store(disabled);
+  hwy::DisableTargets(disabled);
+  return true;
+}
+
+namespace {
+/// ROTARY_CPU_TARGET=<target>: the limit, applied before any call (for benchmarks and tests of a
+/// lower target on a better CPU). An unknown name is reported once on stderr and ignored.
+[[maybe_unused]] const bool g_env_target_limit = [] {
+  const char* name = std::getenv("ROTARY_CPU_TARGET");
+  if (name == nullptr || *name == '\0') return false;
+  if (limit_target(name)) return true;
+  std::string known;
+  for (int64_t bits = HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    known += std::string(" ") + hwy::TargetName(bits & -bits);
+  }
+  std::fprintf(stderr, "rotary: ignoring ROTARY_CPU_TARGET=%s (targets compiled in:%s)\n", name, known.c_str());
+  return false;
+}();
+}  // namespace
 
 }  // namespace rotary::detail::cpu
 #endif  // HWY_ONCE

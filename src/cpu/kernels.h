@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "plan/plan.h"
@@ -40,5 +41,11 @@ const char* dispatched_target_name();
 
 /// Highway targets compiled into the kernels AND supported by this CPU (best first).
 std::vector<int64_t> runnable_targets();
+
+/// Lets run_rows dispatch only to the Highway target named `name` (e.g. "AVX2", any case) or lower
+/// ones, through Highway's supported-targets mask (hwy::DisableTargets); "" lifts the limit. Returns
+/// false, changing nothing, for a name that is not a target compiled into the kernels. Applied once
+/// at load time from the environment variable ROTARY_CPU_TARGET (docs/performance.md).
+bool limit_target(const std::string& name);
 
 }  // namespace rotary::detail::cpu

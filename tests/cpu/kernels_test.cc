@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -409,6 +411,29 @@ TEST_F(CpuKernelsTest, TargetsIncludeTheBestOneAndScalar) {
   ASSERT_FALSE(targets.empty());
   EXPECT_EQ(std::string(detail::cpu::dispatched_target_name()), hwy::TargetName(targets.front()));
   EXPECT_TRUE(targets.back() == HWY_SCALAR || targets.back() == HWY_EMU128) << hwy::TargetName(targets.back());
+}
+
+TEST_F(CpuKernelsTest, TargetLimitDispatchesToTheNamedTarget) {
+  // The mechanism behind ROTARY_CPU_TARGET: dispatch goes to the named target (any case), "" lifts the
+  // limit, and an unknown name changes nothing.
+  const char* env = std::getenv("ROTARY_CPU_TARGET");
+  ASSERT_TRUE(detail::cpu::limit_target(""));
+  const std::vector<int64_t> targets = detail::cpu::runnable_targets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t target : targets) {
+    std::string name = hwy::TargetName(target);
+    for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    ASSERT_TRUE(detail::cpu::limit_target(name)) << name;
+    EXPECT_EQ(std::string(detail::cpu::dispatched_target_name()), hwy::TargetName(target));
+  }
+  EXPECT_FALSE(detail::cpu::limit_target("AVX9"));
+  EXPECT_EQ(std::string(detail::cpu::dispatched_target_name()), hwy::TargetName(targets.back()));
+  // Listing the targets keeps the limit (Highway 1.0.3's SupportedTargets() alone would lift it).
+  EXPECT_EQ(detail::cpu::runnable_targets().front(), targets.back());
+  EXPECT_EQ(std::string(detail::cpu::dispatched_target_name()), hwy::TargetName(targets.back()));
+  EXPECT_TRUE(detail::cpu::limit_target(""));
+  EXPECT_EQ(std::string(detail::cpu::dispatched_target_name()), hwy::TargetName(targets.front()));
+  detail::cpu::limit_target(env != nullptr ? env : "");  // the environment's limit, for the other tests
 }
 
 TEST_F(CpuKernelsTest, SpecialValuesRoundLikeTheReference) {
