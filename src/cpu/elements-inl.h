@@ -1,0 +1,220 @@
+// Per-target element I/O of the CPU kernels: f32/f16/bf16 widening loads and round-to-nearest-even narrowing stores.
+//
+// A Highway "-inl.h" piece: re-included once per ISA target by kernels.cc (foreach_target.h), never
+// compiled on its own. Defines Elem/Storage and LoadX/StoreX, which every row strategy uses; the
+// AVX512-BF16 narrowing that StoreX hands kBF16Native vectors to is in bf16_native-inl.h.
+#if defined(ROTARY_CPU_ELEMENTS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
+#ifdef ROTARY_CPU_ELEMENTS_INL_H_
+#undef ROTARY_CPU_ELEMENTS_INL_H_
+#else
+#define ROTARY_CPU_ELEMENTS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstdint>
+#include <type_traits>
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::detail::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+/// Element type in memory. kBF16Native: bf16 narrowed by AVX512-BF16's VCVTNEPS2BF16 on CPUs that
+/// have it (AVX3 target only; elsewhere it behaves exactly like kBF16).
+enum class Elem { kF32, kF16, kBF16, kBF16Native };
+
+constexpr bool IsBF16(Elem e) { return e == Elem::kBF16 || e == Elem::kBF16Native; }
+
+template <Elem E>
+using Storage = std::conditional_t<E == Elem::kF32, float, uint16_t>;
+
+#undef ROTARY_AVX3_WORDS
+// AVX-512 (BW): 16-bit word permutes for the bf16 full-vector load/store (raw intrinsics; Highway
+// 1.0 has no odd-half truncation). Other widths and targets use the portable ops.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 && HWY_TARGET != HWY_SCALAR
+#define ROTARY_AVX3_WORDS 1
+#else
+#define ROTARY_AVX3_WORDS 0
+#endif
+
+#undef ROTARY_BF16_NATIVE
+// AVX512-BF16 narrowing (bf16_native-inl.h, used when the CPU has it) exists on the AVX3 target only.
+#define ROTARY_BF16_NATIVE ROTARY_AVX3_WORDS
+
+// x86 targets from AVX2 up have F16C, whose conversions round to nearest even. Every other target
+// uses the integer conversions below (Highway 1.0's portable f16 demotion truncates).
+#undef ROTARY_HW_F16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define ROTARY_HW_F16 1
+#else
+#define ROTARY_HW_F16 0
+#endif
+
+/// Loads Lanes(d) elements of type E and widens them to f32.
+template <Elem E, class D>
+HWY_INLINE hn::Vec<D> LoadX(D d, const Storage<E>* HWY_RESTRICT p) {
+  if constexpr (E == Elem::kF32) {
+    return hn::LoadU(d, p);
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> d16;
+    if constexpr (IsBF16(E)) {
+#if ROTARY_AVX3_WORDS
+      if constexpr (hn::MaxLanes(d) == 16) {
+        // One lane-crossing word permute puts bf16 i into the upper half of f32 lane i and zeroes
+        // the lower halves (instead of zero-extend + shift: one port-5 op instead of two ops).
+        alignas(64) static constexpr uint16_t kUpper[32] = {0, 0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,
+                                                            0, 8, 0, 9, 0, 10, 0, 11, 0, 12, 0, 13, 0, 14, 0, 15};
+        const __m512i idx = _mm512_load_si512(kUpper);
+        const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+        return hn::BitCast(d, hn::Vec512<uint32_t>{_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, raw)});
+      }
+#endif
+      return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+    } else {
+#if ROTARY_HW_F16
+      const hn::Rebind<hwy::float16_t, D> dh;
+      return hn::PromoteTo(d, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#else
+      const hn::RebindToSigned<D> di;
+      const auto bits = hn::PromoteTo(du, hn::LoadU(d16, p));
+      const auto sign = hn::ShiftLeft<16>(hn::And(bits, hn::Set(du, 0x8000u)));
+      const auto em = hn::And(bits, hn::Set(du, 0x7FFFu));
+      // normal: rebias the exponent (15 -> 127); subnormal: m * 2^-24 exactly; inf/nan: all-ones exponent.
+      const auto normal = hn::BitCast(d, hn::Add(hn::ShiftLeft<13>(em), hn::Set(du, 0x38000000u)));
+      const auto subnormal = hn::Mul(hn::ConvertTo(d, hn::BitCast(di, em)), hn::Set(d, 5.9604644775390625e-8f));
+      const auto infnan = hn::BitCast(d, hn::Or(hn::ShiftLeft<13>(em), hn::Set(du, 0x7F800000u)));
+      const auto emi = hn::BitCast(di, em);
+      auto mag = hn::IfThenElse(hn::RebindMask(d, hn::Lt(emi, hn::Set(di, 0x0400))), subnormal, normal);
+      mag = hn::IfThenElse(hn::RebindMask(d, hn::Gt(emi, hn::Set(di, 0x7BFF))), infnan, mag);
+      return hn::Or(mag, hn::BitCast(d, sign));
+#endif
+    }
+  }
+}
+
+/// Round to nearest even on non-NaN f32 bits: bits + 0x7FFF + (bit 16); the bf16 is the upper half.
+template <class DU>
+HWY_INLINE hn::Vec<DU> RoundNonNaNToBF16Bits(DU du, hn::Vec<DU> bits) {
+  return hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
+}
+
+/// f32 lanes rounded to bf16 (nearest even) in their upper 16 bits; the lower bits are garbage.
+/// NaN keeps its payload's upper half with the quiet bit set (the addition could carry into it).
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundToBF16Bits(D d, hn::Vec<D> v) {
+  const hn::RebindToUnsigned<D> du;
+  const auto bits = hn::BitCast(du, v);
+  return hn::IfThenElse(hn::RebindMask(du, hn::Ne(v, v)), hn::Or(bits, hn::Set(du, 0x00400000u)),
+                        RoundNonNaNToBF16Bits(du, bits));
+}
+
+/// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare).
+template <class D>
+HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn::RebindToUnsigned<D>>* ra,
+                                    hn::Vec<hn::RebindToUnsigned<D>>* rb) {
+  const hn::RebindToUnsigned<D> du;
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Or(hn::IsNaN(a), hn::IsNaN(b))))) {
+    *ra = RoundToBF16Bits(d, a);
+    *rb = RoundToBF16Bits(d, b);
+    return;
+  }
+  *ra = RoundNonNaNToBF16Bits(du, hn::BitCast(du, a));
+  *rb = RoundNonNaNToBF16Bits(du, hn::BitCast(du, b));
+}
+
+/// Interleaved bf16 pairs from rounded bits (RoundToBF16Bits) of their even and odd values: each
+/// 32-bit lane holds one pair, the even value in its lower word.
+template <class DU>
+HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
+  return hn::Or(hn::And(odd, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(even));
+}
+
+
+#if ROTARY_BF16_NATIVE
+/// Narrows 16 f32 lanes to bf16 with AVX512-BF16 and stores them (bf16_native-inl.h); returns false,
+/// storing nothing, when a lane is an f32 subnormal (the instruction would flush it to zero).
+template <bool kStream, class D>
+HWY_INLINE bool StoreBF16Native(D d, hn::Vec<D> v, uint16_t* HWY_RESTRICT p);
+#endif
+
+/// Narrows f32 lanes to E with round-to-nearest-even and stores them (non-temporal if kStream).
+template <Elem E, bool kStream, class D>
+HWY_INLINE void StoreX(D d, hn::Vec<D> v, Storage<E>* HWY_RESTRICT p) {
+  if constexpr (E == Elem::kF32) {
+    if constexpr (kStream) {
+      hn::Stream(v, d, p);
+    } else {
+      hn::StoreU(v, d, p);
+    }
+  } else {
+    const hn::RebindToUnsigned<D> du;
+    const hn::RebindToSigned<D> di;
+    const hn::Rebind<uint16_t, D> d16;
+    hn::Vec<decltype(d16)> packed;
+    if constexpr (IsBF16(E)) {
+#if ROTARY_BF16_NATIVE
+      if constexpr (E == Elem::kBF16Native && hn::MaxLanes(d) == 16) {
+        if (StoreBF16Native<kStream>(d, v, p)) return;  // else a subnormal lane: the code below
+      }
+#endif
+      // Round to nearest even on the f32 bits: bits + 0x7FFF + (bit 16), the bf16 is the upper half.
+      const auto r = RoundToBF16Bits(d, v);
+#if ROTARY_AVX3_WORDS
+      if constexpr (hn::MaxLanes(d) == 16) {
+        // Upper halves of the 16 lanes in one word permute (vs shift + pack + qword permute).
+        alignas(64) static constexpr uint16_t kOdd[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                          23, 25, 27, 29, 31, 1,  3,  5,  7,  9,  11,
+                                                          13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+        const __m512i w = _mm512_permutexvar_epi16(_mm512_load_si512(kOdd), r.raw);
+        packed = hn::Vec256<uint16_t>{_mm512_castsi512_si256(w)};
+      } else
+#endif
+      {
+        packed = hn::DemoteTo(d16, hn::BitCast(di, hn::ShiftRight<16>(r)));
+      }
+    } else {
+#if ROTARY_HW_F16
+#if ROTARY_AVX3_WORDS
+      if constexpr (!kStream && hn::MaxLanes(d) == 16) {
+        // Converting straight into memory takes one vector-port micro-op fewer than converting into
+        // a register and storing it (measured on Sapphire Rapids: a half-split f16 step 5.8 -> 4.9
+        // cycles). Compilers never fold the store, so it is written as inline asm.
+        struct Line32 {
+          uint16_t w[16];
+        };
+        asm("vcvtps2ph $8, %1, %0" : "=m"(*reinterpret_cast<Line32*>(p)) : "v"(v.raw));
+        return;
+      }
+#endif
+      const hn::Rebind<hwy::float16_t, D> dh;
+      packed = hn::BitCast(d16, hn::DemoteTo(dh, v));
+#else
+      const auto bits = hn::BitCast(du, v);
+      const auto sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 0x8000u));
+      const auto u = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+      const auto ui = hn::BitCast(di, u);
+      // normal: rebias (127 -> 15) and round the 13 dropped bits to nearest even
+      const auto odd = hn::And(hn::ShiftRight<13>(u), hn::Set(du, 1u));
+      const auto normal = hn::ShiftRight<13>(hn::Add(hn::Add(u, hn::Set(du, 0xC8000FFFu)), odd));
+      // subnormal (|v| < 2^-14): the FPU rounds |v| + 0.5 to a multiple of 2^-24
+      const auto sub = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(d, u), hn::Set(d, 0.5f))),
+                               hn::Set(du, 0x3F000000u));
+      auto r = hn::IfThenElse(hn::Lt(ui, hn::Set(di, 0x38800000)), hn::BitCast(di, sub), hn::BitCast(di, normal));
+      r = hn::IfThenElse(hn::Gt(ui, hn::Set(di, 0x477FFFFF)), hn::Set(di, 0x7C00), r);
+      r = hn::IfThenElse(hn::Gt(ui, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7E00), r);
+      packed = hn::DemoteTo(d16, hn::Or(r, hn::BitCast(di, sign)));
+#endif
+    }
+    if constexpr (kStream) {
+      hn::Stream(packed, d16, p);
+    } else {
+      hn::StoreU(packed, d16, p);
+    }
+  }
+}
+
+}  // namespace rotary::detail::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ROTARY_CPU_ELEMENTS_INL_H_
