@@ -55,8 +55,7 @@ step_deps() {
 
 step_build() {  # step_build [TARGET...]  (no target: everything, tests included)
   log "configure + build C++ ($BUILD${*:+: $*})"
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-        -DROTARY_SHARED_DIR="$ROOT/../shared" >/dev/null
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   if (($#)); then
     cmake --build "$BUILD" -j "$JOBS" --target "$@"
   else
@@ -79,7 +78,7 @@ step_py_test() {
   # Run from a neutral directory so the installed package (not python/rotary sources) is imported.
   local cli="$BUILD/rotary"
   [[ "$cli" = /* ]] || cli="$ROOT/$cli"
-  (cd "$ROOT/python/tests" && ROTARY_SHARED_DIR="${ROTARY_SHARED_DIR:-$ROOT/../shared}" ROTARY_CLI="$cli" \
+  (cd "$ROOT/python/tests" && ROTARY_CLI="$cli" \
      "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider .)
 }
 

@@ -9,7 +9,7 @@
 
 namespace rotary {
 
-/// Inputs, output and attributes of one ONNX RotaryEmbedding-23 node (semantics: shared/conformance/onnx/SPEC.md).
+/// Inputs, output and attributes of one ONNX RotaryEmbedding-23 node (semantics: the ONNX operator specification, opset 23).
 struct OnnxRotaryArgs {
   TensorView x;             ///< 4-D [B, num_heads, S, head_size] or 3-D [B, S, num_heads * head_size]
   TensorView cos_cache;     ///< [max_pos, R/2] with position_ids; [B, S, R/2] without. Wider caches

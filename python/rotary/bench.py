@@ -1,4 +1,4 @@
-"""Peer benchmark: rotary vs the seed's PyTorch module, HF apply_rotary_pos_emb, ONNX Runtime and ggml.
+"""Peer benchmark: rotary vs a plain PyTorch RoPE module (torch-seed), HF apply_rotary_pos_emb, ONNX Runtime and ggml.
 
     python -m rotary.bench --peers [--json] [--quick] [--case P1|P2] [--threads N]
 
@@ -105,9 +105,9 @@ def make_rotary(inp: Inputs, threads: int) -> Callable[[], object]:
 
 
 def make_torch_seed(inp: Inputs, threads: int) -> Callable[[], object]:
-    """The seed's RoPE module math (x * cos + rotate_half(x) * sin with [T, C] caches), on [H, T, D] views.
+    """A plain PyTorch RoPE module's math (x * cos + rotate_half(x) * sin with [T, C] caches), on [H, T, D] views.
 
-    The seed's module indexes its cache from position 0; the benchmark slices the same cache at the
+    Such a module indexes its cache from position 0; the benchmark slices the same cache at the
     case's positions, which is what the module would compute for them."""
     import torch
 

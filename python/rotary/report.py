@@ -298,7 +298,7 @@ def main(argv=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        print("rotary.report: matplotlib is not installed (pip install matplotlib); no plots drawn",
+        print("rotary.report: matplotlib is not installed (pip install 'rotary[plots]', or pip install matplotlib); no plots drawn",
               file=sys.stderr)
         return EXIT_NO_MATPLOTLIB
     try:

@@ -1,4 +1,4 @@
-"""PyTorch integration: autograd-aware RoPE, the seed's RoPE module, HF's apply_rotary_pos_emb, transformers patching.
+"""PyTorch integration: autograd-aware RoPE, a drop-in RoPE nn.Module, HF's apply_rotary_pos_emb, transformers patching.
 
 Importing this module imports torch; `import rotary` alone does not.
 

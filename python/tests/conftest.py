@@ -1,7 +1,6 @@
-"""Shared pytest fixtures for the rotary Python suite: shared-data lookup and seeded RNGs."""
+"""Common pytest fixtures for the rotary Python suite: the reference data folder (tests/data) and seeded RNGs."""
 from __future__ import annotations
 
-import os
 import pathlib
 
 import numpy as np
@@ -10,15 +9,9 @@ import pytest
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def shared_dir() -> pathlib.Path | None:
-    """ROTARY_SHARED_DIR, else ../shared next to the repository root; None if neither exists."""
-    env = os.environ.get("ROTARY_SHARED_DIR")
-    candidates = [pathlib.Path(env)] if env else []
-    candidates.append(REPO_ROOT.parent / "shared")
-    for c in candidates:
-        if c.is_dir():
-            return c.resolve()
-    return None
+def reference_data_dir() -> pathlib.Path:
+    """The repository's reference data, tests/data (tests/data/README.md says how each file was made)."""
+    return REPO_ROOT / "tests" / "data"
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rotary
-from conftest import shared_dir
+from conftest import reference_data_dir
 from reference import onnx_rotary_embedding as onnx_ref64
 
 onnx = pytest.importorskip("onnx")
@@ -17,20 +17,15 @@ ONNX_ABS_TOL = 1e-6  # fp32 data in [0, 1): rotary computes in f32 and rounds on
 
 
 def _conformance_cases():
-    root = shared_dir()
-    if root is None or not (root / "conformance" / "onnx" / "manifest.json").is_file():
-        return []
-    manifest = json.loads((root / "conformance" / "onnx" / "manifest.json").read_text())
-    return [(root / "conformance" / "onnx" / t["dir"], t) for t in manifest["tests"]]
+    root = reference_data_dir() / "onnx"
+    manifest = json.loads((root / "manifest.json").read_text())
+    return [(root / t["dir"], t) for t in manifest["tests"]]
 
 
 CASES = _conformance_cases()
 
 
 def test_conformance_data_present():
-    if not CASES:
-        pytest.skip("shared ONNX conformance data not found: set ROTARY_SHARED_DIR or place it at ../shared "
-                    "next to the repository (conformance/onnx/manifest.json)")
     assert len(CASES) >= 5
 
 

@@ -274,7 +274,6 @@ NpyArray npy_parse(std::string_view bytes, const std::string& name) {
   }
   auto parsed = HeaderParser(header, name).parse();
   DescrInfo info = parse_descr(parsed.descr, name);
-  if (parsed.fortran_order) io_fail(name, "fortran_order True is not supported (save a C-contiguous array)");
 
   NpyArray a;
   a.dtype = info.dtype;
@@ -288,7 +287,25 @@ NpyArray npy_parse(std::string_view bytes, const std::string& name) {
   if (avail > static_cast<uint64_t>(nbytes))
     io_fail(name, std::to_string(avail - static_cast<uint64_t>(nbytes)) +
                       " unexpected bytes after the data (shape needs " + std::to_string(nbytes) + ")");
-  a.data.assign(p + data_start, p + data_start + nbytes);
+  if (!parsed.fortran_order || a.shape.size() < 2) {
+    a.data.assign(p + data_start, p + data_start + nbytes);
+    return a;
+  }
+  // Fortran order (column-major): the same logical array, reordered into C order.
+  a.data.resize(static_cast<size_t>(nbytes));
+  const size_t es = dtype_size(a.dtype), rank = a.shape.size();
+  const int64_t n = nbytes / static_cast<int64_t>(es);
+  std::vector<int64_t> index(rank, 0), f_stride(rank, 1);
+  for (size_t k = 1; k < rank; ++k) f_stride[k] = f_stride[k - 1] * a.shape[k - 1];
+  for (int64_t c = 0; c < n; ++c) {  // c walks C order; index is its multi-index
+    int64_t f = 0;
+    for (size_t k = 0; k < rank; ++k) f += index[k] * f_stride[k];
+    std::memcpy(a.data.data() + static_cast<size_t>(c) * es, p + data_start + static_cast<size_t>(f) * es, es);
+    for (size_t k = rank; k-- > 0;) {
+      if (++index[k] < a.shape[k]) break;
+      index[k] = 0;
+    }
+  }
   return a;
 }
 

@@ -163,9 +163,9 @@ YarnTruth ggml_yarn(double base, int n_dims, double freq_scale, int n_ctx_orig, 
 // ---------------------------------------------------------------------------------------------- (a) HF golden
 
 TEST_F(CliApply, HuggingFaceApplyCases) {
-  ROTARY_REQUIRE_SHARED(shared);
-  const fs::path ref = fs::path(shared) / "reference" / "hf";
-  if (!fs::exists(ref / "manifest.json")) GTEST_SKIP() << "no HF manifest";
+  ROTARY_TEST_DATA(data_dir);
+  const fs::path ref = fs::path(data_dir) / "hf";
+  ASSERT_TRUE(fs::exists(ref / "manifest.json")) << "no HF manifest at " << ref;
   auto manifest = nlohmann::json::parse(testing::read_file((ref / "manifest.json").string()));
   int cases = 0;
   for (const auto& c : manifest["apply_cases"]) {
@@ -406,9 +406,58 @@ TEST_F(CliApply, Float16InputGivesFloat16Output) {
   EXPECT_LE(max_abs_diff(to_f64(y), rotate_f64(xd, prob)), testing::output_abs_tol(DType::kF16));
 }
 
+/// float64 in gives float64 out; a Fortran-order file (numpy's np.asfortranarray) is the same logical array.
+TEST_F(CliApply, Float64AndFortranOrderInputs) {
+  const int64_t B = 2, S = 3, H = 2, D = 8;
+  const std::vector<double> xd = testing::randn_f64(static_cast<size_t>(B * S * H * D), 5);
+  NpyArray c;
+  c.dtype = DType::kF64;
+  c.shape = {B, S, H, D};
+  c.data.resize(xd.size() * 8);
+  std::memcpy(c.data.data(), xd.data(), c.data.size());
+  npy_save(path("x_c.npy"), c);
+  // The same values in column-major order, with the header saying so ("False" -> "True " keeps its length).
+  std::string bytes = npy_serialize(c);
+  const size_t at = bytes.find("'fortran_order': False");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 22, "'fortran_order': True ");
+  const size_t data_at = bytes.size() - c.data.size();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t c_index = static_cast<size_t>(((b * S + s) * H + h) * D + d);
+          const size_t f_index = static_cast<size_t>(b + B * (s + S * (h + H * d)));
+          std::memcpy(&bytes[data_at + 8 * f_index], &xd[c_index], 8);
+        }
+  std::ofstream(path("x_f.npy"), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const std::vector<int64_t> pos = {0, 7, 300, 1, 2, 65535};
+  npy_save(path("p.npy"), make_int(pos, {B, S}));
+  write_text("cfg.json", R"({"hidden_size": 16, "num_attention_heads": 2, "max_position_embeddings": 64})");
+  Problem prob;
+  prob.shape = c.shape;
+  prob.layout = "bshd";
+  prob.theta = default_inv_freq(10000.0, D);
+  for (int64_t p : pos) prob.pos_of_token.push_back(static_cast<double>(p));
+  const std::vector<double> want = rotate_f64(xd, prob);
+  for (const char* in : {"x_c.npy", "x_f.npy"}) {
+    SCOPED_TRACE(in);
+    std::string out;
+    ASSERT_EQ(apply("--config '" + path("cfg.json") + "' --input '" + path(in) + "' --positions '" + path("p.npy") +
+                        "' --output '" + path("y.npy") + "'",
+                    &out),
+              0)
+        << out;
+    NpyArray y = npy_load(path("y.npy"));
+    EXPECT_EQ(y.dtype, DType::kF64);
+    EXPECT_EQ(y.shape, c.shape);
+    EXPECT_LE(max_abs_diff(to_f64(y), want), testing::output_abs_tol(DType::kF64));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- (d) errors
 
-TEST_F(CliApply, ErrorsExitTwoWithAMessageNamingTheProblem) {
+TEST_F(CliApply, ErrorsExitOneOrTwoWithAMessageNamingTheProblem) {
   auto x = testing::randn(2 * 3 * 2 * 8, 1);
   npy_save(path("x.npy"), make_f32(x, {2, 3, 2, 8}));
   npy_save(path("x3.npy"), make_f32(std::vector<float>(x.begin(), x.begin() + 48), {3, 2, 8}));
@@ -439,9 +488,7 @@ TEST_F(CliApply, ErrorsExitTwoWithAMessageNamingTheProblem) {
   struct Case { std::string args; std::string needle; };
   const std::vector<Case> cases = {
       {cfg + "--input '" + path("x_i32.npy") + "' --positions '" + path("p.npy") + "' --output '" + path("y.npy") + "'",
-       "must be float32 or float16, got int32"},
-      {cfg + "--input '" + path("x_f64.npy") + "' --positions '" + path("p.npy") + "' --output '" + path("y.npy") + "'",
-       "must be float32 or float16, got float64"},
+       "must be float32, float16 or float64, got int32"},
       {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p_bad.npy") + "' --output '" + path("y.npy") + "'",
        "--positions " + path("p_bad.npy") + ": positions.ids shape [2,2] does not match"},
       {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p_f32.npy") + "' --output '" + path("y.npy") + "'",
@@ -476,7 +523,8 @@ TEST_F(CliApply, ErrorsExitTwoWithAMessageNamingTheProblem) {
     std::error_code ec;
     fs::remove(path("y.npy"), ec);
     std::string out;
-    EXPECT_EQ(apply(c.args, &out), 2) << out;
+    // Usage errors ("rotary apply: ...": options) exit 2; runtime failures ("[rotary_...]": files, data) exit 1.
+    EXPECT_EQ(apply(c.args, &out), out.rfind("rotary apply: ", 0) == 0 ? 2 : 1) << out;
     EXPECT_NE(out.find(c.needle), std::string::npos) << "output: " << out << "\nexpected to contain: " << c.needle;
     EXPECT_FALSE(fs::exists(path("y.npy"))) << "output written on error";
   }

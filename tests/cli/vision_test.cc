@@ -82,7 +82,7 @@ TEST_F(CliVision, RotatesWithEachConvention) {
   EXPECT_EQ(apply("--vision llama4 --layout thd --input '" + path("x.npy") + "' --positions '" + path("p.npy") +
                       "' --output '" + path("z.npy") + "'",
                   &out),
-            2);
+            2);  // a bad option value: usage error
   EXPECT_NE(out.find("qwen2vl, ggml-vision, pixtral"), std::string::npos) << out;
   EXPECT_NE(apply("--vision qwen2vl --preset llama-3.1-8b --layout thd --input '" + path("x.npy") + "' --positions '" +
                       path("p.npy") + "' --output '" + path("z.npy") + "'",

@@ -235,9 +235,9 @@ TEST(Presets, UnknownNameListsValidOnes) {
 
 /// Presets that correspond to a golden HF config reproduce HF's numbers.
 TEST(Presets, MatchHfGoldenData) {
-  ROTARY_REQUIRE_SHARED(dir);
-  std::ifstream f(dir + "/reference/hf/manifest.json");
-  if (!f) GTEST_SKIP() << "manifest missing";
+  ROTARY_TEST_DATA(dir);
+  std::ifstream f(dir + "/hf/manifest.json");
+  ASSERT_TRUE(f) << "manifest missing under " << dir;
   const json m = json::parse(f);
   const std::pair<const char*, const char*> pairs[] = {
       {"llama-2-7b", "llama2_7b_default"},          {"llama-3.1-8b", "llama31_8b_llama3"},
@@ -280,8 +280,8 @@ TEST(Cli, PresetsListsEveryPresetAndShowPrintsConfig) {
   for (const auto& n : rotary::preset_names()) EXPECT_NE(out.find(n), std::string::npos) << n;
   ASSERT_EQ(rotary::testing::run_command(cli + " presets --show phi-3.5-mini", &out), 0);
   EXPECT_EQ(out, rotary::preset_config_json("phi-3.5-mini"));
-  EXPECT_EQ(rotary::testing::run_command(cli + " presets --show nope", &out, true), 2);
-  EXPECT_NE(out.find("preset must be one of"), std::string::npos) << out;
+  EXPECT_EQ(rotary::testing::run_command(cli + " presets --show llama-3.1-8 2>&1 >/dev/null", &out), 2);
+  EXPECT_NE(out.find("unknown preset \"llama-3.1-8\" (did you mean llama-3.1-8b?)"), std::string::npos) << out;
 }
 
 TEST(Cli, FreqsPresetJsonAndTable) {
@@ -305,7 +305,7 @@ TEST(Cli, FreqsPresetJsonAndTable) {
   EXPECT_NE(out.find("x 0.125 (= 1/8)"), std::string::npos) << out;
 }
 
-TEST(Cli, FreqsErrorsExitTwoWithMessageOnStderr) {
+TEST(Cli, FreqsErrorsExitOneOrTwoWithMessageOnStderr) {
   const std::string cli = cli_or_skip();
   if (cli.empty()) GTEST_SKIP() << "rotary CLI not built";
   const std::string path = (std::filesystem::temp_directory_path() / "rotary_cli_bad_factor.json").string();
@@ -314,13 +314,14 @@ TEST(Cli, FreqsErrorsExitTwoWithMessageOnStderr) {
     f << R"({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": 0.5}})";
   }
   std::string out;
-  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config '" + path + "' --json 2>/dev/null", &out), 2);
+  // An invalid config is a runtime failure (1); a malformed command line is a usage error (2).
+  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config '" + path + "' --json 2>/dev/null", &out), 1);
   EXPECT_EQ(out, "");  // nothing on stdout
-  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config '" + path + "' --json 2>&1 >/dev/null", &out), 2);
+  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config '" + path + "' --json 2>&1 >/dev/null", &out), 1);
   EXPECT_NE(out.find("scaling.factor must be >= 1, got 0.5"), std::string::npos) << out;
   std::filesystem::remove(path);
 
-  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config /nonexistent.json", &out, true), 2);
+  EXPECT_EQ(rotary::testing::run_command(cli + " freqs --config /nonexistent.json", &out, true), 1);
   EXPECT_NE(out.find("/nonexistent.json"), std::string::npos) << out;
   EXPECT_EQ(rotary::testing::run_command(cli + " freqs --preset llama-2-7b --seq-len x", &out, true), 2);
   EXPECT_EQ(rotary::testing::run_command(cli + " freqs", &out, true), 2);

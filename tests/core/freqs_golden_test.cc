@@ -22,15 +22,15 @@ using json = nlohmann::json;
 using rotary::testing::kAttentionFactorRelTol;
 using rotary::testing::kInvFreqRelTol;
 
-std::string manifest_path(const std::string& shared) { return shared + "/reference/hf/manifest.json"; }
+std::string manifest_path(const std::string& data_dir) { return data_dir + "/hf/manifest.json"; }
 
-/// The golden configs, loaded once (empty if the shared data is absent).
+/// The golden configs, loaded once (empty if tests/data is absent: the tests then fail).
 const std::vector<json>& golden_configs() {
   static const std::vector<json> configs = [] {
     std::vector<json> out;
-    const std::string shared = rotary::testing::shared_dir();
-    if (shared.empty()) return out;
-    std::ifstream f(manifest_path(shared));
+    const std::string data_dir = rotary::testing::test_data_dir();
+    if (data_dir.empty()) return out;
+    std::ifstream f(manifest_path(data_dir));
     if (!f) return out;
     json m = json::parse(f);
     for (const auto& c : m.at("inv_freq_configs")) out.push_back(c);
@@ -42,7 +42,7 @@ const std::vector<json>& golden_configs() {
 std::vector<std::string> golden_names() {
   std::vector<std::string> names;
   for (const auto& c : golden_configs()) names.push_back(c.at("name").get<std::string>());
-  if (names.empty()) names.push_back("shared_data_missing");
+  if (names.empty()) names.push_back("reference_data_missing");
   return names;
 }
 
@@ -78,9 +78,9 @@ void expect_matches_hf(const json& c, const std::vector<double>& inv_freq, doubl
 class HfGolden : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    ROTARY_REQUIRE_SHARED(dir);
+    ROTARY_TEST_DATA(dir);
     config_ = find_config(GetParam());
-    if (!config_) GTEST_SKIP() << "golden manifest not found under " << dir;
+    ASSERT_TRUE(config_) << "golden manifest not found under " << dir;
   }
   const json* config_ = nullptr;
 };
@@ -130,8 +130,8 @@ INSTANTIATE_TEST_SUITE_P(Manifest, HfGolden, ::testing::ValuesIn(golden_names())
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(HfGoldenManifest, HasAllPublicConfigs) {
-  ROTARY_REQUIRE_SHARED(dir);
-  if (golden_configs().empty()) GTEST_SKIP() << "golden manifest not found under " << dir;
+  ROTARY_TEST_DATA(dir);
+  ASSERT_FALSE(golden_configs().empty()) << "golden manifest not found under " << dir;
   EXPECT_EQ(golden_configs().size(), 27u);
 }
 

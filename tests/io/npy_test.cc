@@ -231,9 +231,9 @@ TEST(Npy, MissingFileNamesThePath) {
 // Real files written by numpy (HF reference data). Their contents are documented in the
 // reference manifest, which gives independent truth for a few values.
 TEST(Npy, ReadsRealNumpyFiles) {
-  ROTARY_REQUIRE_SHARED(shared);
-  const std::string dir = shared + "/reference/hf/apply/llama2_7b_default/";
-  if (!std::filesystem::exists(dir + "position_ids.npy")) GTEST_SKIP() << "missing " << dir;
+  ROTARY_TEST_DATA(data_dir);
+  const std::string dir = data_dir + "/hf/apply/llama2_7b_default/";
+  ASSERT_TRUE(std::filesystem::exists(dir + "position_ids.npy")) << "missing " << dir;
 
   // "batch0 = 0..15 then 1000..1016, batch1 = 131055..131071 then 1000000..1000015"
   NpyArray pos = npy_load(dir + "position_ids.npy");
@@ -272,9 +272,9 @@ TEST(Npy, ReadsRealNumpyFiles) {
 }
 
 TEST(Npy, ReadsEveryReferenceFile) {
-  ROTARY_REQUIRE_SHARED(shared);
+  ROTARY_TEST_DATA(data_dir);
   int n = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(shared + "/reference/hf/apply")) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(data_dir + "/hf/apply")) {
     if (entry.path().extension() != ".npy") continue;
     NpyArray a = npy_load(entry.path().string());
     EXPECT_GT(a.numel(), 0) << entry.path();

@@ -1,4 +1,4 @@
-// ONNX RotaryEmbedding-23 conformance: every shared/conformance/onnx/test_*/ case through onnx_rotary_embedding.
+// ONNX RotaryEmbedding-23 conformance: every tests/data/onnx/test_*/ case through onnx_rotary_embedding.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -350,9 +350,9 @@ CaseResult run_case(const fs::path& dir, const nlohmann::json* manifest) {
 }
 
 TEST(OnnxConformance, SharedCases) {
-  ROTARY_REQUIRE_SHARED(shared);
-  const fs::path root = fs::path(shared) / "conformance" / "onnx";
-  if (!fs::is_directory(root)) GTEST_SKIP() << "no ONNX conformance data at " << root;
+  ROTARY_TEST_DATA(data_dir);
+  const fs::path root = fs::path(data_dir) / "onnx";
+  ASSERT_TRUE(fs::is_directory(root)) << "no ONNX conformance data at " << root;
   std::optional<nlohmann::json> manifest;
   if (fs::exists(root / "manifest.json")) manifest = nlohmann::json::parse(read_bytes(root / "manifest.json"));
 
@@ -378,9 +378,9 @@ TEST(OnnxConformance, SharedCases) {
 }
 
 TEST(OnnxConformance, AttributesReadFromModelMatchManifest) {
-  ROTARY_REQUIRE_SHARED(shared);
-  const fs::path root = fs::path(shared) / "conformance" / "onnx";
-  if (!fs::exists(root / "manifest.json")) GTEST_SKIP() << "no manifest at " << root;
+  ROTARY_TEST_DATA(data_dir);
+  const fs::path root = fs::path(data_dir) / "onnx";
+  ASSERT_TRUE(fs::exists(root / "manifest.json")) << "no manifest at " << root;
   auto manifest = nlohmann::json::parse(read_bytes(root / "manifest.json"));
   int checked = 0;
   for (const auto& t : manifest["tests"]) {

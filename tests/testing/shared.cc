@@ -15,10 +15,8 @@
 
 namespace rotary::testing {
 
-std::string shared_dir() {
-  std::string dir;
-  if (const char* env = std::getenv("ROTARY_SHARED_DIR"); env && *env) dir = env;
-  else dir = ROTARY_SHARED_DIR;
+std::string test_data_dir() {
+  const std::string dir = ROTARY_TEST_DATA_DIR;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return "";
   return std::filesystem::weakly_canonical(dir, ec).string();

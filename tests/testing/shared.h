@@ -1,4 +1,4 @@
-// Test helpers: locating ../shared reference data and the built CLI, random tensors, bf16/f16 conversion.
+// Test helpers: locating the reference data (tests/data) and the built CLI, random tensors, bf16/f16 conversion.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,9 @@
 
 namespace rotary::testing {
 
-/// Root of the shared reference data (env ROTARY_SHARED_DIR overrides the build-time path).
-/// Returns "" if it does not exist; tests then GTEST_SKIP() with a message.
-std::string shared_dir();
+/// Root of the reference data in the repository, tests/data (tests/data/README.md says how each file was made).
+/// Returns "" if it does not exist; ROTARY_TEST_DATA then fails the test.
+std::string test_data_dir();
 /// Path of the built `rotary` CLI ("" if not built).
 std::string cli_path();
 /// Runs a shell command, capturing stdout (and stderr if `merge_stderr`); returns exit status.
@@ -28,6 +28,6 @@ float f16_bits_to_f32(uint16_t h);
 
 }  // namespace rotary::testing
 
-#define ROTARY_REQUIRE_SHARED(dir)                                                        \
-  std::string dir = ::rotary::testing::shared_dir();                                     \
-  if (dir.empty()) GTEST_SKIP() << "shared reference data not found (set ROTARY_SHARED_DIR)"
+#define ROTARY_TEST_DATA(dir)                             \
+  std::string dir = ::rotary::testing::test_data_dir();  \
+  if (dir.empty()) FAIL() << "reference data not found at " ROTARY_TEST_DATA_DIR

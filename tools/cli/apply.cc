@@ -1,4 +1,4 @@
-// `rotary apply`: rotates a .npy tensor (f32/f16) at the positions of another .npy with a model's RoPE.
+// `rotary apply`: rotates a .npy tensor (f32/f16/f64, C or Fortran order) at the positions of another .npy with a model's RoPE.
 #include <charconv>
 #include <string>
 #include <vector>
@@ -79,8 +79,8 @@ Files load_files(const Flags& flags) {
   f.positions = flags.require("positions");
   f.output = flags.require("output");
   f.x = npy_load(f.input);
-  if (f.x.is_uint16 || (f.x.dtype != DType::kF32 && f.x.dtype != DType::kF16))
-    invalid("--input " + f.input + " must be float32 or float16, got " + npy_dtype_name(f.x));
+  if (f.x.is_uint16 || (f.x.dtype != DType::kF32 && f.x.dtype != DType::kF16 && f.x.dtype != DType::kF64))
+    invalid("--input " + f.input + " must be float32, float16 or float64, got " + npy_dtype_name(f.x));
   f.p = npy_load(f.positions);
   if (f.p.is_uint16 || (f.p.dtype != DType::kI32 && f.p.dtype != DType::kI64))
     invalid("--positions " + f.positions + " must be int32 or int64, got " + npy_dtype_name(f.p));
@@ -119,7 +119,11 @@ int run_vision(const Flags& flags) {
     if (flags.has(f)) throw UsageError(std::string("--") + f + " cannot be combined with --vision");
   if (flags.has("mrope-interleaved")) throw UsageError("--mrope-interleaved cannot be combined with --vision");
   VisionSpec vs;
-  vs.convention = parse_vision_convention(*flags.get("vision"), "--vision");
+  try {
+    vs.convention = parse_vision_convention(*flags.get("vision"), "--vision");
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   if (auto b = flags.get("base")) {
     double v = 0;
     auto [ptr, ec] = std::from_chars(b->data(), b->data() + b->size(), v);
@@ -135,11 +139,28 @@ int run_vision(const Flags& flags) {
   return apply_and_save(f, args, [&](const ApplyArgs& a) { apply_axes(af, a); });
 }
 
+const Options kOptions = {
+    config_option(),
+    preset_option(),
+    {"input", "X.npy", "the tensor to rotate: float32, float16 or float64, C or Fortran order", "required"},
+    {"positions", "P.npy", "int32/int64 position ids: (B, S) or (S,) [bshd/bhsd], (T,) [thd]; (3, ...) for M-RoPE, "
+     "(2, ...) with --vision", "required"},
+    {"output", "Y.npy", "where to write the rotated tensor (same dtype and shape as the input, C order)", "required"},
+    {"layout", "bshd|bhsd|thd", "the input's axes: [B, S, H, D], [B, H, S, D] or [T, H, D]", "bshd"},
+    {"pairing", "half|interleaved", "pairs (i, i+R/2) or (2i, 2i+1)", "the spec's (half for HF configs)"},
+    {"inverse", nullptr, "rotate by -angle (the backward pass)", "off"},
+    {"seq-len", "N", "the sequence length that length-dependent scaling sees", "max(P) + 1, as HF's forward"},
+    {"mrope-section", "T,H,W", "M-RoPE sections (pairs per axis, summing to R/2)", "the config's, else off"},
+    {"mrope-interleaved", nullptr, "Qwen3-VL's interleaved M-RoPE axis assignment", "off"},
+    {"backend", "auto|cpu|reference|cuda", "which kernels run", "auto"},
+    {"threads", "N", "threads for the call (0 = automatic, up to 4096)", "0"},
+    {"vision", "qwen2vl|ggml-vision|pixtral", "2-D vision RoPE of this convention instead of a config/preset",
+     "off"},
+    {"base", "B", "the vision RoPE base (only with --vision)", "the convention's"},
+};
+
 int run_apply(const std::vector<std::string>& argv) {
-  Flags flags(argv,
-              {"config", "preset", "input", "positions", "output", "layout", "pairing", "seq-len", "mrope-section",
-               "backend", "threads", "vision", "base"},
-              {"inverse", "mrope-interleaved"});
+  Flags flags(argv, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
   if (flags.has("vision")) return run_vision(flags);
   if (flags.has("base")) throw UsageError("--base is only used with --vision (a config or preset sets rope_theta)");
@@ -166,6 +187,7 @@ int run_apply(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-ROTARY_CLI_COMMAND("apply", kUsage, "rotate a .npy tensor (f32/f16) at the positions of another .npy", run_apply);
+ROTARY_CLI_COMMAND("apply", kUsage, "rotate a .npy tensor (f32/f16/f64) at the positions of another .npy", run_apply,
+                   &kOptions);
 
 }  // namespace rotary::cli

@@ -113,8 +113,15 @@ Spec llama3_8b_spec() {
   return spec;
 }
 
+const Options kOptions = {
+    {"json", nullptr, "print one JSON line per configuration (fields: docs/cli.md) instead of a table", "off"},
+    {"quick", nullptr, "time for a fraction of the usual time (a smoke run; noisier numbers)", "off"},
+    {"case", "P1|P2", "only prefill (P1) or only decode (P2)", "both"},
+    {"threads", "N", "only this thread count (1..1024)", "1 and 2"},
+};
+
 int run_bench(const std::vector<std::string>& args) {
-  Flags flags(args, {"case", "threads"}, {"json", "quick"});
+  Flags flags(args, kOptions);
   const bool json = flags.has("json");
   const bool quick = flags.has("quick");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
@@ -221,6 +228,6 @@ int run_bench(const std::vector<std::string>& args) {
 
 ROTARY_CLI_COMMAND("bench", kUsage,
                    "time the CPU kernels on Llama-3-8B prefill (P1) and decode (P2) against memory-speed limits",
-                   run_bench);
+                   run_bench, &kOptions);
 
 }  // namespace rotary::cli

@@ -1,9 +1,10 @@
-// Shared plumbing for `rotary` subcommands: registration, a small flag parser, error-to-exit-code mapping.
+// Shared plumbing for `rotary` subcommands: registration, option tables and their parser, help, exit codes.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,12 +14,27 @@
 
 namespace rotary::cli {
 
+/// Exit codes of every subcommand (docs/cli.md): 0 success, 1 runtime failure (bad input file or data, I/O,
+/// an internal error), 2 usage error (unknown command or option, missing or malformed option value).
+inline constexpr int kExitOk = 0, kExitFailure = 1, kExitUsage = 2;
+
+/// One option of a subcommand: `--name VALUE` (metavar set) or the boolean flag `--name` (metavar null).
+/// The same table parses the command line (Flags) and prints `rotary NAME --help`.
+struct Option {
+  const char* name;      ///< without the leading "--"
+  const char* metavar;   ///< e.g. "FILE"; nullptr for a boolean flag
+  const char* help;      ///< what it does, one sentence
+  const char* fallback;  ///< the default, as shown by --help ("off" for flags, "none" when unset)
+};
+using Options = std::vector<Option>;
+
 /// A subcommand: `rotary NAME args...`. run() returns the process exit code.
 struct Command {
   const char* name;
   const char* usage;    ///< one line, e.g. "rotary freqs (--config FILE | --preset NAME) [--seq-len N] [--json]"
   const char* summary;  ///< one line for `rotary --help`
   int (*run)(const std::vector<std::string>& args);
+  const Options* options;  ///< the command's option table (the one its run() parses with)
 };
 
 /// Registers a command at static-initialisation time (one .cc file per command).
@@ -32,12 +48,11 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Flags of the form --name VALUE or --name (boolean). Unknown flags are a UsageError.
+/// Flags of the form --name VALUE, --name=VALUE or --name (boolean), from an option table. Unknown options
+/// are a UsageError that suggests the closest known one.
 class Flags {
  public:
-  /// `valued`: flags that take a value; `boolean`: flags that do not.
-  Flags(const std::vector<std::string>& args, const std::vector<std::string>& valued,
-        const std::vector<std::string>& boolean);
+  Flags(const std::vector<std::string>& args, const Options& options);
   bool has(const std::string& name) const;
   std::optional<std::string> get(const std::string& name) const;
   std::string require(const std::string& name) const;
@@ -62,7 +77,15 @@ T parse_flag(T (*parse)(std::string_view, const char*), const std::string& value
   }
 }
 
+/// The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo ("" otherwise).
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+/// The --config/--preset options of the commands that take a spec (`default_preset` is shown as the default).
+Option config_option();
+Option preset_option(const char* fallback = "none");
+
 /// --config FILE | --preset NAME (exactly one; neither: `default_preset` if non-empty, else UsageError).
+/// An unknown preset name is a UsageError with a suggestion.
 Spec spec_from_flags(const Flags& flags, const std::string& default_preset = "");
 
 /// Prints a progress line to stderr ("\r[label] i/n") only when stderr is a terminal.
@@ -85,5 +108,6 @@ std::string format_double(double v);
 
 #define ROTARY_CLI_CONCAT2(a, b) a##b
 #define ROTARY_CLI_CONCAT(a, b) ROTARY_CLI_CONCAT2(a, b)
+/// ROTARY_CLI_COMMAND(name, usage, summary, run, &options): registers a subcommand.
 #define ROTARY_CLI_COMMAND(...) \
   static ::rotary::cli::Registrar ROTARY_CLI_CONCAT(rotary_cli_registrar_, __LINE__)(::rotary::cli::Command{__VA_ARGS__})

@@ -85,8 +85,16 @@ void print_table(const Spec& spec, const Frequencies& f, std::optional<int64_t> 
   }
 }
 
+const Options kOptions = {
+    config_option(),
+    preset_option(),
+    {"seq-len", "N", "the sequence length that length-dependent scaling (dynamic, longrope) sees", "none: the "
+     "config's own length"},
+    {"json", nullptr, "print one JSON line (fields: docs/cli.md) instead of a table", "off"},
+};
+
 int run(const std::vector<std::string>& args) {
-  Flags flags(args, {"config", "preset", "seq-len"}, {"json"});
+  Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
   const Spec spec = spec_from_flags(flags).normalized();
   std::optional<int64_t> seq_len;
@@ -104,6 +112,7 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-ROTARY_CLI_COMMAND("freqs", kUsage, "inverse frequencies theta_i and attention factor of a config or preset", run);
+ROTARY_CLI_COMMAND("freqs", kUsage, "inverse frequencies theta_i and attention factor of a config or preset", run,
+                   &kOptions);
 
 }  // namespace rotary::cli

@@ -20,10 +20,11 @@ std::vector<Command>& registry() {
 
 Registrar::Registrar(Command c) { registry().push_back(c); }
 
-Flags::Flags(const std::vector<std::string>& args, const std::vector<std::string>& valued,
-             const std::vector<std::string>& boolean) {
-  auto is_in = [](const std::vector<std::string>& v, const std::string& s) {
-    return std::find(v.begin(), v.end(), s) != v.end();
+Flags::Flags(const std::vector<std::string>& args, const Options& options) {
+  auto find = [&](const std::string& name) -> const Option* {
+    for (const Option& o : options)
+      if (name == o.name) return &o;
+    return nullptr;
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -35,18 +36,25 @@ Flags::Flags(const std::vector<std::string>& args, const std::vector<std::string
         name = name.substr(0, eq);
         inline_value = true;
       }
-      if (is_in(valued, name)) {
+      const Option* o = find(name);
+      if (!o) {
+        std::vector<std::string> known;
+        for (const Option& k : options) known.push_back(std::string("--") + k.name);
+        const std::string guess = did_you_mean("--" + name, known);
+        throw UsageError("unknown option --" + name + (guess.empty() ? "" : " (did you mean " + guess + "?)"));
+      }
+      if (o->metavar) {
         if (!inline_value) {
-          if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
+          if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value (" + o->metavar + ")");
           value = args[++i];
         }
         values_[name] = value;
-      } else if (is_in(boolean, name)) {
+      } else {
         if (inline_value) throw UsageError("--" + name + " takes no value");
         values_[name] = "1";
-      } else {
-        throw UsageError("unknown option --" + name);
       }
+    } else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
+      throw UsageError("unknown option " + a + " (options are spelled --name; -h is help)");
     } else {
       positional_.push_back(a);
     }
@@ -77,13 +85,53 @@ std::optional<long long> Flags::get_int(const std::string& name) const {
   return out;
 }
 
+Option config_option() {
+  return {"config", "FILE", "a Hugging Face config.json (v4 rope_scaling or v5 rope_parameters) to read the RoPE from", "none"};
+}
+
+Option preset_option(const char* fallback) {
+  return {"preset", "NAME", "a built-in model preset (`rotary presets` lists them)", fallback};
+}
+
 Spec spec_from_flags(const Flags& flags, const std::string& default_preset) {
   bool has_config = flags.has("config"), has_preset = flags.has("preset");
   if (has_config && has_preset) throw UsageError("give either --config or --preset, not both");
   if (has_config) return spec_from_hf_config_file(*flags.get("config"));
-  if (has_preset) return preset(*flags.get("preset"));
-  if (!default_preset.empty()) return preset(default_preset);
-  throw UsageError("one of --config FILE or --preset NAME is required");
+  const std::string name = has_preset ? *flags.get("preset") : default_preset;
+  if (name.empty()) throw UsageError("one of --config FILE or --preset NAME is required");
+  const std::vector<std::string> names = preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    const std::string guess = did_you_mean(name, names);
+    throw UsageError("unknown preset \"" + name + "\"" + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
+                     "; `rotary presets` lists them");
+  }
+  return preset(name);
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  // Levenshtein distance; a candidate within a third of the word's length (at least 2 edits allowed for
+  // short words) counts as a likely typo, as does one that the word is a prefix of.
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = c.rfind(word, 0) == 0 && word.size() >= 3 ? 1 : distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
 }
 
 Progress::Progress(std::string label, long long total)
@@ -110,48 +158,103 @@ std::string format_double(double v) {
 
 namespace {
 
-void print_help() {
-  std::printf("rotary %s - rotary position embeddings (RoPE)\n\nCommands:\n", ROTARY_VERSION_STRING);
+using rotary::cli::Command;
+
+constexpr const char* kExitCodes = "exit status: 0 success, 1 runtime failure, 2 usage error";
+
+std::vector<Command> sorted_commands() {
   auto cmds = rotary::cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return std::string(a.name) < b.name; });
-  for (const auto& c : cmds) std::printf("  %-9s %s\n", c.name, c.summary);
-  std::printf("\nRun `rotary COMMAND --help` for a command's usage.\n");
+  return cmds;
 }
+
+void print_help(FILE* out) {
+  std::fprintf(out, "rotary %s - rotary position embeddings (RoPE)\n\nusage: rotary COMMAND [OPTIONS]\n\ncommands:\n",
+               ROTARY_VERSION_STRING);
+  for (const auto& c : sorted_commands()) std::fprintf(out, "  %-9s %s\n", c.name, c.summary);
+  std::fprintf(out,
+               "\noptions:\n  -h, --help  show this help and exit\n  --version   print the version and exit\n\n"
+               "Run `rotary COMMAND --help` for a command's options.\n%s\n",
+               kExitCodes);
+}
+
+void print_command_help(const Command& c) {
+  std::printf("usage: %s\n\n%s\n\noptions:\n", c.usage, c.summary);
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const auto& o : *c.options) {
+    std::string left = std::string("--") + o.name + (o.metavar ? std::string(" ") + o.metavar : "");
+    std::string right = std::string(o.help) + " (default: " + (o.fallback ? o.fallback : "none") + ")";
+    rows.emplace_back(left, right);
+  }
+  rows.emplace_back("-h, --help", "show this help and exit");
+  rows.emplace_back("--version", "print the version and exit");
+  size_t width = 0;
+  for (const auto& r : rows) width = std::max(width, r.first.size());
+  for (const auto& r : rows) std::printf("  %-*s  %s\n", static_cast<int>(width), r.first.c_str(), r.second.c_str());
+  std::printf("\n%s\n", kExitCodes);
+}
+
+bool is_help(const std::string& a) { return a == "-h" || a == "--help"; }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
-      std::string(argv[1]) == "help") {
-    print_help();
-    return argc < 2 ? 2 : 0;
+  using namespace rotary::cli;
+  if (argc < 2) {
+    print_help(stderr);
+    return kExitUsage;
   }
-  if (std::string(argv[1]) == "--version") {
+  const std::string first = argv[1];
+  if (is_help(first)) {
+    print_help(stdout);
+    return kExitOk;
+  }
+  if (first == "--version") {
     std::printf("rotary %s\n", ROTARY_VERSION_STRING);
-    return 0;
+    return kExitOk;
   }
-  std::string name = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
-  for (const auto& c : rotary::cli::registry()) {
+  std::string name = first;
+  if (name == "help") {  // `rotary help [COMMAND]`
+    if (args.empty()) {
+      print_help(stdout);
+      return kExitOk;
+    }
+    name = args[0];
+    args = {"--help"};
+  }
+  std::vector<std::string> names;
+  for (const auto& c : registry()) {
+    names.push_back(c.name);
     if (name != c.name) continue;
-    if (std::find(args.begin(), args.end(), "--help") != args.end()) {
-      std::printf("usage: %s\n%s\n", c.usage, c.summary);
-      return 0;
+    // -h/--help and --version anywhere before a `--` win over everything else, as in most CLIs.
+    for (const auto& a : args) {
+      if (a == "--") break;
+      if (is_help(a)) {
+        print_command_help(c);
+        return kExitOk;
+      }
+      if (a == "--version") {
+        std::printf("rotary %s\n", ROTARY_VERSION_STRING);
+        return kExitOk;
+      }
     }
     try {
       return c.run(args);
-    } catch (const rotary::cli::UsageError& e) {
-      std::fprintf(stderr, "rotary %s: %s\nusage: %s\n", c.name, e.what(), c.usage);
-      return 2;
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "rotary %s: %s\nusage: %s\nRun `rotary %s --help` for the options.\n", c.name, e.what(),
+                   c.usage, c.name);
+      return kExitUsage;
     } catch (const rotary::Error& e) {
       std::fprintf(stderr, "%s\n", e.what());
-      return 2;
+      return kExitFailure;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[rotary_%s] internal error: %s\n", c.name, e.what());
-      return 1;
+      return kExitFailure;
     }
   }
-  std::fprintf(stderr, "rotary: unknown command '%s'\n", name.c_str());
-  print_help();
-  return 2;
+  const std::string guess = did_you_mean(name, names);
+  std::fprintf(stderr, "rotary: unknown command '%s'%s\nRun `rotary --help` for the commands.\n", name.c_str(),
+               guess.empty() ? "" : (" (did you mean '" + guess + "'?)").c_str());
+  return kExitUsage;
 }

@@ -73,8 +73,10 @@ std::string find_plot_script(bool source_tree) {
   return "";
 }
 
+const Options kOptions = {};
+
 int plot_main(const std::vector<std::string>& args) {
-  Flags flags(args, {}, {});
+  Flags flags(args, kOptions);
   if (flags.positional().size() != 1) throw UsageError("expected exactly one report directory");
   std::string note;
   const int rc = run_plotter(flags.positional()[0], &note);
@@ -117,7 +119,7 @@ int run_plotter(const std::string& dir, std::string* note) {
   if (rc == 127)
     *note = "no Python interpreter '" + python + "' (install python3, or set ROTARY_PYTHON)";
   else if (rc == kNoMatplotlib)
-    *note = "matplotlib is not installed for " + python + " (pip install matplotlib, or set ROTARY_PYTHON)";
+    *note = "matplotlib is not installed for " + python + " (pip install 'rotary[plots]' or pip install matplotlib; or set ROTARY_PYTHON to a Python that has it)";
   else
     *note = "the plotter failed (" + argv[0] + " " + argv[1] + (argv.size() > 3 ? " " + argv[2] : "") +
             " exited with status " + std::to_string(rc) + ")";
@@ -126,6 +128,6 @@ int run_plotter(const std::string& dir, std::string* note) {
 
 ROTARY_CLI_COMMAND("plot", "rotary plot DIR",
                    "draw the PNGs of a `rotary report` directory (needs Python with matplotlib; ROTARY_PYTHON)",
-                   plot_main);
+                   plot_main, &kOptions);
 
 }  // namespace rotary::cli

@@ -1,4 +1,5 @@
 // `rotary presets`: lists the built-in model presets, or prints one preset's embedded config.json.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -10,10 +11,20 @@ namespace {
 
 constexpr const char* kUsage = "rotary presets [--show NAME]";
 
+const Options kOptions = {
+    {"show", "NAME", "print the preset's embedded config.json instead of the list", "none: list every preset"},
+};
+
 int run(const std::vector<std::string>& args) {
-  Flags flags(args, {"show"}, {});
+  Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
   if (auto name = flags.get("show")) {
+    const std::vector<std::string> names = preset_names();
+    if (std::find(names.begin(), names.end(), *name) == names.end()) {
+      const std::string guess = did_you_mean(*name, names);
+      throw UsageError("unknown preset \"" + *name + "\"" + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
+                       "; `rotary presets` lists them");
+    }
     std::fputs(preset_config_json(*name).c_str(), stdout);
     return 0;
   }
@@ -28,6 +39,7 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-ROTARY_CLI_COMMAND("presets", kUsage, "list built-in model presets (--show NAME prints the embedded config.json)", run);
+ROTARY_CLI_COMMAND("presets", kUsage, "list built-in model presets (--show NAME prints the embedded config.json)", run,
+                   &kOptions);
 
 }  // namespace rotary::cli

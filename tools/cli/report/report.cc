@@ -95,8 +95,16 @@ Json run_report(const ReportOptions& o) {
   return rep;
 }
 
+const Options kOptions = {
+    preset_option("llama-3.1-8b"),
+    config_option(),
+    {"out", "DIR", "the folder for report.json, the CSVs and the plots (created if missing)", "out/report"},
+    {"no-plots", nullptr, "do not draw the PNGs (no Python needed)", "off: plots with matplotlib when present"},
+    {"quick", nullptr, "a shorter speed measurement", "off"},
+};
+
 int report_main(const std::vector<std::string>& args) {
-  Flags flags(args, {"preset", "config", "out"}, {"no-plots", "quick"});
+  Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
   ReportOptions o;
   o.spec = spec_from_flags(flags, "llama-3.1-8b");
@@ -122,6 +130,6 @@ ROTARY_CLI_COMMAND("report",
                    "rotary report [--preset NAME | --config FILE] [--out DIR] [--no-plots] [--quick]",
                    "a model's RoPE bands, decay, accuracy and speed on this machine, with plots (default preset "
                    "llama-3.1-8b, DIR out/report)",
-                   report_main);
+                   report_main, &kOptions);
 
 }  // namespace rotary::cli::report

@@ -1,0 +1,141 @@
+// CLI conventions: -h/--help and --version on every subcommand, option help with defaults, did-you-mean, exit codes 0/1/2, docs/cli.md coverage.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "rotary/version.h"
+#include "testing/shared.h"
+
+namespace rotary {
+namespace {
+
+class CliConventions : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cli_ = testing::cli_path();
+    if (cli_.empty() || !std::filesystem::exists(cli_)) GTEST_SKIP() << "rotary CLI not built";
+  }
+  /// Runs `rotary ARGS`: exit status, stdout in *out, stderr in *err.
+  int run(const std::string& args, std::string* out, std::string* err = nullptr) const {
+    const std::string err_file = (std::filesystem::temp_directory_path() /
+                                  ("rotary_cli_conv_" + std::to_string(::getpid()) + ".err")).string();
+    const int rc = testing::run_command("'" + cli_ + "' " + args + " 2>'" + err_file + "'", out);
+    if (err) *err = testing::read_file(err_file);
+    std::filesystem::remove(err_file);
+    return rc;
+  }
+  /// The subcommands listed by `rotary --help`.
+  std::vector<std::string> commands() const {
+    std::string out;
+    EXPECT_EQ(run("--help", &out), 0);
+    std::vector<std::string> names;
+    std::istringstream in(out.substr(out.find("commands:")));
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line) && line.rfind("  ", 0) == 0) names.push_back(line.substr(2, line.find(' ', 2) - 2));
+    return names;
+  }
+  /// The --options of a command's help.
+  std::vector<std::string> options(const std::string& help) const {
+    std::vector<std::string> names;
+    std::regex option_line(R"(^  (--[a-z0-9-]+))");
+    std::istringstream in(help);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, option_line)) names.push_back(m[1]);
+    }
+    return names;
+  }
+  std::string cli_;
+};
+
+TEST_F(CliConventions, HelpOnEveryCommandDescribesEveryOptionWithItsDefault) {
+  const auto names = commands();
+  ASSERT_GE(names.size(), 6u);
+  for (const std::string& c : names) {
+    SCOPED_TRACE(c);
+    for (const char* flag : {"-h", "--help"}) {
+      std::string out, err;
+      ASSERT_EQ(run(c + " " + flag, &out, &err), 0) << err;
+      EXPECT_EQ(out.rfind("usage: rotary " + c, 0), 0u) << out;
+      EXPECT_NE(out.find("exit status: 0 success, 1 runtime failure, 2 usage error"), std::string::npos) << out;
+      std::istringstream in(out);
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("  --", 0) == 0 && line.find("--help") == std::string::npos &&
+            line.find("--version") == std::string::npos)
+          EXPECT_NE(line.find("(default: "), std::string::npos) << "option without a default: " << line;
+    }
+    std::string out;
+    EXPECT_EQ(run("help " + c, &out), 0);
+  }
+}
+
+TEST_F(CliConventions, VersionEverywhere) {
+  std::string out;
+  ASSERT_EQ(run("--version", &out), 0);
+  EXPECT_EQ(out, std::string("rotary ") + ROTARY_VERSION_STRING + "\n");
+  for (const std::string& c : commands()) {
+    ASSERT_EQ(run(c + " --version", &out), 0) << c;
+    EXPECT_EQ(out, std::string("rotary ") + ROTARY_VERSION_STRING + "\n") << c;
+  }
+}
+
+TEST_F(CliConventions, TyposGetASuggestionAndExitTwo) {
+  std::string out, err;
+  EXPECT_EQ(run("freq --preset llama-2-7b", &out, &err), 2);
+  EXPECT_NE(err.find("unknown command 'freq' (did you mean 'freqs'?)"), std::string::npos) << err;
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(run("reprot", &out, &err), 2);
+  EXPECT_NE(err.find("did you mean 'report'?"), std::string::npos) << err;
+  EXPECT_EQ(run("freqs --presett llama-2-7b", &out, &err), 2);
+  EXPECT_NE(err.find("unknown option --presett (did you mean --preset?)"), std::string::npos) << err;
+  EXPECT_EQ(run("bench --jsn", &out, &err), 2);
+  EXPECT_NE(err.find("did you mean --json?"), std::string::npos) << err;
+  EXPECT_EQ(run("apply --inverted", &out, &err), 2);
+  EXPECT_NE(err.find("did you mean --inverse?"), std::string::npos) << err;
+  EXPECT_EQ(run("freqs --preset llama-3.1-8", &out, &err), 2);
+  EXPECT_NE(err.find("unknown preset \"llama-3.1-8\" (did you mean llama-3.1-8b?)"), std::string::npos) << err;
+  EXPECT_EQ(run("freqs --frobnicate", &out, &err), 2);
+  EXPECT_EQ(err.find("did you mean"), std::string::npos) << "no suggestion for a word that is not close: " << err;
+  EXPECT_NE(err.find("Run `rotary freqs --help`"), std::string::npos) << err;
+}
+
+TEST_F(CliConventions, ExitCodesSeparateUsageErrorsFromRuntimeFailures) {
+  std::string out, err;
+  EXPECT_EQ(run("", &out, &err), 2);                                  // no command
+  EXPECT_EQ(run("freqs", &out, &err), 2);                             // missing --config/--preset
+  EXPECT_EQ(run("freqs --preset llama-2-7b --seq-len", &out, &err), 2);  // missing value
+  EXPECT_EQ(run("freqs --preset llama-2-7b --seq-len ten", &out, &err), 2);
+  EXPECT_EQ(run("freqs --preset llama-2-7b --json=yes", &out, &err), 2);
+  EXPECT_EQ(run("freqs --preset llama-2-7b -j", &out, &err), 2);
+  EXPECT_EQ(run("bench --case P3", &out, &err), 2);
+  EXPECT_EQ(run("freqs --config /nonexistent/config.json", &out, &err), 1);  // runtime: the file
+  EXPECT_NE(err.find("/nonexistent/config.json"), std::string::npos) << err;
+  EXPECT_EQ(run("plot /nonexistent-report-dir", &out, &err), 1);
+  EXPECT_EQ(run("freqs --preset llama-2-7b --json", &out, &err), 0);
+}
+
+TEST_F(CliConventions, DocsDescribeEveryCommandOptionAndExitCode) {
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md");
+  ASSERT_FALSE(doc.empty());
+  for (const char* code : {"| 0 |", "| 1 |", "| 2 |"}) EXPECT_NE(doc.find(code), std::string::npos) << code;
+  for (const std::string& c : commands()) {
+    EXPECT_NE(doc.find("### `rotary " + c), std::string::npos) << "docs/cli.md has no section for " << c;
+    std::string out;
+    ASSERT_EQ(run(c + " --help", &out), 0);
+    const size_t section = doc.find("### `rotary " + c);
+    const size_t end = doc.find("\n### ", section + 1);
+    const std::string text = doc.substr(section, end == std::string::npos ? std::string::npos : end - section);
+    for (const std::string& o : options(out))
+      if (o != "--help" && o != "--version")
+        EXPECT_NE(text.find("`" + o), std::string::npos) << "docs/cli.md: `rotary " << c << "` lacks " << o;
+  }
+}
+
+}  // namespace
+}  // namespace rotary
