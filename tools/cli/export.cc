@@ -25,12 +25,28 @@ DType parse_dtype(const std::string& s) {
 
 std::string ext_of(const std::string& path) { return std::filesystem::path(path).extension().string(); }
 
+const Options kOptions = {
+    config_option(),
+    preset_option(),
+    {"layout", "hf|vllm|flashinfer|te|ggml|onnx|raw", "the engine layout to write (docs/parity.md)", "required"},
+    {"out", "FILE", "one .safetensors or .npy file for every tensor (ggml: .safetensors)", "none"},
+    {"cos", "A.npy", "write cos to its own .npy (with --sin) instead of --out", "none"},
+    {"sin", "B.npy", "write sin to its own .npy (with --cos)", "none"},
+    {"what", "cos-sin|inv-freq", "the table to write", "cos-sin (ggml: inv-freq, its parameters)"},
+    {"dtype", "f32|f16|bf16", "the element type of cos/sin (rounded once from exact angles)", "f32"},
+    {"max-pos", "N", "rows [0, N) of the table", "max_position_embeddings (4096 if unknown)"},
+};
+
 int run(const std::vector<std::string>& args) {
-  Flags flags(args, {"config", "preset", "layout", "out", "cos", "sin", "what", "dtype", "max-pos"}, {});
+  Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
   const Spec spec = spec_from_flags(flags);
   ExportOptions o;
-  o.layout = parse_engine_layout(flags.require("layout"), "rotary_export");
+  try {
+    o.layout = parse_engine_layout(flags.require("layout"), "rotary_export");
+  } catch (const Error& e) {
+    throw UsageError(e.what());  // a bad option value
+  }
   o.what = o.layout == EngineLayout::kGgml ? TableKind::kInvFreq : TableKind::kCosSin;
   if (auto w = flags.get("what")) {
     if (*w == "cos-sin") o.what = TableKind::kCosSin;
@@ -94,6 +110,7 @@ int run(const std::vector<std::string>& args) {
 
 }  // namespace
 
-ROTARY_CLI_COMMAND("export", kUsage, "write rotary's exact inv_freq or cos/sin in an engine's layout (.npy, .safetensors)", run);
+ROTARY_CLI_COMMAND("export", kUsage, "write rotary's exact inv_freq or cos/sin in an engine's layout (.npy, .safetensors)", run,
+                   &kOptions);
 
 }  // namespace rotary::cli
