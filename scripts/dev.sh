@@ -6,7 +6,8 @@
 #   bash scripts/dev.sh deps | build | python | cpp-test | py-test   (the individual steps)
 #
 # Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build/cpp),
-#              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt.
+#              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt,
+#              ROTARY_WHEEL=path.whl to install that wheel instead of building with `pip install .`.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -64,6 +65,11 @@ step_build() {  # step_build [TARGET...]  (no target: everything, tests included
 }
 
 step_python() {
+  if [[ -n "${ROTARY_WHEEL:-}" ]]; then  # CI: the wheel that scripts/package_check.sh built from the sdist
+    log "pip install $ROTARY_WHEEL (the packaged wheel; no second build)"
+    "$VENV/bin/python" -m pip install -q --force-reinstall --no-deps "$ROTARY_WHEEL"
+    return
+  fi
   log "pip install . (Python package, builds the extension with scikit-build-core)"
   "$VENV/bin/python" -m pip install -q --no-build-isolation "$ROOT"
 }

@@ -1,4 +1,4 @@
-// Internal (not installed; CLI and tests reach it through the rotary_io target): the strict .npy reader/writer behind load_tensor_file.
+// Internal (not installed; CLI and tests reach it through the rotary_io target): the strict .npy reader/writer behind load_tensor_file (Fortran order is read into C order).
 #pragma once
 
 #include <cstdint>
@@ -16,7 +16,7 @@ namespace rotary {
 using NpyArray = HostArray;
 
 /// Parses .npy bytes. Rejects (Error kIo, message naming `name` and the problem): bad magic, unsupported
-/// version, big-endian or unsupported dtype, fortran_order True, malformed header, rank > 8,
+/// version, big-endian or unsupported dtype, malformed header, rank > 8,
 /// negative/overflowing shape, truncated data.
 ROTARY_API NpyArray npy_parse(std::string_view bytes, const std::string& name = "<npy>");
 ROTARY_API NpyArray npy_load(const std::string& path);
