@@ -181,7 +181,8 @@ void print_help(FILE* out) {
 void print_command_help(const Command& c) {
   std::printf("usage: %s\n\n%s\n\noptions:\n", c.usage, c.summary);
   std::vector<std::pair<std::string, std::string>> rows;
-  for (const auto& o : *c.options) {
+  static const rotary::cli::Options kNone;
+  for (const auto& o : c.options ? *c.options : kNone) {
     std::string left = std::string("--") + o.name + (o.metavar ? std::string(" ") + o.metavar : "");
     std::string right = std::string(o.help) + " (default: " + (o.fallback ? o.fallback : "none") + ")";
     rows.emplace_back(left, right);
