@@ -1,4 +1,4 @@
-// Applying RoPE: q (and k) in any layout/dtype/position scheme, from a table, frequencies or caller cos/sin.
+// Every apply entry point (table, frequencies, caller cos/sin, multi-axis, context-parallel shard) and Rope.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +6,9 @@
 #include <optional>
 
 #include "rotary/api.h"
+#include "rotary/context_parallel.h"
 #include "rotary/freqs.h"
+#include "rotary/multimodal.h"
 #include "rotary/spec.h"
 #include "rotary/table.h"
 #include "rotary/types.h"
@@ -106,5 +108,23 @@ class ROTARY_API Rope {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// ------------------------------------------------------------------ multi-axis and context-parallel calls
+
+/// Rotates q (and k) computing cos/sin on the fly from multi-axis frequencies.
+/// args.positions: kIds with ids [n_axes,B,S] / [n_axes,S] / [n_axes,T] (i32, i64, f32 or f64);
+/// when n_axes == 1 the plain forms ([B,S], [S], [T]), kOffset and kPacked are accepted too.
+/// args.pairing nullopt -> af.pairing. Channels >= af.rotary_dim() pass through.
+ROTARY_API void apply_axes(const AxisFrequencies& af, const ApplyArgs& args);
+
+/// Rotates a shard: args.q/k hold this rank's tokens. Positions are derived from `cp`:
+///   bshd/bhsd: args.positions must be kOffset (its offset is added; no batch_offsets);
+///   thd:       args.positions must be kPacked with the GLOBAL cu_seqlens (seq_offsets not allowed).
+/// args.seq_len unset -> the global length (bshd/bhsd: local S * size; thd: longest global sequence),
+/// so length-dependent scaling sees what an unsharded call sees. Results equal the unsharded call's
+/// rows bit-exactly (same cos/sin rows, same kernel). M-RoPE specs take per-axis ids: shard those with
+/// cp_positions and call Rope::apply with [3, ...] ids instead (this function passes 1-axis ids).
+ROTARY_API void apply_context_parallel(Rope& rope, const ContextParallel& cp, const ApplyArgs& args);
+ROTARY_API void apply_context_parallel(const Frequencies& freqs, const ContextParallel& cp, const ApplyArgs& args);
 
 }  // namespace rotary

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "rotary/api.h"
-#include "rotary/apply.h"
 #include "rotary/freqs.h"
 
 namespace rotary {
@@ -61,14 +60,6 @@ ROTARY_API CpShard cp_shard(const ContextParallel& cp, int64_t local_len, int64_
 /// global sequence (at least 1).
 ROTARY_API CpShard cp_shard_packed(const ContextParallel& cp, const std::vector<int64_t>& global_cu_seqlens);
 
-/// Rotates a shard: args.q/k hold this rank's tokens. Positions are derived from `cp`:
-///   bshd/bhsd: args.positions must be kOffset (its offset is added; no batch_offsets);
-///   thd:       args.positions must be kPacked with the GLOBAL cu_seqlens (seq_offsets not allowed).
-/// args.seq_len unset -> the global length (bshd/bhsd: local S * size; thd: longest global sequence),
-/// so length-dependent scaling sees what an unsharded call sees. Results equal the unsharded call's
-/// rows bit-exactly (same cos/sin rows, same kernel). M-RoPE specs take per-axis ids: shard those with
-/// cp_positions and call Rope::apply with [3, ...] ids instead (this function passes 1-axis ids).
-ROTARY_API void apply_context_parallel(Rope& rope, const ContextParallel& cp, const ApplyArgs& args);
-ROTARY_API void apply_context_parallel(const Frequencies& freqs, const ContextParallel& cp, const ApplyArgs& args);
+/// apply_context_parallel (rotating a shard) is declared with the other apply calls in rotary/apply.h.
 
 }  // namespace rotary

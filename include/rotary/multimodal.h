@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "rotary/api.h"
-#include "rotary/apply.h"
 #include "rotary/freqs.h"
 #include "rotary/spec.h"
 #include "rotary/types.h"
@@ -86,10 +85,6 @@ ROTARY_API std::vector<int64_t> grid_positions(int64_t height, int64_t width);
 ROTARY_API void compute_cos_sin_row_axes(const AxisFrequencies& af, const double* positions, float* cos_out,
                                          float* sin_out);
 
-/// Rotates q (and k) computing cos/sin on the fly from multi-axis frequencies.
-/// args.positions: kIds with ids [n_axes,B,S] / [n_axes,S] / [n_axes,T] (i32, i64, f32 or f64);
-/// when n_axes == 1 the plain forms ([B,S], [S], [T]), kOffset and kPacked are accepted too.
-/// args.pairing nullopt -> af.pairing. Channels >= af.rotary_dim() pass through.
-ROTARY_API void apply_axes(const AxisFrequencies& af, const ApplyArgs& args);
+/// apply_axes (rotating with AxisFrequencies) is declared with the other apply calls in rotary/apply.h.
 
 }  // namespace rotary

@@ -19,8 +19,8 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (_INT_KINDS, ArrayLike, _as_core_array, _check_out, _empty_like, _index_array, _is_torch,
-                      _torch_module, empty, empty_like)
+from ._arrays import (_INT_KINDS, ArrayLike, _as_core_array, _check_out, _empty_like, _index_array,
+                      _input_and_out, _is_torch, _torch_module, empty, empty_like)
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
 __version__: str = _rotary.__version__
@@ -113,12 +113,7 @@ def apply(
 
         return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                   seq_len=seq_len, threads=threads, backend=backend)
-    xv, bf16 = _as_core_array(x, "x", readonly=True)
-    if out is None:
-        out = _empty_like(x)
-    else:
-        _check_out(out, x, "out")
-    ov, _ = _as_core_array(out, "out")
+    xv, bf16, out, ov = _input_and_out(x, out)
     offset, ids = _split_positions(positions)
     cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
@@ -227,7 +222,8 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
             raise ValueError("[rotary_apply_context_parallel] thd shards need the global cu_seqlens")
         ids, seq_len = _rotary._cp_shard_packed(rank, cp_size, [int(v) for v in np.asarray(cu_seqlens).reshape(-1)])
     else:
-        ids, seq_len = _rotary._cp_shard(rank, cp_size, int(x.shape[1] if layout == "bshd" else x.shape[2]), int(offset))
+        local_len = int(x.shape[1] if layout == "bshd" else x.shape[2])
+        ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, int(offset))
     if _is_torch(x):
         ids = _torch_module().from_numpy(ids)
     return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,

@@ -137,3 +137,14 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
         raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} tensor, "
                         f"got dtype {a.dtype}")
     raise TypeError(f"[rotary] {what} must be an int, a sequence or an array, got {type(a).__name__}")
+
+
+def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out") -> Tuple[Any, bool, Any, Any]:
+    """(core view of x, x is bf16 bits, the output array, its core view): `out`, checked against x, or a new one."""
+    xv, bf16 = _as_core_array(x, what, readonly=True)
+    if out is None:
+        out = _empty_like(x)
+    else:
+        _check_out(out, x, out_what)
+    ov, _ = _as_core_array(out, out_what)
+    return xv, bf16, out, ov

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _as_core_array, _check_out, _empty_like, _index_array
+from ._arrays import _index_array, _input_and_out
 from ._rotary import cp_local_cu_seqlens, cp_positions, cp_positions_packed, grid_positions
 
 __all__ = [
@@ -87,8 +87,9 @@ def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq
     rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
     """
     ff = [] if freq_factors is None else [float(v) for v in freq_factors]
-    return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), n_ctx_orig=int(n_ctx_orig), freq_base=float(freq_base),
-                                           freq_scale=float(freq_scale), ext_factor=float(ext_factor),
+    return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), n_ctx_orig=int(n_ctx_orig),
+                                           freq_base=float(freq_base), freq_scale=float(freq_scale),
+                                           ext_factor=float(ext_factor),
                                            attn_factor=float(attn_factor), beta_fast=float(beta_fast),
                                            beta_slow=float(beta_slow), sections=[int(s) for s in sections],
                                            freq_factors=ff))
@@ -104,17 +105,10 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
-    xv, bf16 = _as_core_array(x, "x", readonly=True)
-    if out is None:
-        out = _empty_like(x)
-    else:
-        _check_out(out, x, "out")
-    ov, _ = _as_core_array(out, "out")
+    xv, bf16, out, ov = _input_and_out(x, out)
     kv = kov = k_out = None
     if k is not None:
-        kv, _ = _as_core_array(k, "k", readonly=True)
-        k_out = _empty_like(k)
-        kov, _ = _as_core_array(k_out, "k_out")
+        kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out")
     ids = _index_array(positions, "positions", allow_float=True)
     _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
                         n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
@@ -131,9 +125,7 @@ def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 
     permute; half -> interleaved its inverse (llama.cpp's). Only the first rotary_dim rows of each head move
     (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype.
     """
-    wv, bf16 = _as_core_array(w, "w", readonly=True)
-    out = _empty_like(w)
-    ov, _ = _as_core_array(out, "out")
+    wv, bf16, out, ov = _input_and_out(w, None, "w")
     _rotary._permute_qk(wv, ov, n_heads=int(n_heads), head_dim=int(head_dim), rotary_dim=int(rotary_dim), src=src,
                         dst=dst, bf16_bits=bf16)
     return out

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/messages.h"
+
 namespace rotary {
 namespace {
 
@@ -10,7 +12,7 @@ using Kind = Error::Kind;
 constexpr const char* kWhere = "rotary_context_parallel";
 
 [[noreturn]] void invalid(const std::string& msg) { fail(Kind::kInvalidArgument, kWhere, msg); }
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 void check_cp(const ContextParallel& cp) {
   if (cp.size < 1) invalid("cp.size must be >= 1, got " + str(cp.size));

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/messages.h"
+
 namespace rotary {
 namespace {
 
@@ -11,7 +13,7 @@ using Kind = Error::Kind;
 constexpr const char* kWhere = "rotary_permute_qk";
 
 [[noreturn]] void invalid(const std::string& msg) { fail(Kind::kInvalidArgument, kWhere, msg); }
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 void check_perm(const QkPermutation& p) {
   if (p.n_heads <= 0) invalid("n_heads must be > 0, got " + str(p.n_heads));

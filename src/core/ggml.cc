@@ -6,6 +6,8 @@
 #include <numbers>
 #include <string>
 
+#include "core/messages.h"
+
 namespace rotary {
 namespace {
 
@@ -13,12 +15,8 @@ using Kind = Error::Kind;
 constexpr const char* kWhere = "rotary_ggml";
 
 [[noreturn]] void invalid(const std::string& msg) { fail(Kind::kInvalidArgument, kWhere, msg); }
-std::string str(int64_t v) { return std::to_string(v); }
-std::string num(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using detail::num;
+using detail::str;
 
 bool multi(GgmlRopeMode m) {
   return m == GgmlRopeMode::kMrope || m == GgmlRopeMode::kVision || m == GgmlRopeMode::kImrope;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/messages.h"
 #include "rotary/table.h"
 
 namespace rotary {
@@ -11,7 +12,7 @@ namespace {
 
 using Kind = Error::Kind;
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 /// theta_k = 1 / base^(2k/dim), the HF default ladder.
 double ladder(double base, int64_t k, int64_t dim) {

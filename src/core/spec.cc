@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/messages.h"
 #include "rotary/spec.h"
 
 namespace rotary {
@@ -23,12 +24,7 @@ constexpr RopeTypeEntry kRopeTypes[] = {
     {RopeType::kProportional, "proportional"},
 };
 
-/// Shortest text that reads back as the same double (for error messages).
-std::string num(double v) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, res.ptr);
-}
+using detail::num;
 
 [[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
 

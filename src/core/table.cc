@@ -6,6 +6,8 @@
 #include <cstring>
 #include <string>
 
+#include "core/frequency_checks.h"
+
 namespace rotary {
 
 namespace {
@@ -16,18 +18,6 @@ constexpr int64_t kMinGrowthRows = 256;
 // happens), so a table never holds more than ~65 blocks. Reserving this many up front means
 // blocks_ never reallocates, so `current_` (a pointer into blocks_) stays valid.
 constexpr std::size_t kMaxBlocks = 70;
-
-void check_frequencies(const Frequencies& f) {
-  if (f.inv_freq.empty())
-    fail(Error::Kind::kInvalidArgument, kWhere, "frequencies.inv_freq must not be empty, got 0 entries");
-  for (std::size_t i = 0; i < f.inv_freq.size(); ++i)
-    if (!std::isfinite(f.inv_freq[i]))
-      fail(Error::Kind::kInvalidArgument, kWhere,
-           "frequencies.inv_freq[" + std::to_string(i) + "] must be finite, got " + std::to_string(f.inv_freq[i]));
-  if (!std::isfinite(f.attention_factor))
-    fail(Error::Kind::kInvalidArgument, kWhere,
-         "frequencies.attention_factor must be finite, got " + std::to_string(f.attention_factor));
-}
 }  // namespace
 
 void compute_cos_sin_row(const double* inv_freq, int64_t half, double attention_factor, double pos, float* cos_out,
@@ -47,7 +37,7 @@ void compute_cos_sin_row(const Frequencies& freqs, double pos, float* cos_out, f
 }
 
 CosSinTable::CosSinTable(Frequencies freqs, TableOptions options) : freqs_(std::move(freqs)), options_(options) {
-  check_frequencies(freqs_);
+  detail::check_frequencies(freqs_, kWhere, "frequencies");
   if (options_.max_positions < 0)
     fail(Error::Kind::kInvalidArgument, kWhere,
          "options.max_positions must be >= 0, got " + std::to_string(options_.max_positions));

@@ -2,7 +2,7 @@
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
 #include "engine/run_plan.h"
-#include "rotary/multimodal.h"
+#include "rotary/apply.h"
 
 namespace rotary {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "plan/dtype_scalar.h"
-#include "rotary/context_parallel.h"
+#include "rotary/apply.h"
 
 namespace rotary {
 namespace {

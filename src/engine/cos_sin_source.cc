@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/frequency_checks.h"
 #include "core/messages.h"
 #include "engine/tensor_checks.h"
 
@@ -96,13 +97,6 @@ void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& 
   plan.cs.sin = sin;
 }
 
-void check_frequencies(const Frequencies& freqs, const char* name) {
-  if (freqs.inv_freq.empty()) invalid(std::string(name) + ".inv_freq must not be empty, got 0 entries");
-  for (std::size_t i = 0; i < freqs.inv_freq.size(); ++i)
-    if (!std::isfinite(freqs.inv_freq[i]))
-      invalid(std::string(name) + ".inv_freq[" + str(static_cast<int64_t>(i)) + "] must be finite, got " + num(freqs.inv_freq[i]));
-  if (!std::isfinite(freqs.attention_factor))
-    invalid(std::string(name) + ".attention_factor must be finite, got " + num(freqs.attention_factor));
-}
+void check_frequencies(const Frequencies& freqs, const char* name) { check_frequencies(freqs, kApplyWhere, name); }
 
 }  // namespace rotary::detail

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/messages.h"
+
 namespace rotary {
 namespace {
 
@@ -10,11 +12,7 @@ constexpr const char* kWhere = "onnx_rotary_embedding";
 
 [[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
 
-std::string shape_str(const TensorView& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
-  return s + "]";
-}
+using detail::shape_str;
 
 /// Reads a 3-D [B, S, num_heads * head_size] view as 4-D [B, S, num_heads, head_size] (BSHD).
 TensorView split_heads(const TensorView& t, int64_t num_heads, int64_t head_size) {

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "rotary/apply.h"
 #include "rotary/table.h"
 #include "rotary/types.h"
 

@@ -1,0 +1,24 @@
+// Internal: the one validation of Frequencies handed in by a caller (tables, on-the-fly apply, axis frequencies).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "core/messages.h"
+#include "rotary/freqs.h"
+
+namespace rotary::detail {
+
+/// inv_freq non-empty and finite, attention_factor finite; messages "[where] name.inv_freq[3] must be finite, got nan".
+inline void check_frequencies(const Frequencies& f, const char* where, const char* name) {
+  if (f.inv_freq.empty()) invalid(where, std::string(name) + ".inv_freq must not be empty, got 0 entries");
+  for (std::size_t i = 0; i < f.inv_freq.size(); ++i)
+    if (!std::isfinite(f.inv_freq[i]))
+      invalid(where, std::string(name) + ".inv_freq[" + str(static_cast<int64_t>(i)) + "] must be finite, got " +
+                         num(f.inv_freq[i]));
+  if (!std::isfinite(f.attention_factor))
+    invalid(where, std::string(name) + ".attention_factor must be finite, got " + num(f.attention_factor));
+}
+
+}  // namespace rotary::detail
