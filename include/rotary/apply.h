@@ -50,7 +50,7 @@ struct ApplyArgs {
   std::optional<Pairing> pairing;   ///< nullopt: the spec's pairing (Rope) or half-split (low-level calls)
   Direction direction = Direction::kForward;
   std::optional<int64_t> seq_len;   ///< length seen by dynamic/longrope; nullopt = max(position)+1
-  int threads = 0;                  ///< 0 = all cores; 1 = calling thread only (see docs/threading.md)
+  int threads = 0;                  ///< 0 = all usable cores, 1 = the calling thread; capped (docs/threading.md)
   Backend backend = Backend::kAuto;  ///< see rotary/types.h
   /// Backend kCuda: the cudaStream_t the call is enqueued on (nullptr = the default stream). The call
   /// never synchronises the host; other backends ignore it.

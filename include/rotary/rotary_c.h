@@ -239,7 +239,7 @@ typedef struct rotary_apply_args_t {
   rotary_pairing_t pairing;     /* default ROTARY_PAIRING_DEFAULT */
   rotary_direction_t direction; /* default FORWARD */
   int64_t seq_len;              /* length seen by dynamic/longrope; -1 (default) = max(position) + 1 */
-  int32_t threads;              /* 0 = all cores, 1 = calling thread */
+  int32_t threads;              /* 0 = all usable cores, 1 = calling thread; capped at the usable cores */
   rotary_backend_t backend;     /* default AUTO */
   void* stream;                 /* backend CUDA: the cudaStream_t to enqueue on (NULL = default stream). Added
                                    after 0.1.0: struct_size of the 0.1.0 layout (ending at backend) is accepted */

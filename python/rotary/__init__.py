@@ -98,7 +98,8 @@ def apply(
     inverse: rotate by -angle (the backward pass / un-rotation).
     out: destination (same shape, dtype and array type); may be x itself for in-place. None allocates.
     seq_len: length seen by dynamic / longrope scaling; None means max(position) + 1.
-    threads: 0 = all cores, 1 = calling thread only. backend: "auto", "cpu" or "reference".
+    threads: 0 = all usable cores (the affinity mask), 1 = calling thread only; larger counts are capped at the
+      usable cores. backend: "auto", "cpu", "reference" or "cuda".
     cu_seqlens / seq_offsets: packed thd positions (position = t - cu_seqlens[n] + seq_offsets[n]).
     batch_offsets: per-batch start offsets [B] added to an int `positions`.
     A torch tensor requiring grad is routed through rotary.torch's autograd function.
