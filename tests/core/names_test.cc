@@ -35,22 +35,24 @@ TEST(Names, AliasesAndErrors) {
 }
 
 TEST(Names, TheCApiReadsTheSameNames) {
-  rotary_layout_t l = -1;
-  ASSERT_EQ(rotary_layout_from_name("thd", &l), ROTARY_OK);
-  EXPECT_EQ(l, ROTARY_LAYOUT_THD);
-  rotary_pairing_t p = -1;
-  ASSERT_EQ(rotary_pairing_from_name("neox", &p), ROTARY_OK);
-  EXPECT_EQ(p, ROTARY_PAIRING_HALF);
-  rotary_direction_t d = -1;
-  ASSERT_EQ(rotary_direction_from_name("inverse", &d), ROTARY_OK);
-  EXPECT_EQ(d, ROTARY_DIRECTION_INVERSE);
-  rotary_backend_t b = -1;
-  ASSERT_EQ(rotary_backend_from_name("reference", &b), ROTARY_OK);
-  EXPECT_EQ(b, ROTARY_BACKEND_REFERENCE);
+  int32_t v = -1;
+  const struct {
+    rotary_status_t (*parse)(const char*, int32_t*);
+    const char* name;
+    int32_t want;
+  } cases[] = {{rotary_layout_from_name, "thd", ROTARY_LAYOUT_THD},
+               {rotary_pairing_from_name, "neox", ROTARY_PAIRING_HALF},
+               {rotary_direction_from_name, "inverse", ROTARY_DIRECTION_INVERSE},
+               {rotary_backend_from_name, "reference", ROTARY_BACKEND_REFERENCE}};
+  for (const auto& c : cases) {
+    ASSERT_EQ(c.parse(c.name, &v), ROTARY_OK) << c.name << ": " << rotary_last_error();
+    EXPECT_EQ(v, c.want) << c.name;
+  }
+  rotary_layout_t l = ROTARY_LAYOUT_THD;
   EXPECT_EQ(rotary_layout_from_name("bsdh", &l), ROTARY_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(rotary_last_error()).find("got \"bsdh\""), std::string::npos) << rotary_last_error();
   EXPECT_EQ(l, ROTARY_LAYOUT_THD);  // untouched on error
-  EXPECT_EQ(rotary_backend_from_name(nullptr, &b), ROTARY_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(rotary_backend_from_name(nullptr, &v), ROTARY_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace
