@@ -60,7 +60,7 @@ void cpu_apply(const Plan& plan) {
   // Threads: 0 = every core this process may run on, N = at most N and never more than those cores.
   int64_t threads = 1;
   if (moved >= kInlineBytes && !cpu::in_parallel_region()) {
-    const int cores = cpu::usable_cores();
+    const int cores = cpu::usable_cores_recent();
     threads = plan.threads == 0 ? cores : std::min(plan.threads, cores);
     threads = std::min(threads, std::max<int64_t>(1, moved / kMinBytesPerThread));
   }

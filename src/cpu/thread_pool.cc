@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <pthread.h>
@@ -121,6 +122,20 @@ int usable_cores() {
 #endif
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+int usable_cores_recent() {
+  static std::atomic<int> cores{0};
+  static std::atomic<int64_t> read_at_ns{0};
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int n = cores.load(std::memory_order_relaxed);
+  if (n == 0 || now - read_at_ns.load(std::memory_order_relaxed) > 100'000'000) {
+    n = usable_cores();
+    cores.store(n, std::memory_order_relaxed);
+    read_at_ns.store(now, std::memory_order_relaxed);
+  }
+  return n;
 }
 
 void parallel_for(int threads, int64_t nchunks, void (*fn)(void* ctx, int64_t chunk), void* ctx) {

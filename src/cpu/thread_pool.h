@@ -20,7 +20,11 @@ bool in_parallel_region();
 
 /// Cores this process may run on: the CPUs of its affinity mask (sched_getaffinity, so `taskset`,
 /// cgroup cpusets and os.sched_setaffinity are respected), else std::thread::hardware_concurrency(),
-/// at least 1. Read on each call (a syscall): callers ask only when a call is large enough for threads.
+/// at least 1. Read on each call (a system call, ~1 us).
 int usable_cores();
+
+/// usable_cores() as last read, read again when older than 100 ms: what cpu_apply uses, so a call pays
+/// a clock read, not a system call, and a changed mask is followed within 0.1 s.
+int usable_cores_recent();
 
 }  // namespace rotary::detail::cpu

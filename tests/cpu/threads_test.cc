@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <thread>
 #include <vector>
 
 #include "cpu/thread_pool.h"
@@ -54,6 +56,8 @@ TEST(CpuThreads, ThreadsZeroRespectsARestrictedAffinityMask) {
     }
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
   EXPECT_EQ(detail::cpu::usable_cores(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // calls follow a changed mask within 0.1 s
+  EXPECT_EQ(detail::cpu::usable_cores_recent(), 1);
   const int before = os_threads();
   big_call(0);  // all usable cores = 1: the calling thread only
   const int after = os_threads();
