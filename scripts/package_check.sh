@@ -34,7 +34,7 @@ sdist=$(ls "$WORK"/dist/rotary-*.tar.gz)
 wheel=$(ls "$WORK"/dist/rotary-*.whl)
 echo "sdist: $(basename "$sdist") ($(du -k "$sdist" | cut -f1) KiB), wheel: $(basename "$wheel")"
 tar -tzf "$sdist" >"$WORK/sdist.txt"
-grep -q "/src/engine/build.h$" "$WORK/sdist.txt" || { echo "sdist lacks src/engine/build.h" >&2; exit 1; }
+grep -q "/src/engine/build_plan.h$" "$WORK/sdist.txt" || { echo "sdist lacks src/engine/build_plan.h" >&2; exit 1; }
 fi
 sdist=$(ls "$WORK"/dist/rotary-*.tar.gz)
 wheel=$(ls "$WORK"/dist/rotary-*.whl)
