@@ -8,11 +8,11 @@ namespace {
 
 /// Reads `name` with a core parser into the C enum `out`.
 template <class CEnum, class Parse>
-rotary_status_t from_name(const char* where, const char* name, CEnum* out, Parse parse) {
+rotary_status_t from_name(const char* where, const char* what, const char* name, CEnum* out, Parse parse) {
   return guarded(where, [&] {
     require_non_null(name, where, "name");
     require_non_null(out, where, "out");
-    *out = static_cast<CEnum>(static_cast<int>(parse(name, "name")));
+    *out = static_cast<CEnum>(static_cast<int>(parse(name, what)));
   });
 }
 
@@ -35,19 +35,19 @@ const char* rotary_status_name(rotary_status_t status) {
 const char* rotary_version(void) { return ROTARY_VERSION_STRING; }
 
 rotary_status_t rotary_layout_from_name(const char* name, rotary_layout_t* out) {
-  return from_name("rotary_layout_from_name", name, out, rotary::parse_layout);
+  return from_name("rotary_layout_from_name", "layout", name, out, rotary::parse_layout);
 }
 
 rotary_status_t rotary_pairing_from_name(const char* name, rotary_pairing_t* out) {
-  return from_name("rotary_pairing_from_name", name, out, rotary::parse_pairing);
+  return from_name("rotary_pairing_from_name", "pairing", name, out, rotary::parse_pairing);
 }
 
 rotary_status_t rotary_direction_from_name(const char* name, rotary_direction_t* out) {
-  return from_name("rotary_direction_from_name", name, out, rotary::parse_direction);
+  return from_name("rotary_direction_from_name", "direction", name, out, rotary::parse_direction);
 }
 
 rotary_status_t rotary_backend_from_name(const char* name, rotary_backend_t* out) {
-  return from_name("rotary_backend_from_name", name, out, rotary::parse_backend);
+  return from_name("rotary_backend_from_name", "backend", name, out, rotary::parse_backend);
 }
 
 rotary_status_t rotary_tensor_contiguous(rotary_tensor_t* t, void* data, rotary_dtype_t dtype, int32_t rank,
