@@ -1,0 +1,130 @@
+// The CUDA backend's host half: device checks, per-device table copies, Job and geometry, launch (CUDA-free C++).
+#include <atomic>
+#include <string>
+
+#include "cuda/device.h"
+#include "plan/table_attachment.h"
+
+namespace rotary::detail::cuda {
+namespace {
+
+constexpr const char* kWhere = "rotary_apply";
+
+std::atomic<DeviceRuntime*> g_override{nullptr};
+
+/// Every pointer of the call on q's device.
+int check_devices(const Plan& plan, DeviceRuntime& rt) {
+  static const char* const kIn[2] = {"q", "k"};
+  static const char* const kOut[2] = {"q_out", "k_out"};
+  const int device = rt.device_of(plan.t[0].in, kIn[0]);
+  auto same = [&](const void* p, const char* what) {
+    if (p == nullptr) return;
+    const int d = rt.device_of(p, what);
+    if (d != device)
+      fail(Error::Kind::kInvalidArgument, kWhere,
+           std::string(what) + " must be on q's device " + std::to_string(device) + ", got device " + std::to_string(d));
+  };
+  for (int i = 0; i < plan.ntensors; ++i) {
+    if (i > 0) same(plan.t[i].in, kIn[i]);
+    if (!plan.t[i].inplace()) same(plan.t[i].out, kOut[i]);
+  }
+  const PlanPositions& p = plan.pos;
+  same(p.batch_offsets, "positions.batch_offsets");
+  same(p.ids, "positions.ids");
+  same(p.cu_seqlens, "positions.cu_seqlens");
+  same(p.seq_offsets, "positions.seq_offsets");
+  if (plan.cs.kind == PlanCosSin::Kind::kCaller) {
+    same(plan.cs.cos.data, "cos");
+    same(plan.cs.sin.data, "sin");
+  }
+  return device;
+}
+
+}  // namespace
+
+DeviceTables::~DeviceTables() {
+  for (const Block& b : blocks_) runtime_->release(b.device, b.p);
+}
+
+int DeviceTables::copies() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return copies_;
+}
+
+DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t n, const double* host_inv_freq,
+                                  int64_t half, void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (runtime != runtime_)
+    fail(Error::Kind::kInternal, kWhere, "a cos/sin table used on two device runtimes, got a second one");
+  Entry* e = nullptr;
+  for (Entry& x : entries_)
+    if (x.device == device) e = &x;
+  if (e != nullptr && e->n >= n) return {e->rows, e->n, e->inv_freq};
+  if (runtime_->capturing(stream))
+    fail(Error::Kind::kUnsupported, kWhere,
+         "the device copy of the cos/sin table must hold " + std::to_string(n) + " rows before CUDA graph capture "
+         "(make one call with the largest positions, or grow the table, before capturing), got a capture on device " +
+             std::to_string(device) + " whose copy holds " + std::to_string(e ? e->n : 0) + " rows");
+  auto allocate = [&](std::size_t bytes) {
+    void* p = runtime_->allocate(device, bytes);
+    blocks_.push_back({device, p});
+    return p;
+  };
+  if (e == nullptr) {
+    entries_.push_back(Entry{device, nullptr, 0, nullptr});
+    e = &entries_.back();
+    const std::size_t fb = static_cast<std::size_t>(half) * sizeof(double);
+    e->inv_freq = static_cast<double*>(allocate(fb));
+    runtime_->copy_to_device(device, e->inv_freq, host_inv_freq, fb, stream);
+  }
+  if (n > e->n) {
+    const std::size_t rb = static_cast<std::size_t>(n) * static_cast<std::size_t>(2 * half) * sizeof(float);
+    float* rows = static_cast<float*>(allocate(rb));
+    runtime_->copy_to_device(device, rows, host_rows, rb, stream);
+    e->rows = rows;
+    e->n = n;
+    ++copies_;
+  }
+  return {e->rows, e->n, e->inv_freq};
+}
+
+void device_apply(const Plan& plan, DeviceRuntime& rt) {
+  if (plan.dtype != DType::kF32 && plan.dtype != DType::kF16 && plan.dtype != DType::kBF16)
+    fail(Error::Kind::kUnsupported, kWhere,
+         std::string("backend cuda rotates f32, f16 and bf16 tensors, got ") + dtype_name(plan.dtype));
+  const bool on_the_fly = plan.cs.kind == PlanCosSin::Kind::kOnTheFly;
+  if ((on_the_fly || !plan.cs.axis_of_freq.empty()) && plan.half > kMaxParamFreqs)
+    fail(Error::Kind::kUnsupported, kWhere,
+         "backend cuda computes cos/sin on the fly, and maps multi-axis frequencies, for rotary_dim <= " +
+             std::to_string(2 * kMaxParamFreqs) + ", got rotary_dim " + std::to_string(plan.rotary_dim));
+  const int device = check_devices(plan, rt);
+
+  DeviceRows rows;
+  if (plan.cs.kind == PlanCosSin::Kind::kTable) {
+    if (plan.cs.table_owner == nullptr || plan.cs.inv_freq == nullptr)
+      fail(Error::Kind::kInternal, kWhere, "a device plan with table rows but no table owner, got none");
+    DeviceRuntime* owner_rt = &rt;
+    DeviceTables& tables = TableAttachment::get<DeviceTables>(
+        *plan.cs.table_owner, [&] { return std::make_shared<DeviceTables>(owner_rt); });
+    rows = tables.rows_for(&rt, device, plan.cs.table, plan.cs.table_size, plan.cs.inv_freq, plan.half, plan.stream);
+  }
+
+  Job job = make_job(plan, rows);
+  job.geo = launch_geometry(job, rt.limits(device));
+  if ((job.tokens + job.geo.block_y - 1) / job.geo.block_y > 0x7FFFFFFF)
+    fail(Error::Kind::kUnsupported, kWhere, "backend cuda launches at most 2^31 - 1 token blocks, got " +
+                                                std::to_string(job.tokens) + " tokens");
+  if (on_the_fly) {
+    ParamFreqs freqs;
+    param_freqs(plan, &freqs);
+    rt.launch(device, job, &freqs, plan.stream);
+  } else {
+    rt.launch(device, job, nullptr, plan.stream);
+  }
+}
+
+void set_runtime_override(DeviceRuntime* runtime) { g_override.store(runtime, std::memory_order_release); }
+
+DeviceRuntime* runtime_override() { return g_override.load(std::memory_order_acquire); }
+
+}  // namespace rotary::detail::cuda
