@@ -4,6 +4,7 @@
 #   bash scripts/dev.sh main    # deps + build + `rotary report` with plots (default preset llama-3.1-8b)
 #   bash scripts/dev.sh test    # deps + build + all C++ tests (ctest) + all Python tests (pytest)
 #   bash scripts/dev.sh deps | build | python | cpp-test | py-test   (the individual steps)
+#   bash scripts/dev.sh cuda-build   # CUDA build (needs nvcc, no GPU) + its CUDA tests (emulator; GPU tests skip)
 #
 # Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build/cpp),
 #              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt,
@@ -88,6 +89,25 @@ step_py_test() {
      "$VENV/bin/python" -m pytest -q -rs -p no:cacheprovider .)
 }
 
+# The CUDA backend built with nvcc into build-cuda (one architecture, sm_90, unless ROTARY_CUDA_ARCHS says
+# otherwise): the library, the CLI (bench --backend cuda) and the GPU test, which then runs (it skips without
+# a GPU; the emulator tests already ran in the ordinary build). CI runs this to catch CUDA compile and link
+# errors; scripts/device_check.sh builds and runs everything on a GPU.
+step_cuda_build() {
+  local nvcc
+  nvcc="$(command -v nvcc || true)"
+  [[ -n "$nvcc" ]] || nvcc=/usr/local/cuda/bin/nvcc
+  [[ -x "$nvcc" ]] || { log "nvcc not found: skipping the CUDA build"; return 0; }
+  local dir="${ROTARY_CUDA_BUILD_DIR:-build-cuda}"
+  log "configure + build with CUDA ($dir, $nvcc, architectures ${ROTARY_CUDA_ARCHS:-90})"
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON \
+        -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${ROTARY_CUDA_ARCHS:-90}" \
+        -DROTARY_SHARED_DIR="$ROOT/../shared" >/dev/null
+  cmake --build "$dir" -j "$JOBS" --target rotary rotary_cli cuda_device_test
+  log "GPU test ($dir; it skips without a GPU)"
+  "$dir/tests/cuda_device_test" --gtest_brief=1
+}
+
 step_main() {
   log "rotary report (main job) -> $REPORT_DIR"
   mkdir -p "$REPORT_DIR"
@@ -103,5 +123,6 @@ case "${1:-}" in
   python)   step_python ;;
   cpp-test) step_cpp_test ;;
   py-test)  step_py_test ;;
-  *) sed -n '2,10p' "$0"; exit 2 ;;
+  cuda-build) step_cuda_build ;;
+  *) sed -n '2,11p' "$0"; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 // CUDA backend entry points: the kernels (the rope_kernel.cuh body per thread) and the CUDA runtime behind device_apply.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -91,6 +92,15 @@ class CudaRuntime final : public DeviceRuntime {
     check(cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     check(cudaDeviceGetAttribute(&l.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device),
           "cudaDeviceGetAttribute");
+    // What is resident is bounded by registers too: ask for a full block of the common kernel (all instances
+    // use the same register count, nvcc -Xptxas -v: docs/performance.md).
+    DeviceScope scope(device);
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, rope_kernel<ElemType::kBF16, false, true>,
+                                                      static_cast<int>(kTargetBlockThreads), 0) == cudaSuccess &&
+        blocks > 0)
+      l.max_threads_per_sm = std::min(l.max_threads_per_sm, blocks * static_cast<int>(kTargetBlockThreads));
+    (void)cudaGetLastError();
     limits_.emplace_back(device, l);
     return l;
   }

@@ -108,7 +108,7 @@ struct ParamFreqs {
 /// What the launch geometry needs to know about the device.
 struct DeviceLimits {
   int sm_count = 132;
-  int max_threads_per_sm = 2048;
+  int max_threads_per_sm = 2048;  ///< threads of this kernel resident per SM (occupancy, registers included)
 };
 
 /// Device copies of a table's rows and frequencies (cuda::DeviceTables::rows_for).

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_cuda.h"
 #include "cli.h"
 #include "rotary/apply.h"
 #include "rotary/config.h"
@@ -23,7 +24,9 @@
 namespace rotary::cli {
 namespace {
 
-constexpr const char* kUsage = "rotary bench [--json] [--quick] [--case P1|P2] [--threads N]";
+constexpr const char* kUsage =
+    "rotary bench [--json] [--quick] [--case P1|P2] [--threads N] | rotary bench --backend cuda [--json] [--quick] "
+    "[--case T1|T4096|T32768|T131072]";
 
 // ------------------------------------------------------------------ cases
 
@@ -118,10 +121,15 @@ const Options kOptions = {
     {"quick", nullptr, "time for a fraction of the usual time (a smoke run; noisier numbers)", "off"},
     {"case", "P1|P2", "only prefill (P1) or only decode (P2)", "both"},
     {"threads", "N", "only this thread count (1..1024)", "1 and 2"},
+    {"backend", "cpu|cuda", "cuda: time the CUDA kernels (a CUDA build; --case T1|T4096|T32768|T131072)", "cpu"},
 };
 
 int run_bench(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
+  if (auto backend = flags.get("backend")) {
+    if (*backend == "cuda") return run_bench_cuda(flags);
+    if (*backend != "cpu") throw UsageError("--backend must be cpu or cuda, got " + *backend);
+  }
   const bool json = flags.has("json");
   const bool quick = flags.has("quick");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
@@ -227,7 +235,8 @@ int run_bench(const std::vector<std::string>& args) {
 }  // namespace
 
 ROTARY_CLI_COMMAND("bench", kUsage,
-                   "time the CPU kernels on Llama-3-8B prefill (P1) and decode (P2) against memory-speed limits",
+                   "time the CPU kernels on Llama-3-8B prefill (P1) and decode (P2) against memory-speed limits "
+                   "(--backend cuda: the CUDA kernels against a device copy)",
                    run_bench, &kOptions);
 
 }  // namespace rotary::cli
