@@ -21,6 +21,7 @@ struct OnnxRotaryArgs {
   int64_t num_heads = 0;             ///< attribute: required for 3-D x (head_size = hidden / num_heads)
   int threads = 0;                   ///< as ApplyArgs::threads
   Backend backend = Backend::kAuto;
+  void* stream = nullptr;            ///< as ApplyArgs::stream (backend cuda)
 };
 
 /// Runs the operator. Throws rotary::Error naming the ONNX input/attribute at fault (e.g.

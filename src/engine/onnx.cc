@@ -99,6 +99,7 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
   args.pairing = a.interleaved ? Pairing::kInterleaved : Pairing::kHalfSplit;
   args.threads = a.threads;
   args.backend = a.backend;
+  args.stream = a.stream;
   apply_cos_sin(cos, sin, args);
 }
 
