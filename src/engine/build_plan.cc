@@ -39,7 +39,8 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   const int backend_i = static_cast<int>(args.backend);
   if (backend_i < 0 || backend_i > 3) invalid("backend must be auto, cpu, reference or cuda, got " + str(backend_i));
   if (args.backend == Backend::kCuda && !cuda_available())
-    fail(Kind::kUnsupported, kApplyWhere, "backend cuda was requested, got a rotary built without CUDA");
+    fail(Kind::kUnsupported, kApplyWhere,
+         "backend cuda was requested, got no CUDA device to run on (a rotary built without CUDA, or no GPU)");
   if (args.threads < 0) invalid("threads must be >= 0 (0 = all usable cores), got " + str(args.threads));
   const int pos_kind = static_cast<int>(args.positions.kind);
   if (pos_kind < 0 || pos_kind > 2) invalid("positions.kind must be offset, ids or packed, got " + str(pos_kind));
