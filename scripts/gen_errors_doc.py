@@ -24,11 +24,11 @@ field, what was expected, and the offending value.
 
 | Kind (C++ `Error::Kind`) | C status | Python exception | CLI |
 |---|---|---|---|
-| `kInvalidArgument`: a value, shape, stride, dtype or pointer is wrong | `ROTARY_ERROR_INVALID_ARGUMENT` (1) | `ValueError` (`TypeError` when the message is about a dtype) | exit 2 |
-| `kOutOfRange`: a position or size beyond a documented limit | `ROTARY_ERROR_OUT_OF_RANGE` (2) | `ValueError` | exit 2 |
-| `kUnsupported`: valid but not built (CUDA) | `ROTARY_ERROR_UNSUPPORTED` (3) | `NotImplementedError` | exit 2 |
-| `kIo`: unreadable or malformed file | `ROTARY_ERROR_IO` (4) | `OSError` | exit 2 |
-| `kInternal`: a bug or out of memory | `ROTARY_ERROR_INTERNAL` (5) | `RuntimeError` | exit 2 (1 for non-rotary exceptions) |
+| `kInvalidArgument`: a value, shape, stride, dtype or pointer is wrong | `ROTARY_ERROR_INVALID_ARGUMENT` (1) | `ValueError` (`TypeError` for a wrong dtype) | exit 1 |
+| `kOutOfRange`: a position or size beyond a documented limit | `ROTARY_ERROR_OUT_OF_RANGE` (2) | `ValueError` | exit 1 |
+| `kUnsupported`: valid but not built (CUDA) | `ROTARY_ERROR_UNSUPPORTED` (3) | `NotImplementedError` | exit 1 |
+| `kIo`: unreadable or malformed file | `ROTARY_ERROR_IO` (4) | `OSError` | exit 1 |
+| `kInternal`: a bug or out of memory | `ROTARY_ERROR_INTERNAL` (5) | `RuntimeError` | exit 1 |
 
 ## Guarantees
 
