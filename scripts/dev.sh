@@ -101,8 +101,7 @@ step_cuda_build() {
   local dir="${ROTARY_CUDA_BUILD_DIR:-build-cuda}"
   log "configure + build with CUDA ($dir, $nvcc, architectures ${ROTARY_CUDA_ARCHS:-90})"
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${ROTARY_CUDA_ARCHS:-90}" \
-        -DROTARY_SHARED_DIR="$ROOT/../shared" >/dev/null
+        -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${ROTARY_CUDA_ARCHS:-90}" >/dev/null
   cmake --build "$dir" -j "$JOBS" --target rotary rotary_cli cuda_device_test
   log "GPU test ($dir; it skips without a GPU)"
   "$dir/tests/cuda_device_test" --gtest_brief=1

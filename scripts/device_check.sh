@@ -58,7 +58,7 @@ GEN=()
 command -v ninja >/dev/null && GEN=(-G Ninja)
 t0=$SECONDS
 cmake -S . -B build-device "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DROTARY_INSTALL=OFF -DROTARY_SHARED_DIR="$ROOT/../shared" "${PREFIX_ARGS[@]}"
+      -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DROTARY_INSTALL=OFF "${PREFIX_ARGS[@]}"
 cmake --build build-device -j "$(nproc)" --target rotary_cli cuda_device_test cuda_emulator_matrix_test \
       cuda_emulator_behaviour_test cuda_device_plan_test
 echo "build: $((SECONDS - t0)) s"
