@@ -1,4 +1,4 @@
-// The fuzz entry points (config parser, .npy reader, C API apply), shared by the libFuzzer binaries and the ctest replay.
+// The fuzz entry points (config parser, .npy reader, C API apply, Spec validation), shared by the libFuzzer binaries and the ctest replay.
 //
 // Each function takes arbitrary bytes and returns nullptr when every property held, or a description of
 // the violated property. The libFuzzer drivers abort on a violation (a crash); the corpus replay test
@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "npy.h"
+#include "rotary/apply.h"
 #include "rotary/config.h"
 #include "rotary/freqs.h"
 #include "rotary/rotary_c.h"
@@ -33,6 +35,9 @@ inline const char* config_target(const uint8_t* data, size_t size) {
     spec = spec_from_hf_config_json(text, "fuzz.json");
   } catch (const Error& e) {
     if (std::string_view(e.what()).substr(0, 8) != "[rotary_") return "config error message lacks [rotary_...] prefix";
+    // Bad values are quoted cut short: the message stays short whatever the input (4096 bytes here,
+    // megabytes in tests/hostile/cpp_limits_hostile_test.cc).
+    if (std::string_view(e.what()).size() > 700) return "config error message is not short";
     return nullptr;
   }
   try {
@@ -47,7 +52,7 @@ inline const char* config_target(const uint8_t* data, size_t size) {
       if (!std::isfinite(v) || v < 0) return "a validated spec gave a non-finite or negative frequency";
     if (!std::isfinite(f.attention_factor) || f.attention_factor <= 0) return "non-finite attention factor";
   } catch (const Error&) {
-    // A validated spec whose frequencies cannot be formed (e.g. dynamic NTK overflowing base): reported, fine.
+    return "a validated spec's frequencies could not be computed";  // Spec::validate evaluates them
   }
   return nullptr;
 }
@@ -62,6 +67,7 @@ inline const char* npy_target(const uint8_t* data, size_t size) {
     a = npy_parse(bytes, "fuzz.npy");
   } catch (const Error& e) {
     if (e.kind() != Error::Kind::kIo) return "npy_parse failed with a kind other than kIo";
+    if (std::string_view(e.what()).size() > 700) return "npy error message is not short";
     return nullptr;
   }
   for (int64_t d : a.shape)
@@ -86,6 +92,179 @@ inline const char* npy_target(const uint8_t* data, size_t size) {
       return "npy round trip changed the array";
   } catch (const Error&) {
     return "a parsed array could not be serialized and parsed back";
+  }
+  return nullptr;
+}
+
+// ------------------------------------------------------------------------------------------ Spec
+
+/// Reads spec fields from bytes: each field byte picks a value in and around the valid range (typical
+/// values mostly, edges and garbage sometimes). Missing bytes read as 0 (the first typical value).
+class SpecReader {
+ public:
+  SpecReader(const uint8_t* data, size_t size) : p_(data), n_(size) {}
+  uint8_t u8() { return i_ < n_ ? p_[i_++] : 0; }
+  /// One of `typical` for b < 192, else one of `edges`.
+  template <class T, size_t A, size_t B>
+  T pick(const T (&typical)[A], const T (&edges)[B]) {
+    const uint8_t b = u8();
+    return b < 192 ? typical[b % A] : edges[(b - 192) % B];
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t i_ = 0;
+};
+
+/// The spec's f32 output of rotating a [1, S, 1, D] tensor of values in [-1, 1] must be finite when
+/// |x0*c - x1*s| <= 2 * attention_factor cannot overflow f32.
+inline bool output_must_be_finite(double attention_factor) {
+  return 2.0 * attention_factor <= static_cast<double>(std::numeric_limits<float>::max());
+}
+
+/// Spec::validate: random fields in and around the valid ranges. Only rotary::Error escapes, with a short
+/// "[rotary_spec] ..." message; a spec that validates builds a Rope, gives finite frequencies for every
+/// seq_len up to 2^31 and applies without error at positions up to 2^31 - 1, with finite outputs from
+/// finite inputs (as long as 2 * attention_factor fits in f32).
+inline const char* spec_target(const uint8_t* data, size_t size) {
+  SpecReader r(data, size);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double kNaN = std::nan("");
+  constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+  Spec s;
+  static const int kTypes[] = {0, 1, 2, 3, 4, 5, 6};
+  static const int kBadTypes[] = {7, -1};
+  s.scaling.type = static_cast<RopeType>(r.pick(kTypes, kBadTypes));
+  static const int64_t kHeadDims[] = {8, 2, 4, 6, 16, 32, 64, 128, 12, 256};
+  static const int64_t kBadHeadDims[] = {0, 1, -8, 65536, 65538, 3, kI64Max, 1024};
+  s.head_dim = r.pick(kHeadDims, kBadHeadDims);
+  static const int64_t kRotary[] = {0, 0, 0, 2, 4, 6, 8, 16, 32, 64};
+  static const int64_t kBadRotary[] = {1, 7, -2, 4096, kI64Max, 10};
+  s.rotary_dim = r.pick(kRotary, kBadRotary);
+  static const double kBases[] = {10000.0, 500000.0, 1e6, 100.0, 2.0, 1.5, 1e4 + 0.5, 50000.0};
+  static const double kBadBases[] = {1.0, 0.999999, 1.000001, 1e-300, 1e-30, 1e-320, 1e300, 0.0, -1.0, kNaN, kInf, 0.5};
+  s.base = r.pick(kBases, kBadBases);
+  static const double kFactors[] = {0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 1.5, 40.0, 3.0};
+  static const double kBadFactors[] = {0.5, 1e300, 1e15, 1e100, kInf, kNaN, -2.0, 1.0000001, 9e15};
+  const double factor = r.pick(kFactors, kBadFactors);
+  if (factor != 0.0) s.scaling.factor = factor;
+  static const int64_t kMaxPos[] = {4096, 0, 2048, 131072, 8192, 64, 32768};
+  static const int64_t kBadMaxPos[] = {1, 2, -1, int64_t(1) << 31, kI64Max, 3};
+  s.max_position_embeddings = r.pick(kMaxPos, kBadMaxPos);
+  static const int64_t kOrig[] = {0, 4096, 2048, 8192, 1024};
+  static const int64_t kBadOrig[] = {1, 2, -5, kI64Max, (int64_t(1) << 31) - 1, 3};
+  s.scaling.original_max_position_embeddings = r.pick(kOrig, kBadOrig);
+  static const double kBetas[] = {32.0, 1.0, 0.0, 16.0, 64.0, 4.0};
+  static const double kBadBetas[] = {-1.0, kNaN, kInf, 1e300, 1e-300};
+  s.scaling.beta_fast = r.pick(kBetas, kBadBetas);
+  s.scaling.beta_slow = r.pick(kBetas, kBadBetas);
+  static const double kMscales[] = {0.0, 1.0, 0.707, 0.0, 2.0};
+  static const double kBadMscales[] = {-10.0, -20.0, 1e300, kNaN, -1e300, 1e-300};
+  const uint8_t ms = r.u8();
+  if (ms & 1) s.scaling.mscale = r.pick(kMscales, kBadMscales);
+  if (ms & 2) s.scaling.mscale_all_dim = r.pick(kMscales, kBadMscales);
+  s.scaling.truncate = (ms & 4) == 0;
+  static const double kAttn[] = {0.0, 1.0, 1.2, 0.5, 2.0};
+  static const double kBadAttn[] = {1e38, 3.4028234663852886e38, 1e39, 1e-300, -1.0, kInf, kNaN, 1.7e38};
+  const double af = r.pick(kAttn, kBadAttn);
+  if (af != 0.0) s.scaling.attention_factor = af;
+  static const double kLowHigh[] = {1.0, 4.0, 2.0, 8.0, 0.5};
+  static const double kBadLowHigh[] = {0.0, -1.0, kNaN, 1e300, 1e-300};
+  s.scaling.low_freq_factor = r.pick(kLowHigh, kBadLowHigh);
+  s.scaling.high_freq_factor = r.pick(kLowHigh, kBadLowHigh);
+  const uint8_t lists = r.u8();
+  if (lists & 1) {
+    static const double kList[] = {1.0, 1.0, 2.0, 0.5, 1.5, 4.0};
+    static const double kBadList[] = {1e-320, 1e300, 0.0, -1.0, kNaN, 1e-30};
+    const int64_t n = (s.rotary_dim > 0 ? s.rotary_dim : s.head_dim) / 2 + ((lists & 2) ? 1 : 0);
+    for (int64_t i = 0; i < std::min<int64_t>(std::max<int64_t>(n, 0), 4096); ++i) {
+      s.scaling.short_factor.push_back(r.pick(kList, kBadList));
+      s.scaling.long_factor.push_back(r.pick(kList, kBadList));
+    }
+  }
+  const uint8_t mr = r.u8();
+  if (mr & 1) {
+    const int64_t half = (s.rotary_dim > 0 ? s.rotary_dim : s.head_dim) / 2;
+    const int64_t a = half > 0 ? (mr >> 1) % (half + 1) : 0, b = half > 0 ? (mr >> 4) % (half - a + 1) : 0;
+    s.mrope.section = {a, b, half - a - b + ((mr & 0x80) ? 1 : 0)};
+    s.mrope.interleaved = (mr & 0x40) != 0;
+  }
+  static const double kPrf[] = {1.0, 0.5, 0.25, 1.0};
+  static const double kBadPrf[] = {0.0, 1.5, kNaN, -0.5};
+  s.partial_rotary_factor = r.pick(kPrf, kBadPrf);
+  s.pairing = (r.u8() & 1) ? Pairing::kInterleaved : Pairing::kHalfSplit;
+
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    const std::string_view msg(e.what());
+    if (msg.substr(0, 14) != "[rotary_spec] ") return "Spec::validate error message lacks the [rotary_spec] prefix";
+    if (msg.size() > 600) return "Spec::validate message is not short";
+    if (e.kind() != Error::Kind::kInvalidArgument) return "Spec::validate failed with a kind other than kInvalidArgument";
+    return nullptr;
+  } catch (...) {
+    return "Spec::validate threw something other than rotary::Error";
+  }
+  // Valid: every later use must work.
+  const Spec n = s.normalized();
+  const int64_t D = n.head_dim, R = n.effective_rotary_dim();
+  double attention_factor = 1.0;
+  try {
+    for (std::optional<int64_t> len : {std::optional<int64_t>(), std::optional<int64_t>(1), std::optional<int64_t>(4097),
+                                       std::optional<int64_t>(int64_t(1) << 31)}) {
+      const Frequencies f = compute_frequencies(n, len);
+      if (static_cast<int64_t>(f.inv_freq.size()) != R / 2) return "inv_freq has the wrong size";
+      for (double v : f.inv_freq)
+        if (!std::isfinite(v) || v < 0 || v > std::numeric_limits<float>::max()) return "valid spec: inv_freq not finite / f32";
+      if (!std::isfinite(f.attention_factor) || !(f.attention_factor > 0) ||
+          f.attention_factor > std::numeric_limits<float>::max())
+        return "valid spec: attention_factor not finite / f32";
+      attention_factor = f.attention_factor;
+    }
+  } catch (const Error&) {
+    return "compute_frequencies failed for a spec that validated";
+  }
+  const uint8_t m = r.u8();
+  RopeOptions o;
+  // Tables only for small heads (a table of a 64k head grows by megabytes per row).
+  o.mode = D > 512 ? CosSinMode::kOnTheFly : static_cast<CosSinMode>(m % 3);
+  o.table.max_positions = (m & 4) ? 300 : int64_t(1) << 22;
+  if (o.mode == CosSinMode::kTable) o.table.max_positions = 1 << 14;  // table-only mode: positions below
+  try {
+    Rope rope(n, o);
+    static const int64_t kPositions[] = {0, 1, 5, 100, 4095, 4096, 4097, 8191, 2047, 2049};
+    static const int64_t kFarPositions[] = {(int64_t(1) << 31) - 3, 1 << 20, 131071, 131072, 65536, 1 << 24};
+    const bool table_only = o.mode == CosSinMode::kTable;
+    for (int call = 0; call < 3; ++call) {
+      int64_t pos = r.pick(kPositions, kFarPositions);
+      if (table_only) pos %= o.table.max_positions - 3;
+      const int64_t S = 3;
+      std::vector<float> x(static_cast<size_t>(S * D));
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(r.u8()) - 128) / 128.0f;
+      ApplyArgs a;
+      a.q = TensorView::contiguous(x.data(), DType::kF32, {1, S, 1, D});
+      a.threads = 1;
+      std::vector<int64_t> ids;
+      if (n.mrope.enabled()) {
+        for (int axis = 0; axis < 3; ++axis)
+          for (int64_t t = 0; t < S; ++t) ids.push_back(pos + t + (pos < (int64_t(1) << 30) ? axis % 2 : 0));
+        a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {3, 1, S}));
+      } else {
+        a.positions = Positions::contiguous(pos);
+      }
+      static const int64_t kSeqLens[] = {0, 0, 1, 4096, 4097};
+      static const int64_t kFarSeqLens[] = {int64_t(1) << 31, 100000};
+      const int64_t sl = r.pick(kSeqLens, kFarSeqLens);
+      if (sl > 0) a.seq_len = sl;
+      rope.apply(a);
+      if (output_must_be_finite(attention_factor))
+        for (float v : x)
+          if (!std::isfinite(v)) return "a valid spec produced a non-finite output from finite input";
+    }
+  } catch (const Error& e) {
+    (void)e;
+    return "a spec that validated failed when applied";
   }
   return nullptr;
 }

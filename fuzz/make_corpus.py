@@ -94,12 +94,80 @@ def config_seeds(out, cli):
         "mrope_overflow.json": '{"head_dim": 8, "rope_scaling": {"type": "mrope", "mrope_section":'
                                ' [9223372036854775807, 9223372036854775807, 2]}}',
         "huge_head_dim.json": '{"head_dim": 9223372036854775807, "partial_rotary_factor": 1.0}',
+        # Nesting far deeper than the 4096-byte fuzz inputs can reach by chance (the parser must refuse it
+        # before building anything; rendering it in a message once overflowed the stack).
+        "deep_nesting.json": '{"head_dim": ' + "[" * 2000 + "]" * 2000 + "}",
+        "deep_objects.json": '{"head_dim": 8, "rope_scaling": ' + '{"a": ' * 500 + "1" + "}" * 501,
+        "depth_64_ok.json": '{"head_dim": 8, "x": ' + "[" * 63 + "]" * 63 + "}",
+        "huge_rope_type.json": '{"head_dim": 8, "rope_scaling": {"rope_type": "' + "y" * 3000 + '"}}',
     }
     for name, text in extra.items():
         open(os.path.join(out, name), "w").write(text)
 
 
+def spec_seeds(out):
+    """Encoded Spec fields (rotary::fuzz::spec_target): one byte per field picks a typical value (< 192) or an
+    edge value (>= 192); optional fields consume their bytes only when their flag is set."""
+    def edge(i):
+        return 192 + i
+
+    def spec(type_=0, head_dim=0, rotary_dim=0, base=0, factor=0, max_pos=0, orig=0, beta_fast=0, beta_slow=1,
+             mscale=None, mscale_all_dim=None, truncate=True, attn=0, low=0, high=1, lists=None, mrope=0, prf=0,
+             pairing=0, mode=0, calls=((0, 0), (3, 0), (5, 0)), head=8):
+        b = [type_, head_dim, rotary_dim, base, factor, max_pos, orig, beta_fast, beta_slow]
+        b.append((1 if mscale is not None else 0) | (2 if mscale_all_dim is not None else 0) | (0 if truncate else 4))
+        if mscale is not None:
+            b.append(mscale)
+        if mscale_all_dim is not None:
+            b.append(mscale_all_dim)
+        b += [attn, low, high]
+        if lists is None:
+            b.append(0)
+        else:
+            b.append(lists[0])
+            for v in lists[1]:
+                b += [v, v]
+        b += [mrope, prf, pairing, mode]
+        rng = np.random.default_rng(len(b))
+        for pos, seq in calls:
+            b.append(pos)
+            b += list(rng.integers(0, 256, 3 * head))
+            b.append(seq)
+        return bytes(int(v) for v in b)
+
+    cases = {
+        # typical specs of every rope type (head_dim 8 unless said)
+        "default_llama_128": spec(head_dim=7, base=1, head=128, calls=((4, 0), (edge(0), edge(0)), (9, 3))),
+        "linear_x4": spec(type_=1, factor=3),
+        "dynamic_far": spec(type_=2, factor=2, max_pos=0, calls=((edge(0), edge(0)), (7, 4), (1, 0))),
+        "yarn_deepseek_mscale": spec(type_=3, factor=7, orig=1, mscale=1, mscale_all_dim=2, head_dim=5, head=32),
+        "yarn_gpt_oss_no_truncate": spec(type_=3, factor=5, orig=1, truncate=False, beta_fast=0, beta_slow=1),
+        "longrope_lists": spec(type_=4, max_pos=3, orig=1, lists=(1, [2, 4, 0, 1])),
+        "llama3": spec(type_=5, factor=4, orig=1, low=0, high=1),
+        "proportional_partial": spec(type_=6, prf=1),
+        "mrope_sections": spec(mrope=0b00010101, head_dim=7, head=128),
+        "attention_1e38": spec(type_=3, factor=2, orig=1, attn=edge(0)),
+        "attention_f32_max": spec(type_=3, factor=2, orig=1, attn=edge(1)),
+        "head_dim_65536_on_the_fly": spec(head_dim=edge(3), head=0, calls=()),  # trailing reads: 0
+        "table_only_mode": spec(mode=1, calls=((8, 0), (4, 0), (5, 0))),
+        # the late failures of the reliability issue: must be refused by validate
+        "yarn_base_1": spec(type_=3, base=edge(0), factor=3, orig=1),
+        "tiny_base_rotary_128": spec(head_dim=7, base=edge(3), head=128),
+        "subnormal_base": spec(head_dim=7, base=edge(5), head=128),
+        "longrope_orig_1": spec(type_=4, max_pos=edge(1), orig=edge(0), lists=(1, [0, 0, 0, 0])),
+        "dynamic_factor_1e300": spec(type_=2, factor=edge(1), max_pos=5),
+        "dynamic_factor_1e15_huge_base": spec(type_=2, factor=edge(2), base=edge(6), max_pos=5),
+        "yarn_mscale_all_dim_zero_denominator": spec(type_=3, factor=3, orig=1, mscale=1, mscale_all_dim=edge(0)),
+        "attention_1e39": spec(type_=3, factor=2, orig=1, attn=edge(2)),
+        "longrope_subnormal_factor": spec(type_=4, max_pos=3, orig=1, lists=(1, [edge(0), 0, 0, 0])),
+    }
+    for name, data in cases.items():
+        open(os.path.join(out, name + ".bin"), "wb").write(data)
+
+
 if __name__ == "__main__":
+    os.makedirs(os.path.join(HERE, "corpus", "spec"), exist_ok=True)
+    spec_seeds(os.path.join(HERE, "corpus", "spec"))
     for d in ("npy", "apply", "config"):
         os.makedirs(os.path.join(HERE, "corpus", d), exist_ok=True)
     npy_seeds(os.path.join(HERE, "corpus", "npy"))

@@ -38,8 +38,22 @@ field, what was expected, and the offending value.
   `rotary_apply_cos_sin`, ONNX) is `kOutOfRange`. Growable tables (`apply_table`, `Rope` in `CosSinMode::kTable`)
   grow up to `TableOptions::max_positions` (default 2^22 rows) and fail with `kOutOfRange` past it; `Rope` in
   `CosSinMode::kAuto` computes cos/sin on the fly beyond the table (exact, the same values).
-- **Limits.** Positions are integers in [0, 2^31) (fractional positions: finite, in [0, 2^31)); `head_dim` of a
-  Spec is in [1, 65536]; tensor shapes, strides and byte sizes must fit in int64.
+- **Limits.** Positions are integers in [0, 2^31) (fractional positions: finite, in [0, 2^31)); seq_len is at most
+  2^31; the helpers that produce positions (`cp_positions`, `cp_positions_packed`, `grid_positions`) refuse to
+  produce any at or past 2^31; `head_dim` of a Spec (and ggml `n_dims`, vision and weight-permutation
+  `head_dim`) is in [1, 65536]; tensor shapes, strides and byte sizes must fit in int64. Every sum or product
+  of caller numbers is checked: an overflow is an error naming the values, never a wrapped result.
+- **Specs that validate work.** `Spec::validate` evaluates the frequencies and refuses a spec whose
+  `inv_freq` or attention factor would be non-finite or beyond the f32 range, naming the field that causes it
+  (see docs/accuracy.md); a spec that validates never fails later for numerical reasons.
+- **Hostile sizes.** config.json may nest arrays/objects at most 64 levels deep (checked before parsing);
+  a .npy header may be at most 1 MiB, and `npy_load` reads and checks the header before the payload, then
+  reads the payload straight into the array (a junk file or `/dev/zero` costs a few bytes). A message quotes
+  user input (a value, a name, a header) cut after a few dozen characters, with the full size appended
+  (`"aaaa..." (1048576 bytes)`), so messages stay short whatever the input.
+- **Files written whole or not at all.** Files rotary writes (`npy_save`, so `rotary apply --output`) go to a
+  temporary file in the target's folder, are fsynced and renamed over the target: on any error the old file is
+  intact and no temporary file is left, also when the output is the input.
 - **Aliasing.** An output is either exactly its input (same data pointer and strides: in place) or shares no
   memory with any input or the other output; an output never maps two elements to one address (zero or
   overlapping strides). Negative strides are rejected (numpy views with them are copied by the Python layer
@@ -78,7 +92,9 @@ def main():
     fd, rows_path = tempfile.mkstemp(suffix=".tsv")
     os.close(fd)
     env = dict(os.environ, ROTARY_ERRORS_DOC=rows_path)
-    for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"), ("c_api_hostile_test", "HostileC.EveryCase*"),
+    for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"),
+                     ("hostile_cpp_limits_hostile_test", "HostileCpp.EveryCase*"),
+                     ("c_api_hostile_test", "HostileC.EveryCase*"),
                      ("cli_hostile_test", "*"), ("cli_check_hostile_test", "CheckCli.Hostile*")):
         subprocess.run([os.path.join(build, "tests", exe), f"--gtest_filter={flt}"], env=env,
                        stdout=subprocess.DEVNULL)

@@ -49,7 +49,7 @@ fi
 if [[ "$WHAT" == all || "$WHAT" == fuzz ]]; then
   if command -v clang++ >/dev/null 2>&1; then
     stage fuzz-build cmake --workflow --preset fuzz
-    for t in config npy apply; do
+    for t in config npy apply spec; do
       stage "fuzz-$t(${FUZZ_SECONDS}s)" run_fuzzer "$t"
     done
   else

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "rotary/api.h"
@@ -39,18 +38,39 @@ struct TableOptions {
 ///   row(p) = [ cos(p*theta_0)*af, ..., cos(p*theta_{h-1})*af, sin(p*theta_0)*af, ..., sin(p*theta_{h-1})*af ]
 /// where h = rotary_dim/2 and af = attention_factor (folded in, as HF does).
 ///
-/// Thread-safety: all const methods and ensure() may be called concurrently from any threads.
-/// Growth allocates a larger block, fills it, and publishes it with a release store; older blocks
-/// are kept until the table is destroyed, so a View obtained earlier stays valid and unchanged.
+/// Thread-safety: all const methods and ensure() may be called concurrently from any threads. Growth
+/// builds a larger block (old rows copied, new rows computed) and publishes it with a release store;
+/// readers never wait. A View pins the block it points to: its rows stay valid and unchanged for as long
+/// as the View (or a copy of it) exists, even if the table grows or is destroyed meanwhile. A block that
+/// has been replaced is freed as soon as no View refers to it, so memory is the current block plus the
+/// blocks of Views still alive (in-flight apply calls): at most max_positions rows once calls return.
 /// Growth is amortised (capacity at least doubles).
+///
+/// Fork safety: no lock is held across growth. Concurrent growers take turns through an atomic flag that
+/// records the owner's process id; a child forked while a parent thread was growing sees another
+/// process's id there, takes the flag over and grows normally (see docs/threading.md).
 class ROTARY_API CosSinTable {
  public:
-  struct View {
+  struct Block;  // one allocation of rows (internal)
+
+  /// The rows [0, size) of the table when the view was taken, kept alive by the view (see above).
+  class ROTARY_API View {
+   public:
     const float* data = nullptr;  ///< size * 2 * half floats
     int64_t size = 0;             ///< positions available
     int64_t half = 0;
     const float* cos(int64_t pos) const { return data + pos * 2 * half; }
     const float* sin(int64_t pos) const { return data + pos * 2 * half + half; }
+
+    View() = default;
+    View(const View& other);
+    View(View&& other) noexcept;
+    View& operator=(View other) noexcept;
+    ~View();
+
+   private:
+    friend class CosSinTable;
+    Block* pin_ = nullptr;
   };
 
   explicit CosSinTable(Frequencies freqs, TableOptions options = {});
@@ -65,26 +85,32 @@ class ROTARY_API CosSinTable {
   int64_t size() const;
   /// Makes positions [0, n) available (grows if needed). Throws Error(kOutOfRange) if n > max_positions.
   void ensure(int64_t n_positions);
-  /// Snapshot of the current contents; valid for the lifetime of the table.
+  /// Snapshot of the current contents, valid while the View exists.
   View view() const;
   /// ensure(n_positions) then view().
   View view_for(int64_t n_positions);
 
  private:
-  struct Block {
-    std::unique_ptr<float[]> data;
-    int64_t size;
-  };
+  class GrowFlag;
+  /// Drops the table's reference to replaced blocks once no reader is between loading and pinning one.
+  /// Caller holds the grow flag.
+  void reclaim_locked() const;
+  /// reclaim_locked() if the grow flag is free right now (never waits).
+  void try_reclaim() const;
+
   Frequencies freqs_;
   TableOptions options_;
-  std::mutex grow_mutex_;
-  std::vector<Block> blocks_;           // guarded by grow_mutex_; never shrinks
-  std::atomic<const Block*> current_{nullptr};
+  std::atomic<Block*> current_{nullptr};
+  std::atomic<int64_t> size_{0};
+  mutable std::atomic<int64_t> pinning_{0};      // readers between loading current_ and pinning it
+  mutable std::atomic<int32_t> grower_{0};       // process id of the growing (or reclaiming) thread, 0 = none
+  mutable std::atomic<bool> has_retired_{false};
+  mutable Block* retired_ = nullptr;             // replaced blocks still referenced by the table; grow flag
   // Backend data that lives and dies with the table (the CUDA backend's device copies of the rows),
-  // created on first use through detail::TableAttachment.
+  // created on first use through detail::TableAttachment and published with a compare-exchange (no
+  // lock: see docs/threading.md on fork).
   friend struct detail::TableAttachment;
-  mutable std::mutex attachment_mutex_;
-  mutable std::shared_ptr<void> attachment_;
+  mutable std::atomic<std::shared_ptr<void>*> attachment_{nullptr};
 };
 
 }  // namespace rotary

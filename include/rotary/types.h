@@ -131,4 +131,9 @@ class ROTARY_API Error : public std::runtime_error {
 /// Throws rotary::Error(kind, "[where] " + message).
 [[noreturn]] ROTARY_API void fail(Error::Kind kind, const char* where, const std::string& message);
 
+/// User text as messages quote it: in double quotes, bytes outside printable ASCII as \xNN, and cut
+/// after `max_chars` characters with the total size appended ("...\" (50000000 bytes)"), so that
+/// a message stays short whatever the input (every message that quotes user input goes through this).
+ROTARY_API std::string quote_value(std::string_view text, std::size_t max_chars = 48);
+
 }  // namespace rotary

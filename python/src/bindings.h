@@ -5,7 +5,7 @@
 #include <nanobind/ndarray.h>
 
 #include <memory>
-#include <mutex>
+#include <atomic>
 
 #include "rotary/onnx.h"
 #include "rotary/rotary.h"
@@ -34,9 +34,11 @@ class PySpec {
   bool has_rope() const;
 
  private:
+  /// The Rope, published with a compare-exchange (a racing loser deletes its own): no lock, so that a
+  /// fork() (DataLoader workers) while another thread builds it cannot leave the child blocked.
   struct Cache {
-    std::mutex mutex;
-    std::unique_ptr<rotary::Rope> rope;
+    std::atomic<rotary::Rope*> rope{nullptr};
+    ~Cache() { delete rope.load(); }
   };
   rotary::Spec spec_;
   std::shared_ptr<Cache> cache_;

@@ -55,7 +55,7 @@ rotary::TableKind kind_from(const std::string& s) {
   if (s == "inv_freq") return rotary::TableKind::kInvFreq;
   if (s == "cos_sin") return rotary::TableKind::kCosSin;
   if (s == "rotated") return rotary::TableKind::kRotated;
-  throw nb::value_error(("[rotary_check] kind must be inv_freq, cos_sin or rotated, got \"" + s + "\"").c_str());
+  throw nb::value_error(("[rotary_check] kind must be inv_freq, cos_sin or rotated, got " + rotary::quote_value(s)).c_str());
 }
 
 }  // namespace

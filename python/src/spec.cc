@@ -16,15 +16,14 @@ namespace rotary_py {
 PySpec::PySpec(const rotary::Spec& spec) : spec_(spec.normalized()), cache_(std::make_shared<Cache>()) {}
 
 rotary::Rope& PySpec::rope() const {
-  std::lock_guard<std::mutex> lock(cache_->mutex);
-  if (!cache_->rope) cache_->rope = std::make_unique<rotary::Rope>(spec_);
-  return *cache_->rope;
+  rotary::Rope* have = cache_->rope.load(std::memory_order_acquire);
+  if (have != nullptr) return *have;
+  auto made = std::make_unique<rotary::Rope>(spec_);  // cheap: no table rows until used
+  if (cache_->rope.compare_exchange_strong(have, made.get(), std::memory_order_acq_rel)) return *made.release();
+  return *have;  // another thread published first; ours is dropped
 }
 
-bool PySpec::has_rope() const {
-  std::lock_guard<std::mutex> lock(cache_->mutex);
-  return cache_->rope != nullptr;
-}
+bool PySpec::has_rope() const { return cache_->rope.load(std::memory_order_acquire) != nullptr; }
 
 namespace {
 

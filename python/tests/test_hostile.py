@@ -20,6 +20,15 @@ def x4(B=2, S=3, H=2, seed=0):
     return np.random.default_rng(seed).standard_normal((B, S, H, D)).astype(np.float32)
 
 
+def _nested_dict(depth):
+    d = {"head_dim": 8}
+    inner = d
+    for _ in range(depth):
+        inner["x"] = {}
+        inner = inner["x"]
+    return d
+
+
 # Each case: (name, callable(x) that performs the call on x in place when possible, exception, needles)
 def _shifted_out(x):
     buf = np.zeros(x.size + 8, dtype=np.float32)
@@ -111,6 +120,44 @@ CASES = [
     ("config factor string",
      lambda x: rotary.Spec.from_hf_config({"head_dim": 8, "rope_scaling": {"type": "linear", "factor": "2"}}),
      ValueError, ["rope_scaling.factor", '"2"']),
+    # Hostile depth and size: bounded work, short messages (a 100000-deep value used to overflow the stack).
+    ("config text 100000 arrays deep",
+     lambda x: rotary.Spec.from_hf_config('{"head_dim": ' + "[" * 100000 + "]" * 100000 + "}"),
+     OSError, ["deeper than 64 levels"]),
+    ("config dict 100 levels deep", lambda x: rotary.Spec.from_hf_config(_nested_dict(100)), OSError,
+     ["config dict nests arrays/objects deeper than 64 levels"]),
+    ("config head_dim a 1e6-element list", lambda x: rotary.Spec.from_hf_config({"head_dim": [1] * 1000000}),
+     ValueError, ["head_dim must be an integer, got [1,1,1", "..."]),
+    ("preset name of 1 MB", lambda x: rotary.Spec.preset("p" * (1 << 20)), ValueError, ["(1048576 bytes)"]),
+    # Checked arithmetic in the helpers (these wrapped around silently).
+    ("grid_positions 2^62 x 4", lambda x: rotary.grid_positions(2**62, 4), ValueError,
+     ["height * width", "4611686018427387904 x 4"]),
+    ("grid_positions 2^32 x 2^32", lambda x: rotary.grid_positions(2**32, 2**32), ValueError, ["must be < 2^31"]),
+    ("cp_positions offset 2^63-1", lambda x: rotary.cp_positions(0, 1, 2, 2**63 - 1), ValueError,
+     ["last global position", "9223372036854775807"]),
+    ("cp_positions local_len 2^62", lambda x: rotary.cp_positions(0, 2, 2**62), ValueError,
+     ["local_len * cp.size", "overflows int64"]),
+    ("cp_positions_packed cu [0, 5, -2^63]", lambda x: rotary.cp_positions_packed(0, 1, [0, 5, -2**63]), ValueError,
+     ["non-decreasing", "-9223372036854775808"]),
+    ("ggml mrope sections overflow", lambda x: rotary.ggml_frequencies("mrope", 8, sections=[2**63 - 1, 2**63 - 1, 0, 0]),
+     ValueError, ["sections[0] must be <= 8"]),
+    # Specs that validated and then failed (or gave inf/NaN) at first use: refused when built, naming the field.
+    ("spec yarn base 1", lambda x: rotary.Spec(8, base=1.0, rope_type="yarn", factor=4.0,
+                                               original_max_position_embeddings=4096),
+     ValueError, ["base 1 with rotary_dim 8 and rope_type yarn", "inv_freq[0]"]),
+    ("spec longrope original_max 1",
+     lambda x: rotary.Spec(8, rope_type="longrope", max_position_embeddings=2, original_max_position_embeddings=1,
+                           short_factor=[1] * 4, long_factor=[1] * 4),
+     ValueError, ["scaling.original_max_position_embeddings 1", "attention_factor inf"]),
+    ("spec yarn mscale_all_dim zero denominator",
+     lambda x: rotary.Spec(8, rope_type="yarn", factor=2.718281828459045, original_max_position_embeddings=4096,
+                           mscale=1.0, mscale_all_dim=-10.0),
+     ValueError, ["scaling.mscale_all_dim -10", "attention_factor"]),
+    ("spec dynamic factor 1e300", lambda x: spec(rope_type="dynamic", factor=1e300), ValueError,
+     ["scaling.factor 1e+300 gives the dynamic NTK base"]),
+    ("spec attention_factor 1e39", lambda x: rotary.Spec(8, rope_type="yarn", factor=2.0,
+                                                         original_max_position_embeddings=4096, attention_factor=1e39),
+     ValueError, ["scaling.attention_factor 1e+39", "f32 maximum"]),
 ]
 
 

@@ -1,4 +1,5 @@
 // The C API's specs: creation from presets, config.json and descriptors; description; frequencies; preset names.
+#include <atomic>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -70,10 +71,18 @@ rotary_spec_t* new_spec(const rotary::Spec& spec) {
   return handle.release();
 }
 
+/// The preset names, built once. Published with a compare-exchange rather than a function-local static,
+/// whose initialisation guard is a lock a fork() could leave held in the child.
+std::atomic<const std::vector<std::string>*> g_preset_names{nullptr};
+
 const std::vector<std::string>* preset_list() noexcept {
+  const std::vector<std::string>* have = g_preset_names.load(std::memory_order_acquire);
+  if (have != nullptr) return have;
   try {
-    static const std::vector<std::string> names = rotary::preset_names();
-    return &names;
+    auto* made = new std::vector<std::string>(rotary::preset_names());  // never freed: lives with the process
+    if (g_preset_names.compare_exchange_strong(have, made, std::memory_order_acq_rel)) return made;
+    delete made;
+    return have;
   } catch (...) {
     return nullptr;
   }

@@ -87,7 +87,7 @@ double parse_meta(const TensorFile& f, const std::string& key, std::optional<dou
   const std::string& s = it->second;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v))
-    bad("ggml metadata \"" + key + "\" must be a finite number, got \"" + s + "\"");
+    bad("ggml metadata \"" + key + "\" must be a finite number, got " + quote_value(s));
   return v;
 }
 
@@ -116,7 +116,7 @@ Canonical decode_ggml(const TensorFile& f) {
       long long v = 0;
       auto [q, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
       if (ec != std::errc() || q != part.data() + part.size() || (i < 3 && end == std::string::npos) || (i == 3 && end != std::string::npos))
-        bad("ggml metadata \"sections\" must be four comma-separated integers, got \"" + s->second + "\"");
+        bad("ggml metadata \"sections\" must be four comma-separated integers, got " + quote_value(s->second));
       p.sections[static_cast<size_t>(i)] = v;
       at = end + 1;
     }

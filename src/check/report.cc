@@ -41,7 +41,7 @@ EngineLayout parse_engine_layout(const std::string& s, const char* where) {
   for (auto l : {EngineLayout::kHf, EngineLayout::kVllm, EngineLayout::kFlashInfer, EngineLayout::kTe, EngineLayout::kGgml,
                  EngineLayout::kOnnx, EngineLayout::kRaw})
     if (s == engine_layout_name(l)) return l;
-  fail(Error::Kind::kInvalidArgument, where, "layout must be one of hf, vllm, flashinfer, te, ggml, onnx, raw, got \"" + s + "\"");
+  fail(Error::Kind::kInvalidArgument, where, "layout must be one of hf, vllm, flashinfer, te, ggml, onnx, raw, got " + quote_value(s));
 }
 
 const char* table_kind_name(TableKind k) {

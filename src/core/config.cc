@@ -19,11 +19,77 @@ constexpr const char* kWhere = "rotary_config";
 
 [[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
 
-/// Short JSON rendering of a bad value for messages (strings keep their quotes).
+// Deepest nesting of arrays/objects a config may have (HF configs use 3 or 4 levels). Bounding it keeps
+// every recursive walk of the parsed document (copy, render, destroy) far from the stack's limit.
+constexpr int kMaxDepth = 64;
+// Characters of a bad value quoted in a message.
+constexpr std::size_t kShowChars = 60;
+
+/// Refuses text whose arrays/objects nest deeper than kMaxDepth, before the parser builds anything.
+/// Brackets inside strings do not count; malformed text is left to the parser's own error.
+void check_depth(std::string_view text, const std::string& source) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // skip the escaped character
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth)
+        fail(Error::Kind::kIo, kWhere,
+             source + " nests arrays/objects deeper than " + std::to_string(kMaxDepth) + " levels (at byte " +
+                 std::to_string(i) + "); config.json files use a few levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+/// Renders `v` as JSON into `out`, stopping once `out` holds more than `budget` characters: the cost is
+/// bounded by the budget (and the depth, bounded by check_depth), not by the size of the value.
+void render(const json& v, std::string& out, std::size_t budget) {
+  if (out.size() > budget) return;
+  if (v.is_array() || v.is_object()) {
+    const bool obj = v.is_object();
+    out += obj ? '{' : '[';
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out.size() <= budget; ++it) {
+      if (!first) out += ',';
+      first = false;
+      if (obj) out += json(it.key().substr(0, budget + 1)).dump() + ':';
+      render(it.value(), out, budget);
+    }
+    out += obj ? '}' : ']';
+    return;
+  }
+  if (v.is_string()) {
+    const std::string& str = v.get_ref<const std::string&>();
+    out += json(str.substr(0, budget + 1)).dump();  // a long string is cut below anyway
+    return;
+  }
+  out += v.dump();  // numbers, booleans, null: short
+}
+
+/// Short JSON rendering of a bad value for messages (strings keep their quotes), at most ~kShowChars.
 std::string show(const json& v) {
-  std::string s = v.dump();
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  std::string s;
+  render(v, s, kShowChars);
+  if (s.size() > kShowChars) s = s.substr(0, kShowChars - 3) + "...";
   return s;
+}
+
+/// The parser's message with its quoted token cut short (nlohmann quotes the whole token read so far).
+std::string parse_error_text(const char* what) {
+  std::string s(what);
+  const std::size_t mark = s.find("last read: '");
+  if (mark == std::string::npos || s.size() - mark < 200) return s.size() > 400 ? s.substr(0, 397) + "..." : s;
+  const std::size_t start = mark + 12;
+  const std::size_t end = s.find("'; ", start);
+  const std::string token = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  return s.substr(0, mark) + "last read: " + quote_value(token) + (end == std::string::npos ? "" : s.substr(end + 1));
 }
 
 /// Typed access to one JSON object; every error names `prefix + key`. A null value counts as absent
@@ -111,9 +177,8 @@ RopeType rope_type_from(const std::string& name, const std::string& field) {
     auto t = static_cast<RopeType>(i);
     if (name == rope_type_name(t)) return t;
   }
-  invalid(field +
-          " must be one of default, linear, dynamic, yarn, longrope, llama3, proportional (or mrope), got \"" +
-          name + "\"");
+  invalid(field + " must be one of default, linear, dynamic, yarn, longrope, llama3, proportional (or mrope), got " +
+          quote_value(name));
 }
 
 /// True when the language-model settings live in `text_config` (VL models such as Qwen3-VL).
@@ -156,8 +221,8 @@ Spec parse(const json& doc, const std::string& source) {
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
 
   // --- the RoPE dict: v5 rope_parameters wins over v4 rope_scaling.
-  static const json kEmpty = json::object();
-  const json* dict = &kEmpty;
+  const json empty = json::object();  // not a function-local static: its init guard is a lock fork() could hold
+  const json* dict = &empty;
   std::string dict_name = "rope_scaling";
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     if (!top.has(key)) continue;
@@ -264,11 +329,12 @@ Spec parse(const json& doc, const std::string& source) {
 }  // namespace
 
 Spec spec_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
+  check_depth(json_text, source_name);
   json doc;
   try {
     doc = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
-    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + e.what());
+    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
   }
   if (!doc.is_object())
     fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));

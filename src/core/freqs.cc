@@ -1,6 +1,8 @@
 // Frequency math for every rope_type, in double, following Hugging Face transformers' modeling_rope_utils.
 #include "rotary/freqs.h"
 
+#include "core/freqs_internal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -105,7 +107,7 @@ Frequencies llama3(const Spec& s) {
   const double low_wavelen = old_context / sc.low_freq_factor;
   const double high_wavelen = old_context / sc.high_freq_factor;
   Frequencies out;
-  out.inv_freq = default_inv_freq(s.base, s.rotary_dim);
+  out.inv_freq = reciprocal(pos_freqs(s.base, s.rotary_dim, s.rotary_dim / 2));
   for (double& f : out.inv_freq) {
     const double wavelen = kTwoPi / f;
     if (wavelen > low_wavelen) {
@@ -146,28 +148,36 @@ std::vector<double> default_inv_freq(double base, int64_t rotary_dim) {
 }
 
 Frequencies compute_frequencies(const Spec& spec, std::optional<int64_t> seq_len) {
-  if (seq_len && *seq_len < 0)
-    fail(Error::Kind::kInvalidArgument, "rotary_freqs", "seq_len must be >= 0, got " + std::to_string(*seq_len));
-  const Spec s = spec.normalized();
+  if (seq_len && (*seq_len < 0 || *seq_len > detail::kMaxSeqLen))
+    fail(*seq_len < 0 ? Error::Kind::kInvalidArgument : Error::Kind::kOutOfRange, "rotary_freqs",
+         "seq_len must be in [0, 2^31] (positions are < 2^31), got " + std::to_string(*seq_len));
+  return detail::frequencies_unchecked(spec.normalized(), seq_len);
+}
+
+namespace detail {
+
+double dynamic_base(const Spec& s, std::optional<int64_t> seq_len) {
+  const double max_pos = static_cast<double>(s.max_position_embeddings);
+  const double len = seq_len ? std::max(static_cast<double>(*seq_len), max_pos) : max_pos;
+  const double factor = *s.scaling.factor;
+  const double dim = static_cast<double>(s.rotary_dim);
+  return s.base * std::pow((factor * len / max_pos) - (factor - 1.0), dim / (dim - 2.0));
+}
+
+Frequencies frequencies_unchecked(const Spec& s, std::optional<int64_t> seq_len) {
   const Scaling& sc = s.scaling;
   Frequencies out;
   switch (sc.type) {
     case RopeType::kDefault:
-      out.inv_freq = default_inv_freq(s.base, s.rotary_dim);
+      out.inv_freq = reciprocal(pos_freqs(s.base, s.rotary_dim, s.rotary_dim / 2));
       break;
     case RopeType::kLinear:
-      out.inv_freq = default_inv_freq(s.base, s.rotary_dim);
+      out.inv_freq = reciprocal(pos_freqs(s.base, s.rotary_dim, s.rotary_dim / 2));
       for (double& f : out.inv_freq) f /= *sc.factor;
       break;
-    case RopeType::kDynamic: {
-      const double max_pos = static_cast<double>(s.max_position_embeddings);
-      const double len = seq_len ? std::max(static_cast<double>(*seq_len), max_pos) : max_pos;
-      const double factor = *sc.factor;
-      const double dim = static_cast<double>(s.rotary_dim);
-      const double base = s.base * std::pow((factor * len / max_pos) - (factor - 1.0), dim / (dim - 2.0));
-      out.inv_freq = default_inv_freq(base, s.rotary_dim);
+    case RopeType::kDynamic:
+      out.inv_freq = reciprocal(pos_freqs(dynamic_base(s, seq_len), s.rotary_dim, s.rotary_dim / 2));
       break;
-    }
     case RopeType::kYarn:
       out = yarn(s);
       break;
@@ -183,5 +193,7 @@ Frequencies compute_frequencies(const Spec& spec, std::optional<int64_t> seq_len
   }
   return out;
 }
+
+}  // namespace detail
 
 }  // namespace rotary

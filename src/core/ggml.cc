@@ -13,6 +13,7 @@ namespace {
 
 using Kind = Error::Kind;
 constexpr const char* kWhere = "rotary_ggml";
+constexpr int64_t kMaxDims = int64_t(1) << 16;  // as Spec::head_dim: bounds every per-pair allocation
 
 [[noreturn]] void invalid(const std::string& msg) { fail(Kind::kInvalidArgument, kWhere, msg); }
 using detail::num;
@@ -48,7 +49,7 @@ GgmlRopeMode parse_ggml_rope_mode(const std::string& s, const char* field) {
   if (s == "mrope" || s == "8") return GgmlRopeMode::kMrope;
   if (s == "vision" || s == "24") return GgmlRopeMode::kVision;
   if (s == "imrope" || s == "40") return GgmlRopeMode::kImrope;
-  invalid(std::string(field) + " must be one of normal (0), neox (2), mrope (8), vision (24), imrope (40), got \"" + s + "\"");
+  invalid(std::string(field) + " must be one of normal (0), neox (2), mrope (8), vision (24), imrope (40), got " + quote_value(s));
 }
 
 std::array<double, 2> ggml_yarn_corr_dims(int64_t n_dims, int64_t n_ctx_orig, double freq_base, double beta_fast,
@@ -64,6 +65,7 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
   if (mode_i != 0 && mode_i != 2 && mode_i != 8 && mode_i != 24 && mode_i != 40)
     invalid("mode must be normal (0), neox (2), mrope (8), vision (24) or imrope (40), got " + str(mode_i));
   if (p.n_dims <= 0 || p.n_dims % 2 != 0) invalid("n_dims must be even and > 0, got " + str(p.n_dims));
+  if (p.n_dims > kMaxDims) invalid("n_dims must be <= 65536 (rotary's head_dim limit), got " + str(p.n_dims));
   if (!std::isfinite(p.freq_base) || p.freq_base <= 0.0 || p.freq_base == 1.0)
     invalid("freq_base must be finite, > 0 and != 1, got " + num(p.freq_base));
   if (!std::isfinite(p.freq_scale) || p.freq_scale <= 0.0)
@@ -88,15 +90,17 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
   int64_t sect[4] = {0, 0, 0, 0};
   int64_t sect_dims = 0;
   if (is_multi) {
+    // ggml asserts sect_dims <= ne0 (the head size: n_dims, or 2*n_dims for VISION). Each entry is
+    // bounded first, so the sum (and 3 * sect[i] below) cannot overflow.
+    const int64_t ne0 = vision ? 2 * p.n_dims : p.n_dims;
     for (int i = 0; i < 4; ++i) {
       sect[i] = p.sections[static_cast<std::size_t>(i)];
       if (sect[i] < 0) invalid("sections[" + str(i) + "] must be >= 0, got " + str(sect[i]));
+      if (sect[i] > ne0) invalid("sections[" + str(i) + "] must be <= " + str(ne0) + " (the head size), got " + str(sect[i]));
       sect_dims += sect[i];
     }
     if (sect[0] <= 0 && sect[1] <= 0 && sect[2] <= 0)
       invalid("sections[0..2] must not all be 0 for mode " + std::string(ggml_rope_mode_name(p.mode)));
-    // ggml asserts sect_dims <= ne0 (the head size: n_dims, or 2*n_dims for VISION).
-    const int64_t ne0 = vision ? 2 * p.n_dims : p.n_dims;
     if (sect_dims > ne0) invalid("sum(sections) must be <= " + str(ne0) + ", got " + str(sect_dims));
   } else {
     for (int i = 0; i < 4; ++i)

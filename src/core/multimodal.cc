@@ -13,6 +13,8 @@ namespace {
 using Kind = Error::Kind;
 
 using detail::str;
+constexpr int64_t kMaxHalf = int64_t(1) << 15;         // pairs of the largest head (head_dim 65536)
+constexpr int64_t kPositionLimit = int64_t(1) << 31;  // positions are integers in [0, 2^31)
 
 /// theta_k = 1 / base^(2k/dim), the HF default ladder.
 double ladder(double base, int64_t k, int64_t dim) {
@@ -46,7 +48,8 @@ void AxisFrequencies::validate() const {
 
 std::vector<uint8_t> mrope_axis_map(const MRope& mrope, int64_t half) {
   const char* where = "rotary_mrope";
-  if (half <= 0) fail(Kind::kInvalidArgument, where, "rotary_dim/2 must be > 0, got " + str(half));
+  if (half <= 0 || half > kMaxHalf)
+    fail(Kind::kInvalidArgument, where, "rotary_dim/2 must be in [1, 32768], got " + str(half));
   if (mrope.section.size() != 3)
     fail(Kind::kInvalidArgument, where,
          "mrope.section must have exactly 3 entries (t, h, w), got " + str(static_cast<int64_t>(mrope.section.size())));
@@ -55,6 +58,11 @@ std::vector<uint8_t> mrope_axis_map(const MRope& mrope, int64_t half) {
     if (mrope.section[i] < 0)
       fail(Kind::kInvalidArgument, where,
            "mrope.section[" + str(static_cast<int64_t>(i)) + "] must be >= 0, got " + str(mrope.section[i]));
+    // Bounded entries keep the sum and 3 * section below free of overflow.
+    if (mrope.section[i] > half)
+      fail(Kind::kInvalidArgument, where,
+           "mrope.section[" + str(static_cast<int64_t>(i)) + "] must be <= rotary_dim/2 = " + str(half) + ", got " +
+               str(mrope.section[i]));
     sum += mrope.section[i];
   }
   if (sum != half)
@@ -104,7 +112,7 @@ VisionConvention parse_vision_convention(const std::string& s, const char* field
   if (s == "ggml-vision" || s == "ggml" || s == "ggml_vision") return VisionConvention::kGgmlVision;
   if (s == "pixtral") return VisionConvention::kPixtral;
   fail(Kind::kInvalidArgument, "rotary_vision",
-       std::string(field) + " must be one of qwen2vl, ggml-vision, pixtral, got \"" + s + "\"");
+       std::string(field) + " must be one of qwen2vl, ggml-vision, pixtral, got " + quote_value(s));
 }
 
 AxisFrequencies vision_frequencies(const VisionSpec& spec) {
@@ -114,6 +122,7 @@ AxisFrequencies vision_frequencies(const VisionSpec& spec) {
   const int64_t D = spec.head_dim;
   if (D <= 0 || D % 4 != 0)
     fail(Kind::kInvalidArgument, where, "head_dim must be a positive multiple of 4 (two axes of pairs), got " + str(D));
+  if (D > 2 * kMaxHalf) fail(Kind::kInvalidArgument, where, "head_dim must be <= 65536 (rotary's limit), got " + str(D));
   if (!std::isfinite(spec.base) || spec.base <= 1.0)
     fail(Kind::kInvalidArgument, where, "base must be finite and > 1, got " + std::to_string(spec.base));
   if (spec.pairing) {
@@ -149,7 +158,12 @@ std::vector<int64_t> grid_positions(int64_t height, int64_t width) {
   if (height < 0 || width < 0)
     fail(Kind::kInvalidArgument, "rotary_grid_positions",
          "height and width must be >= 0, got " + str(height) + " x " + str(width));
-  const int64_t n = height * width;
+  // One id per patch and axis: the patch count must be a token count rotary can address (< 2^31),
+  // which also keeps 2 * n and every index below free of overflow.
+  int64_t n = 0;
+  if (__builtin_mul_overflow(height, width, &n) || n >= kPositionLimit)
+    fail(Kind::kOutOfRange, "rotary_grid_positions",
+         "height * width (the patch count) must be < 2^31, got " + str(height) + " x " + str(width));
   std::vector<int64_t> ids(static_cast<std::size_t>(2 * n));
   for (int64_t p = 0; p < n; ++p) {
     ids[static_cast<std::size_t>(p)] = p / width;

@@ -274,7 +274,7 @@ const PresetEntry& find(std::string_view name) {
   std::string names;
   for (const auto& p : kPresets) names += std::string(names.empty() ? "" : ", ") + p.name;
   fail(Error::Kind::kInvalidArgument, "rotary_preset",
-       "preset must be one of " + names + ", got \"" + std::string(name) + "\"");
+       "preset must be one of " + names + ", got " + quote_value(name));
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
 // Spec validation and normalization: the strict checks that Hugging Face only warns about.
 #include <charconv>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/freqs_internal.h"
 #include "core/messages.h"
 #include "rotary/spec.h"
 
@@ -59,6 +63,87 @@ void check_factor_list(const char* field, const std::vector<double>& v, int64_t 
   }
 }
 
+/// rotary_dim and original_max_position_embeddings resolved (what normalized() returns, unvalidated).
+Spec with_defaults(const Spec& spec) {
+  Spec out = spec;
+  if (out.rotary_dim == 0) out.rotary_dim = out.head_dim;
+  if (out.scaling.original_max_position_embeddings == 0 &&
+      (out.scaling.type == RopeType::kYarn || out.scaling.type == RopeType::kLongRope ||
+       out.scaling.type == RopeType::kLlama3))
+    out.scaling.original_max_position_embeddings = out.max_position_embeddings;
+  return out;
+}
+
+// The largest finite f32: cos/sin rows are stored in f32 (and kernels may hold theta in f32).
+constexpr double kF32Max = static_cast<double>(std::numeric_limits<float>::max());
+
+bool in_f32_range(double v) { return std::isfinite(v) && v <= kF32Max && v >= -kF32Max; }
+
+/// The fields that produced the attention factor, with their values (for messages).
+std::string attention_factor_source(const Spec& s) {
+  const Scaling& sc = s.scaling;
+  if (sc.attention_factor) return "scaling.attention_factor " + num(*sc.attention_factor);
+  if (sc.type == RopeType::kYarn && sc.mscale && sc.mscale_all_dim)
+    return "scaling.mscale " + num(*sc.mscale) + " and scaling.mscale_all_dim " + num(*sc.mscale_all_dim) +
+           " (mscale(factor, mscale) / mscale(factor, mscale_all_dim))";
+  if (sc.type == RopeType::kLongRope)
+    return "scaling.original_max_position_embeddings " + std::to_string(sc.original_max_position_embeddings) +
+           " (sqrt(1 + ln(factor) / ln(original_max_position_embeddings)))";
+  return "scaling.factor";
+}
+
+/// Evaluates the frequencies of a structurally valid spec (`s` with defaults resolved) wherever they can
+/// differ: once for length-independent types, at both ends of [max_position_embeddings, 2^31] for
+/// dynamic NTK, for both factor lists of LongRoPE. Refuses, naming the field responsible, any inv_freq
+/// or attention_factor that is not finite or is outside the f32 range (and a non-positive attention
+/// factor), so that a spec that validates never fails, nor produces inf/NaN, when applied.
+void check_frequencies(const Spec& s) {
+  const Scaling& sc = s.scaling;
+  std::vector<std::optional<int64_t>> lengths = {std::nullopt};
+  if (sc.type == RopeType::kDynamic) lengths.push_back(detail::kMaxSeqLen);
+  if (sc.type == RopeType::kLongRope) lengths.push_back(detail::kMaxSeqLen);  // long factors if orig < 2^31
+  for (const auto& len : lengths) {
+    double dyn_base = s.base;  // dynamic NTK: the base at this length
+    if (sc.type == RopeType::kDynamic) {
+      dyn_base = detail::dynamic_base(s, len);
+      if (!std::isfinite(dyn_base) || !(dyn_base > 0))
+        invalid("scaling.factor " + num(*sc.factor) + " gives the dynamic NTK base " + num(dyn_base) + " at seq_len " +
+                (len ? std::to_string(*len) : std::string("max_position_embeddings")) +
+                " (base * (factor * seq_len / max_position_embeddings - (factor - 1))^(R/(R-2)) with base " + num(s.base) +
+                ", max_position_embeddings " + std::to_string(s.max_position_embeddings) + ", R " +
+                std::to_string(s.rotary_dim) + "); it must be finite and > 0");
+    }
+    const Frequencies f = detail::frequencies_unchecked(s, len);
+    const double af = f.attention_factor;
+    if (!in_f32_range(af) || !(af > 0))
+      invalid(attention_factor_source(s) + " gives attention_factor " + num(af) +
+              ", which must be finite, > 0 and at most 3.4028234663852886e+38 (the f32 maximum)");
+    for (std::size_t i = 0; i < f.inv_freq.size(); ++i) {
+      const double v = f.inv_freq[i];
+      if (in_f32_range(v) && v >= 0) continue;
+      const std::string what = "inv_freq[" + std::to_string(i) + "] = " + num(v) +
+                               ", which must be finite, >= 0 and at most 3.4028234663852886e+38 (the f32 maximum)";
+      if (sc.type == RopeType::kLongRope) {
+        // The plain ladder at i is fine: the factor list divided it out of range.
+        const double ladder = 1.0 / std::pow(s.base, static_cast<double>(2 * static_cast<int64_t>(i)) /
+                                                         static_cast<double>(s.rotary_dim));
+        if (in_f32_range(ladder)) {
+          const bool use_long = len.has_value() && *len > sc.original_max_position_embeddings;
+          const std::vector<double>& ext = use_long ? sc.long_factor : sc.short_factor;
+          invalid(std::string(use_long ? "scaling.long_factor[" : "scaling.short_factor[") + std::to_string(i) + "] " +
+                  num(ext[i]) + " gives " + what);
+        }
+      }
+      if (dyn_base != s.base)
+        invalid("scaling.factor " + num(*sc.factor) + " gives the dynamic NTK base " + num(dyn_base) + " at seq_len " +
+                std::to_string(len.value_or(s.max_position_embeddings)) + ", and with it " + what);
+      invalid("base " + num(s.base) + " with rotary_dim " + std::to_string(s.rotary_dim) +
+              (sc.type == RopeType::kDefault ? std::string() : std::string(" and rope_type ") + rope_type_name(sc.type)) +
+              " gives " + what);
+    }
+  }
+}
+
 }  // namespace
 
 const char* rope_type_name(RopeType t) {
@@ -72,7 +157,7 @@ RopeType parse_rope_type(const std::string& s, const char* field) {
     if (s == e.name) return e.type;
   std::string names;
   for (const auto& e : kRopeTypes) names += std::string(names.empty() ? "" : ", ") + e.name;
-  invalid(std::string(field) + " must be one of " + names + ", got \"" + s + "\"");
+  invalid(std::string(field) + " must be one of " + names + ", got " + quote_value(s));
 }
 
 void Spec::validate() const {
@@ -179,15 +264,13 @@ void Spec::validate() const {
     if (sum != r / 2)
       invalid("mrope.section must sum to rotary_dim/2 = " + std::to_string(r / 2) + ", got " + std::to_string(sum));
   }
+
+  // Every field is in range on its own: now the numbers they produce together.
+  check_frequencies(with_defaults(*this));
 }
 
 Spec Spec::normalized() const {
-  Spec out = *this;
-  if (out.rotary_dim == 0) out.rotary_dim = out.head_dim;
-  if (out.scaling.original_max_position_embeddings == 0 &&
-      (out.scaling.type == RopeType::kYarn || out.scaling.type == RopeType::kLongRope ||
-       out.scaling.type == RopeType::kLlama3))
-    out.scaling.original_max_position_embeddings = out.max_position_embeddings;
+  Spec out = with_defaults(*this);
   out.validate();
   return out;
 }

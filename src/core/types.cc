@@ -55,7 +55,7 @@ int parse_name(std::string_view name, std::initializer_list<Spelling> spellings,
   for (const Spelling& s : spellings)
     if (s.name == name) return s.value;
   fail(Error::Kind::kInvalidArgument, "rotary",
-       std::string(what) + " must be " + expected + ", got \"" + std::string(name.substr(0, 64)) + "\"");
+       std::string(what) + " must be " + expected + ", got " + quote_value(name));
 }
 
 }  // namespace
@@ -132,6 +132,24 @@ TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<in
 
 void fail(Error::Kind kind, const char* where, const std::string& message) {
   throw Error(kind, std::string("[") + where + "] " + message);
+}
+
+std::string quote_value(std::string_view text, std::size_t max_chars) {
+  std::string out = "\"";
+  std::size_t i = 0;
+  for (; i < text.size() && i < max_chars; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  if (i < text.size()) return out + "...\" (" + std::to_string(text.size()) + " bytes)";
+  return out + "\"";
 }
 
 }  // namespace rotary

@@ -89,18 +89,23 @@ class Pool {
 };
 
 std::atomic<Pool*> g_pool{nullptr};
-std::once_flag g_pool_once;
 
 /// A forked child has none of the parent's worker threads: it starts over with an empty pool
 /// (the parent's Pool object is leaked in the child, as its mutexes may have been held at fork).
 void reset_pool_in_child() { g_pool.store(new Pool, std::memory_order_release); }
 
+/// The pool, created by the first call that needs one. Published with a compare-exchange, not
+/// std::call_once or a function-local static: their "initialisation in progress" state is a lock that a
+/// fork() during the first call would leave held in the child.
 Pool& pool() {
-  std::call_once(g_pool_once, [] {
-    g_pool.store(new Pool, std::memory_order_release);  // never destroyed: workers stay parked at exit
-    pthread_atfork(nullptr, nullptr, reset_pool_in_child);
-  });
-  return *g_pool.load(std::memory_order_acquire);
+  Pool* p = g_pool.load(std::memory_order_acquire);
+  if (p != nullptr) return *p;
+  static std::atomic<bool> registered{false};  // constant-initialised: no guard
+  if (!registered.exchange(true)) pthread_atfork(nullptr, nullptr, reset_pool_in_child);  // exactly once
+  Pool* made = new Pool;  // never destroyed: workers stay parked at exit
+  if (g_pool.compare_exchange_strong(p, made, std::memory_order_acq_rel)) return *made;
+  delete made;  // another thread won; it has no workers yet
+  return *p;
 }
 
 void run_serial(int64_t nchunks, void (*fn)(void*, int64_t), void* ctx) {

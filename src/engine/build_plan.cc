@@ -114,6 +114,8 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   const bool scan = plan.ntensors > 0 && plan.B > 0 && plan.S > 0;
   plan_positions(args, req, plan, range, scan);
   if (args.seq_len && *args.seq_len <= 0) invalid("seq_len must be > 0 when given, got " + str(*args.seq_len));
+  if (args.seq_len && *args.seq_len > kMaxPosition + 1)
+    detail::out_of_range(kApplyWhere, "seq_len must be <= 2^31 (positions are < 2^31), got " + str(*args.seq_len));
   return plan;
 }
 

@@ -41,16 +41,16 @@ void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, st
     return;
   }
   if (!range.any) return;
-  const CosSinTable::View v = table.view_for(range.max_int + 1);  // thread-safe growth; throws before any write
-  plan.cs.table = v.data;
-  plan.cs.table_size = v.size;
+  plan.cs.table_pin = table.view_for(range.max_int + 1);  // thread-safe growth; throws before any write
+  plan.cs.table = plan.cs.table_pin.data;
+  plan.cs.table_size = plan.cs.table_pin.size;
   if (plan.device) attach_device_table(plan, table, 0);
 }
 
 void attach_device_table(Plan& plan, CosSinTable& table, int64_t rows) {
-  const CosSinTable::View v = rows > 0 ? table.view_for(std::min(rows, table.max_positions())) : table.view();
-  plan.cs.table = v.data;
-  plan.cs.table_size = v.size;
+  plan.cs.table_pin = rows > 0 ? table.view_for(std::min(rows, table.max_positions())) : table.view();
+  plan.cs.table = plan.cs.table_pin.data;
+  plan.cs.table_size = plan.cs.table_pin.size;
   plan.cs.table_owner = &table;
   plan.cs.inv_freq = table.frequencies().inv_freq.data();
   plan.cs.attention_factor = table.frequencies().attention_factor;

@@ -48,7 +48,7 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 ||
       pos.offset > kMaxPosition)
     return false;
-  if (args.seq_len && *args.seq_len <= 0) return false;
+  if (args.seq_len && (*args.seq_len <= 0 || *args.seq_len > kMaxPosition + 1)) return false;
   if (req.n_axes < 1 || req.n_axes > kMaxPositionAxes || (req.axes_need_ids && req.n_axes > 1)) return false;
   const Layout layout = args.layout;
   int64_t q_bytes = 0, k_bytes = 0, qo_bytes = 0, ko_bytes = 0;
@@ -90,7 +90,7 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   }
   const int64_t R = req.rotary_dim;
   if (R <= 0 || R % 2 != 0 || R > cq.D) return false;
-  const int64_t last = pos.offset + (cq.S - 1);  // both < 2^31: no overflow
+  const int64_t last = pos.offset + (cq.S - 1);  // offset < 2^31, S < 2^62 (backed by bytes): no overflow
   if (last > kMaxPosition) return false;
 
   plan->dtype = args.q.dtype;

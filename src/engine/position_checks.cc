@@ -42,7 +42,8 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool sc
     plan.pos.batch_offsets_stride = pos.batch_offsets.strides[0];
   }
   if (scan && plan.B > 0 && plan.S > 0) {
-    const int64_t last = pos.offset + max_bo + (plan.S - 1);  // each term < 2^31: no overflow
+    // offset, max_bo < 2^31 and S < 2^62 (a non-empty call's tokens are backed by bytes): no overflow.
+    const int64_t last = pos.offset + max_bo + (plan.S - 1);
     if (last > kMaxPosition)
       out_of_range("positions: offset " + str(pos.offset) + " + batch offset " + str(max_bo) + " + seq index " +
                    str(plan.S - 1) + " = position " + str(last) + " must be < 2^31");

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/freqs_internal.h"
 #include "core/messages.h"
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
@@ -44,21 +44,16 @@ struct Rope::Impl {
   std::unique_ptr<CosSinTable> main; // table for `base`
   std::vector<uint8_t> axis_of_freq; // M-RoPE map, empty = off
 
-  // Tables for other frequency sets that occur for a bounded number of lengths (LongRoPE's long
-  // factors), created lazily. Guarded by `extra_mutex`; tables are never removed, so a pointer
-  // obtained under the lock stays valid for the lifetime of the Rope.
-  std::mutex extra_mutex;
-  std::vector<std::unique_ptr<CosSinTable>> extra;
+  // LongRoPE's second frequency set (long factors, used past original_max_position_embeddings) gets its
+  // own table, created empty with the Rope so that no lock is ever needed to find it (a lock held by
+  // another thread at fork() would block a forked child). Dynamic NTK (a new set per length) is
+  // computed on the fly instead.
+  std::unique_ptr<CosSinTable> long_table;
 
   CosSinTable* table_for(const Frequencies& f) {
     if (same_frequencies(f, base)) return main.get();
-    std::lock_guard<std::mutex> lock(extra_mutex);
-    for (auto& t : extra)
-      if (same_frequencies(t->frequencies(), f)) return t.get();
-    TableOptions o = options.table;
-    o.initial_positions = 0;
-    extra.push_back(std::make_unique<CosSinTable>(f, o));
-    return extra.back().get();
+    if (long_table && same_frequencies(f, long_table->frequencies())) return long_table.get();
+    return nullptr;  // not a stored set: on the fly
   }
 
   /// Frequencies for the call's length (HF: seq_len = max(position) + 1 when not given) and the
@@ -67,11 +62,12 @@ struct Rope::Impl {
     src->freqs = &base;
     CosSinTable* table = main.get();
     if (spec.length_dependent()) {
-      src->local = compute_frequencies(spec, seq_len ? *seq_len : (range.any ? range.max_int + 1 : 1));
+      // The spec was validated when the Rope was built, and seq_len is <= 2^31 (checked by the callers).
+      src->local = detail::frequencies_unchecked(spec, seq_len ? *seq_len : (range.any ? range.max_int + 1 : 1));
       if (!same_frequencies(src->local, base)) {
         src->freqs = &src->local;
         // Dynamic NTK beyond the context: a new frequency set per length -> on the fly, never stored.
-        // LongRoPE: only two sets (short/long) -> a lazily created table.
+        // LongRoPE: only two sets (short/long) -> the long set's own table.
         table = spec.scaling.type == RopeType::kDynamic ? nullptr : table_for(src->local);
       }
     }
@@ -87,6 +83,16 @@ Rope::Rope(Spec spec, RopeOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = options;
   impl_->base = compute_frequencies(impl_->spec);
   impl_->main = std::make_unique<CosSinTable>(impl_->base, options.table);
+  const int64_t orig = impl_->spec.scaling.original_max_position_embeddings;
+  if (impl_->spec.scaling.type == RopeType::kLongRope && orig < detail::kMaxSeqLen) {
+    // The set every call past original_max_position_embeddings uses (any such length gives the same one).
+    const Frequencies long_set = detail::frequencies_unchecked(impl_->spec, orig + 1);
+    if (!same_frequencies(long_set, impl_->base)) {
+      TableOptions o = options.table;
+      o.initial_positions = 0;
+      impl_->long_table = std::make_unique<CosSinTable>(long_set, o);
+    }
+  }
   if (impl_->spec.mrope.enabled())
     impl_->axis_of_freq = mrope_axis_map(impl_->spec.mrope, impl_->spec.effective_rotary_dim() / 2);
 }
@@ -95,7 +101,11 @@ Rope::~Rope() = default;
 
 const Spec& Rope::spec() const { return impl_->spec; }
 
-Frequencies Rope::frequencies(std::optional<int64_t> seq_len) const { return compute_frequencies(impl_->spec, seq_len); }
+Frequencies Rope::frequencies(std::optional<int64_t> seq_len) const {
+  if (seq_len && (*seq_len < 0 || *seq_len > detail::kMaxSeqLen))
+    return compute_frequencies(impl_->spec, seq_len);  // throws the range error
+  return detail::frequencies_unchecked(impl_->spec, seq_len);  // validated when the Rope was built
+}
 
 CosSinTable& Rope::table() { return *impl_->main; }
 
@@ -144,6 +154,8 @@ void Rope::cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, 
     detail::invalid_dtype(kCosSinWhere, std::string("positions dtype must be i32, i64, f32 or f64, got ") +
                                             dtype_name(positions.dtype));
   if (seq_len && *seq_len <= 0) detail::invalid(kCosSinWhere, "seq_len must be > 0 when given, got " + str(*seq_len));
+  if (seq_len && *seq_len > detail::kMaxSeqLen)
+    detail::out_of_range(kCosSinWhere, "seq_len must be <= 2^31 (positions are < 2^31), got " + str(*seq_len));
   const int64_t n = positions.shape[0];
   if (n > 0 && (cos_out == nullptr || sin_out == nullptr))
     detail::invalid(kCosSinWhere, "cos_out and sin_out must not be null for " + str(n) + " positions");

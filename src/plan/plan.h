@@ -59,6 +59,9 @@ struct PlanCosSin {
   const float* table = nullptr;
   int64_t table_size = 0;
   const CosSinTable* table_owner = nullptr;
+  // The View `table` comes from: it pins those rows (the table may grow and free its old block while
+  // this plan runs). Whoever sets `table` from a table sets this too.
+  CosSinTable::View table_pin;
   // kCaller: rank 2 => indexed by position; rank 3 => [B,S,half] gathered
   TensorView cos, sin;
   // kOnTheFly

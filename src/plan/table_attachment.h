@@ -2,7 +2,7 @@
 #pragma once
 
 #include <memory>
-#include <mutex>
+#include <atomic>
 
 #include "rotary/table.h"
 
@@ -12,11 +12,16 @@ namespace rotary::detail {
 /// (today: cuda::DeviceTables); it is destroyed with the table, after every View of it.
 struct TableAttachment {
   /// Returns the table's attachment, creating it with `make()` (a std::shared_ptr<T>) on first use.
+  /// No lock (a fork() must not leave one held): two racing first calls may both make() one; the loser's
+  /// is dropped.
   template <class T, class Make>
   static T& get(const CosSinTable& table, Make make) {
-    std::lock_guard<std::mutex> lock(table.attachment_mutex_);
-    if (!table.attachment_) table.attachment_ = make();
-    return *static_cast<T*>(table.attachment_.get());
+    std::shared_ptr<void>* have = table.attachment_.load(std::memory_order_acquire);
+    if (have == nullptr) {
+      auto made = std::make_unique<std::shared_ptr<void>>(make());
+      if (table.attachment_.compare_exchange_strong(have, made.get(), std::memory_order_acq_rel)) have = made.release();
+    }
+    return *static_cast<T*>(have->get());
   }
 };
 

@@ -519,7 +519,7 @@ TEST_F(CliApply, ErrorsExitOneOrTwoWithAMessageNamingTheProblem) {
       {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p.npy") + "'", "--output is required"},
       {cfg + io + "--frobnicate", "unknown option --frobnicate"},
       {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p.npy") + "' --output '" + path("nodir/y.npy") +
-           "'", "cannot open for writing"},
+           "'", "cannot create a temporary file in"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);

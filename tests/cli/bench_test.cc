@@ -60,7 +60,7 @@ TEST(CliBench, BadArgumentsAreUsageErrors) {
   if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
   std::string out;
   EXPECT_NE(testing::run_command("'" + cli + "' bench --case P3", &out, true), 0);
-  EXPECT_NE(out.find("--case must be P1 or P2, got P3"), std::string::npos) << out;
+  EXPECT_NE(out.find("--case must be P1 or P2, got \"P3\""), std::string::npos) << out;
   EXPECT_NE(testing::run_command("'" + cli + "' bench --threads 0", &out, true), 0);
   EXPECT_NE(out.find("--threads must be in [1, 1024], got 0"), std::string::npos) << out;
 }

@@ -99,6 +99,11 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
   // Fuzz regression (fuzz/corpus/npy/regression-zero-dim-huge-dims.npy): empty arrays with huge other dims.
   write("x_empty_huge.npy", raw_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4444444442, 4444444442, 8), }\n", 0));
   write("p_empty_huge.npy", raw_npy("{'descr': '<i8', 'fortran_order': False, 'shape': (0, 4444444442), }\n", 0));
+  // Hostile sizes: a 500 kB malformed header, a header length past the limit, 4 MB of junk, a deep config.
+  write("header_500k.npy", raw_npy("{" + std::string(500000, '\x01') + "}", 0, 3));
+  write("header_2m.npy", raw_npy("{" + std::string(2 << 20, ' ') + "}", 0, 3));
+  write("junk.npy", std::string(4 << 20, 'A'));
+  write("cfg_deep.json", "{\"head_dim\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
   write("cfg.json", R"({"hidden_size": 16, "num_attention_heads": 2, "max_position_embeddings": 64})");
   write("cfg_trunc.json", R"({"hidden_size": 16, "num_attention_heads": )");
   write("cfg_binary.json", std::string("\x00\xff\xfe{", 4));
@@ -147,6 +152,12 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
       {cfg + io("x.npy", "p.npy") + "--threads -1", {"--threads", "-1"}},
       {cfg + io("x.npy", "p.npy") + "--seq-len 99999999999999999999", {"--seq-len must be an integer", "99999999999999999999"}},
       {cfg + io("x.npy", "p.npy") + "--backend cuda", {"cuda", "without CUDA"}},
+      {cfg + io("header_500k.npy", "p.npy"), {"header_500k.npy", "malformed header", "the 500002-byte header, at byte 0"}},
+      {cfg + io("header_2m.npy", "p.npy"), {"header_2m.npy", "header length 2097154 is beyond rotary's limit"}},
+      {cfg + io("junk.npy", "p.npy"), {"junk.npy", "bad magic", "4194304 bytes"}},
+      {cfg + "--input /dev/zero --positions '" + path("p.npy") + "' --output '" + path("y.npy") + "' ", {"/dev/zero", "bad magic", "starts with \"\\x00"}},
+      {"--config '" + path("cfg_deep.json") + "' " + io("x.npy", "p.npy"), {"cfg_deep.json", "deeper than 64 levels"}},
+      {cfg + io("x.npy", "p.npy") + "--layout " + std::string(100, 'L'), {"--layout must be", "(100 bytes)"}},
   };
   const std::string x_bytes = testing::read_file(path("x.npy"));
   for (const Case& c : cases) {
@@ -165,7 +176,8 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
       for (size_t at; (at = shown.find(d)) != std::string::npos;) shown.replace(at, d.size(), "");
       doc_row("CLI", "rotary apply " + shown, "exit " + std::to_string(rc), m);
     }
-    for (const auto& n : c.needles) EXPECT_NE(out.find(n), std::string::npos) << "'" << n << "' not in: " << out;
+    for (const auto& n : c.needles) EXPECT_NE(out.find(n), std::string::npos) << "'" << n << "' not in: " << out.substr(0, 2000);
+    EXPECT_LT(out.size(), 1500u) << "messages quote user input cut short: " << out.substr(0, 2000);
     EXPECT_EQ(out.find("Sanitizer"), std::string::npos) << out;
     EXPECT_FALSE(fs::exists(path("y.npy"))) << "output written on error";
   }
@@ -174,6 +186,49 @@ TEST_F(HostileCli, EveryCaseExitsTwoNamesTheProblemAndWritesNoOutput) {
   std::string out;
   EXPECT_EQ(testing::run_command("'" + cli_ + "' apply " + cfg + io("x.npy", "p.npy"), &out, true), 0) << out;
   EXPECT_TRUE(fs::exists(path("y.npy")));
+}
+
+// Outputs are written to a temporary file and renamed over the target: a failed write (here a file-size
+// limit, as on a full disk) leaves the old file intact, also when --output is --input, and leaves no
+// temporary file behind; a successful --output == --input rotates the file in place.
+TEST_F(HostileCli, FailedWritesLeaveTheOldFileIntactAndOutputMayBeTheInput) {
+  const int64_t S = 256, H = 4, D = 64;  // 256 KiB of f32: larger than the 100 KiB limit below
+  const std::vector<float> x = testing::randn(static_cast<size_t>(S * H * D), 5);
+  npy_save(path("x.npy"), make(DType::kF32, {1, S, H, D}, x.data()));
+  std::vector<int64_t> p(static_cast<size_t>(S));
+  for (int64_t i = 0; i < S; ++i) p[static_cast<size_t>(i)] = i;
+  npy_save(path("p.npy"), make(DType::kI64, {S}, p.data()));
+  write("cfg.json", R"({"head_dim": 64})");
+  write("y.npy", "old contents of y");
+  const std::string x_bytes = testing::read_file(path("x.npy"));
+  const std::string cfg = "--config '" + path("cfg.json") + "' --positions '" + path("p.npy") + "' ";
+  auto limited = [&](const std::string& args) {
+    std::string out;
+    // ulimit -f counts 1024-byte blocks. The CLI ignores SIGXFSZ, so its write() fails with EFBIG.
+    const int rc = testing::run_command("bash -c \"ulimit -f 100; '" + cli_ + "' apply " + args + "\"", &out, true);
+    return std::make_pair(rc, out);
+  };
+  auto [rc1, out1] = limited(cfg + "--input '" + path("x.npy") + "' --output '" + path("y.npy") + "'");
+  EXPECT_EQ(rc1, 1) << out1;  // a runtime failure
+  EXPECT_NE(out1.find("File too large"), std::string::npos) << out1;
+  EXPECT_EQ(testing::read_file(path("y.npy")), "old contents of y") << "a failed write must leave the old output";
+  auto [rc2, out2] = limited(cfg + "--input '" + path("x.npy") + "' --output '" + path("x.npy") + "'");
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_EQ(testing::read_file(path("x.npy")), x_bytes) << "a failed write over the input must leave the input";
+  for (const auto& entry : fs::directory_iterator(dir_))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << "temporary file left: " << entry.path();
+  // A write to a full device fails cleanly too (written directly: nothing can be renamed over a device).
+  if (fs::exists("/dev/full")) {
+    std::string out;
+    EXPECT_EQ(testing::run_command("'" + cli_ + "' apply " + cfg + "--input '" + path("x.npy") + "' --output /dev/full", &out, true), 1) << out;
+    EXPECT_NE(out.find("No space left on device"), std::string::npos) << out;
+  }
+  // Without the limit: --output == --input replaces the input with exactly what a separate output holds.
+  std::string out;
+  ASSERT_EQ(testing::run_command("'" + cli_ + "' apply " + cfg + "--input '" + path("x.npy") + "' --output '" + path("y.npy") + "'", &out, true), 0) << out;
+  ASSERT_EQ(testing::run_command("'" + cli_ + "' apply " + cfg + "--input '" + path("x.npy") + "' --output '" + path("x.npy") + "'", &out, true), 0) << out;
+  EXPECT_EQ(testing::read_file(path("x.npy")), testing::read_file(path("y.npy")));
+  EXPECT_NE(testing::read_file(path("x.npy")), x_bytes);
 }
 
 }  // namespace

@@ -160,6 +160,7 @@ TEST(DevicePlan, DeviceTableRowsGrowToTheHintOnlyAndNameTheirOwner) {
   Plan plan = detail::build_plan(c.a, device_request(), &range);
   detail::attach_device_table(plan, table, 0);
   EXPECT_EQ(plan.cs.table_owner, &table);
+  EXPECT_EQ(plan.cs.table_pin.data, plan.cs.table) << "the plan pins the rows it reads";
   EXPECT_EQ(plan.cs.table_size, table.size());
   EXPECT_EQ(plan.cs.inv_freq, table.frequencies().inv_freq.data());
   detail::attach_device_table(plan, table, 300);

@@ -33,5 +33,6 @@ void replay(const std::string& name, Target target, size_t min_files) {
 TEST(FuzzReplay, ConfigCorpus) { replay("config", rotary::fuzz::config_target, 5); }
 TEST(FuzzReplay, NpyCorpus) { replay("npy", rotary::fuzz::npy_target, 5); }
 TEST(FuzzReplay, ApplyCorpus) { replay("apply", rotary::fuzz::apply_target, 5); }
+TEST(FuzzReplay, SpecCorpus) { replay("spec", rotary::fuzz::spec_target, 10); }
 
 }  // namespace

@@ -45,7 +45,7 @@ std::vector<int64_t> parse_int_list(const std::string& flag, const std::string& 
     long long v = 0;
     auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v < 0)
-      throw UsageError("--" + flag + " must be comma-separated non-negative integers, got \"" + s + "\"");
+      throw UsageError("--" + flag + " must be comma-separated non-negative integers, got " + quote_value(s));
     out.push_back(v);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -128,7 +128,7 @@ int run_vision(const Flags& flags) {
     double v = 0;
     auto [ptr, ec] = std::from_chars(b->data(), b->data() + b->size(), v);
     if (b->empty() || ec != std::errc() || ptr != b->data() + b->size())
-      throw UsageError("--base must be a number, got \"" + *b + "\"");
+      throw UsageError("--base must be a number, got " + quote_value(*b));
     vs.base = v;
   }
   ApplyArgs args = common_args(flags);
@@ -161,7 +161,7 @@ const Options kOptions = {
 
 int run_apply(const std::vector<std::string>& argv) {
   Flags flags(argv, kOptions);
-  if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   if (flags.has("vision")) return run_vision(flags);
   if (flags.has("base")) throw UsageError("--base is only used with --vision (a config or preset sets rope_theta)");
   Spec spec = spec_from_flags(flags);

@@ -134,7 +134,7 @@ int run_bench(const std::vector<std::string>& args) {
   const bool quick = flags.has("quick");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
   if (auto c = flags.get("case")) {
-    if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1 or P2, got " + *c);
+    if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1 or P2, got " + quote_value(*c));
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *c; }),
                 cases.end());
   }

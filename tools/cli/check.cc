@@ -49,7 +49,7 @@ const Options kOptions = {
 
 int run(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   const Spec spec = spec_from_flags(flags);
   CheckInput in;
   try {

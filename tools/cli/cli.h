@@ -80,6 +80,13 @@ T parse_flag(T (*parse)(std::string_view, const char*), const std::string& value
 /// The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo ("" otherwise).
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
+/// A user token shown bare in a message (option names): itself when short, else cut after a few dozen
+/// characters with its size appended, like rotary::quote_value (messages stay short whatever argv holds).
+inline std::string cut_for_message(const std::string& token) {
+  if (token.size() <= 48) return token;
+  return token.substr(0, 48) + "... (" + std::to_string(token.size()) + " bytes)";
+}
+
 /// The --config/--preset options of the commands that take a spec (`default_preset` is shown as the default).
 Option config_option();
 Option preset_option(const char* fallback = "none");

@@ -20,7 +20,7 @@ DType parse_dtype(const std::string& s) {
   if (s == "f16" || s == "float16") return DType::kF16;
   if (s == "bf16" || s == "bfloat16") return DType::kBF16;
   if (s == "f64" || s == "float64") return DType::kF64;
-  throw UsageError("--dtype must be f32, f16 or bf16, got \"" + s + "\"");
+  throw UsageError("--dtype must be f32, f16 or bf16, got " + quote_value(s));
 }
 
 std::string ext_of(const std::string& path) { return std::filesystem::path(path).extension().string(); }
@@ -39,7 +39,7 @@ const Options kOptions = {
 
 int run(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   const Spec spec = spec_from_flags(flags);
   ExportOptions o;
   try {
@@ -51,7 +51,7 @@ int run(const std::vector<std::string>& args) {
   if (auto w = flags.get("what")) {
     if (*w == "cos-sin") o.what = TableKind::kCosSin;
     else if (*w == "inv-freq") o.what = TableKind::kInvFreq;
-    else throw UsageError("--what must be cos-sin or inv-freq, got \"" + *w + "\"");
+    else throw UsageError("--what must be cos-sin or inv-freq, got " + quote_value(*w));
   }
   if (auto d = flags.get("dtype")) o.dtype = parse_dtype(*d);
   if (auto n = flags.get_int("max-pos")) {
@@ -69,7 +69,7 @@ int run(const std::vector<std::string>& args) {
   } else {
     out = *flags.get("out");
     if (ext_of(out) != ".npy" && ext_of(out) != ".safetensors")
-      throw UsageError("--out must end in .safetensors or .npy, got \"" + out + "\"");
+      throw UsageError("--out must end in .safetensors or .npy, got " + quote_value(out));
     if (o.layout == EngineLayout::kGgml && ext_of(out) != ".safetensors")
       throw UsageError("the ggml layout is ggml_rope_ext's parameters (metadata) and freq_factors: --out must be .safetensors");
   }

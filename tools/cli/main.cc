@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -41,7 +42,7 @@ Flags::Flags(const std::vector<std::string>& args, const Options& options) {
         std::vector<std::string> known;
         for (const Option& k : options) known.push_back(std::string("--") + k.name);
         const std::string guess = did_you_mean("--" + name, known);
-        throw UsageError("unknown option --" + name + (guess.empty() ? "" : " (did you mean " + guess + "?)"));
+        throw UsageError("unknown option --" + cut_for_message(name) + (guess.empty() ? "" : " (did you mean " + guess + "?)"));
       }
       if (o->metavar) {
         if (!inline_value) {
@@ -54,7 +55,7 @@ Flags::Flags(const std::vector<std::string>& args, const Options& options) {
         values_[name] = "1";
       }
     } else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
-      throw UsageError("unknown option " + a + " (options are spelled --name; -h is help)");
+      throw UsageError("unknown option " + cut_for_message(a) + " (options are spelled --name; -h is help)");
     } else {
       positional_.push_back(a);
     }
@@ -81,7 +82,7 @@ std::optional<long long> Flags::get_int(const std::string& name) const {
   long long out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
   if (ec != std::errc() || p != v->data() + v->size())
-    throw UsageError("--" + name + " must be an integer, got \"" + *v + "\"");
+    throw UsageError("--" + name + " must be an integer, got " + quote_value(*v));
   return out;
 }
 
@@ -102,7 +103,7 @@ Spec spec_from_flags(const Flags& flags, const std::string& default_preset) {
   const std::vector<std::string> names = preset_names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {
     const std::string guess = did_you_mean(name, names);
-    throw UsageError("unknown preset \"" + name + "\"" + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
+    throw UsageError("unknown preset " + quote_value(name) + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
                      "; `rotary presets` lists them");
   }
   return preset(name);
@@ -201,6 +202,9 @@ bool is_help(const std::string& a) { return a == "-h" || a == "--help"; }
 
 int main(int argc, char** argv) {
   using namespace rotary::cli;
+  // Past a file-size limit, write() then fails with EFBIG and the output is abandoned cleanly (the old
+  // file stays, the temporary one is removed) instead of the process being killed mid-write.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     print_help(stderr);
     return kExitUsage;
@@ -255,7 +259,7 @@ int main(int argc, char** argv) {
     }
   }
   const std::string guess = did_you_mean(name, names);
-  std::fprintf(stderr, "rotary: unknown command '%s'%s\nRun `rotary --help` for the commands.\n", name.c_str(),
+  std::fprintf(stderr, "rotary: unknown command '%s'%s\nRun `rotary --help` for the commands.\n", cut_for_message(name).c_str(),
                guess.empty() ? "" : (" (did you mean '" + guess + "'?)").c_str());
   return kExitUsage;
 }

@@ -17,12 +17,12 @@ const Options kOptions = {
 
 int run(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
-  if (!flags.positional().empty()) throw UsageError("unexpected argument '" + flags.positional()[0] + "'");
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   if (auto name = flags.get("show")) {
     const std::vector<std::string> names = preset_names();
     if (std::find(names.begin(), names.end(), *name) == names.end()) {
       const std::string guess = did_you_mean(*name, names);
-      throw UsageError("unknown preset \"" + *name + "\"" + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
+      throw UsageError("unknown preset " + quote_value(*name) + (guess.empty() ? "" : " (did you mean " + guess + "?)") +
                        "; `rotary presets` lists them");
     }
     std::fputs(preset_config_json(*name).c_str(), stdout);

@@ -105,7 +105,7 @@ const Options kOptions = {
 
 int report_main(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
-  if (!flags.positional().empty()) throw UsageError("unexpected argument \"" + flags.positional()[0] + "\"");
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   ReportOptions o;
   o.spec = spec_from_flags(flags, "llama-3.1-8b");
   o.out_dir = flags.get("out").value_or("out/report");
