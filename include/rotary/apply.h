@@ -57,6 +57,10 @@ struct ApplyArgs {
   void* stream = nullptr;
 };
 
+/// True if calls with `backend` can run in this build and process: kAuto/kCpu/kReference always; kCuda when rotary
+/// was built with CUDA (-DROTARY_BUILD_CUDA=ON) and a device is present.
+ROTARY_API bool backend_available(Backend backend);
+
 /// Rotates with a growable table (grown to cover the largest position; thread-safe).
 /// Channels >= 2*table.half() pass through unchanged (copied when out of place).
 ROTARY_API void apply_table(CosSinTable& table, const ApplyArgs& args);

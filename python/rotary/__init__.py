@@ -152,14 +152,15 @@ def apply_qk(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
-    if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
+    if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)):
         if q_out is not None or k_out is not None or cu_seqlens is not None or batch_offsets is not None:
             raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/batch_offsets= are not supported for tensors "
-                             "requiring grad; use rotary.torch.apply")
+                             "requiring grad; use rotary.torch.apply_qk")
         from . import torch as rotary_torch
 
-        kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, backend=backend)
-        return rotary_torch.apply(q, positions, spec, **kw), rotary_torch.apply(k, positions, spec, **kw)
+        # In place too: recorded for autograd as torch records its in-place ops (a leaf requiring grad raises).
+        return rotary_torch.apply_qk(q, k, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
+                                     seq_len=seq_len, threads=threads, inplace=inplace, backend=backend)
     if not numpy_qk and (isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k)):
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:

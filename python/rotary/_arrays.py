@@ -57,6 +57,11 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     if _is_torch(x):
         _check_torch_cpu(x, what)
         x = x.detach()
+        if x.is_neg():  # a negative-bit view (t._neg_view(), z.conj().imag): its memory holds -value
+            if not readonly:
+                raise ValueError(f"[rotary] {what} is a negative-bit view (its memory holds the negated values); "
+                                 f"pass a tensor without it (e.g. {what}.resolve_neg()) and copy back")
+            x = x.resolve_neg()
         if readonly and _has_broadcast_axis(x):
             x = x.contiguous()
         return x, False

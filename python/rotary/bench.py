@@ -1,6 +1,7 @@
 """Peer benchmark: rotary vs a plain PyTorch RoPE module (torch-seed), HF apply_rotary_pos_emb, ONNX Runtime and ggml.
 
     python -m rotary.bench --peers [--json] [--quick] [--case P1|P2] [--threads N]
+    python -m rotary.bench --torch [--json] [--quick] [--torch-case decode|prefill|model]   (rotary/_bench_torch.py)
 
 Runs every implementation on the same tensors as `rotary bench`: P1 = Llama-3-8B prefill (q [4096,32,128]
 + k [4096,8,128], positions 0..4095) and P2 = decode (q [1,32,128] + k [1,8,128] at position 12345), in
@@ -295,14 +296,21 @@ def speedup_table(rows: List[dict]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rotary.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--peers", action="store_true", help="run rotary and the peer implementations (required)")
+    ap.add_argument("--peers", action="store_true", help="run rotary and the peer implementations")
+    ap.add_argument("--torch", action="store_true",
+                    help="rotary's PyTorch operators vs transformers and inductor (rotary/_bench_torch.py)")
+    ap.add_argument("--torch-case", choices=("decode", "prefill", "model"), help="only this --torch case")
     ap.add_argument("--json", action="store_true", help="one JSON object per line, then the speedup table on stderr")
     ap.add_argument("--quick", action="store_true", help="shorter timing (noisier)")
     ap.add_argument("--case", choices=sorted(CASES), help="only this case")
     ap.add_argument("--threads", type=int, help="only this thread count (default: 1 and 2)")
     args = ap.parse_args(argv)
+    if args.torch:
+        from . import _bench_torch
+
+        return _bench_torch.main(args.json, args.quick, args.torch_case or "")
     if not args.peers:
-        ap.error("nothing to do: pass --peers (the kernel-only benchmark is the C++ `rotary bench`)")
+        ap.error("nothing to do: pass --peers or --torch (the kernel-only benchmark is the C++ `rotary bench`)")
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads must be >= 1, got {args.threads}")
     cases = [args.case] if args.case else list(CASES)

@@ -1,114 +1,322 @@
-"""PyTorch integration: autograd-aware RoPE, a drop-in RoPE nn.Module, HF's apply_rotary_pos_emb, transformers patching.
+"""PyTorch integration: rotary's operators (torch.ops.rotary.*) behind autograd-, compile- and export-ready functions.
 
-Importing this module imports torch; `import rotary` alone does not.
+Importing this module imports torch and registers the operators; `import rotary` alone does neither.
 
     import torch, rotary.torch as rt
     rope = rt.RoPE(n_embed=64)                      # drop-in for the classic nn.Module (same constructor)
     y = rope(torch.randn(2, 16, 64, requires_grad=True))
     y.sum().backward()                               # backward = inverse rotation, through rotary's kernel
+    torch.compile(rope, fullgraph=True)              # one graph, no breaks; torch.export works too
 
+    q, k = rt.apply_qk(q, k, positions, spec)        # torch.ops.rotary.apply_qk; inplace=True -> apply_qk_
     model = transformers.LlamaForCausalLM(config)
     rt.patch(model)                                  # cos/sin from rotary's exact table, rotation by rotary
     model.generate(...)
     rt.unpatch(model)
+
+Every function here calls the operators (rotary/_torch_ops.py documents them), so torch.compile(fullgraph=True),
+torch.export, FakeTensor/meta tracing and CUDA graphs see one operator per rotation. In plain eager code on CPU
+tensors that need no gradient (no compile, mode, transform, tracer or profiler active) the operator's CPU kernel
+is called directly, which is the same computation without the dispatcher's Python round trip. Under torch.func transforms
+(grad, vmap, jvp, jacrev, ...) the same operators run inside an autograd.Function with setup_context, jvp and a
+generated vmap rule. Threads: a call uses torch.get_num_threads() unless `threads` says otherwise.
 """
 from __future__ import annotations
 
-import sys
-import threading
+import math
 from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
 
 import rotary as _rotary
-from rotary import _rotary as _native
+from rotary import _torch_ops
+from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
+from rotary._torch_ops import spec_from_key, spec_key
 
-__all__ = ["RotaryFunction", "apply", "apply_qk", "RoPE", "apply_rotary_pos_emb", "patch", "unpatch", "is_patched"]
+__all__ = ["apply", "apply_qk", "apply_cos_sin", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
+           "spec_from_key", "patch", "unpatch", "is_patched", "supported_models"]
 
-_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+ops = torch.ops.rotary
+_peek_functorch = torch._C._functorch.peek_interpreter_stack
 
 
-class RotaryFunction(torch.autograd.Function):
-    """y = RoPE(x) with a spec's frequencies; backward is the inverse rotation (itself differentiable)."""
+def _functorch_active() -> bool:
+    """True inside torch.func transforms (never while torch.compile traces: the check is folded away there)."""
+    return not torch.compiler.is_compiling() and _peek_functorch() is not None
+
+
+_Tensor = torch.Tensor
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_tracing_state = torch._C._get_tracing_state
+_profiler = torch.autograd.profiler
+_kernel = {name: fns[_torch_ops._CPU_KEYS] for name, fns in _torch_ops.KERNELS.items()}
+
+
+def _eager(*tensors: Any) -> bool:
+    """True when calling the operator's CPU kernel directly is indistinguishable from calling the operator: plain CPU
+    tensors needing no gradient, outside torch.compile, torch.func, dispatch/function modes, jit tracing and the
+    profiler (any of those sees the operator itself). Saves the dispatcher's Python-kernel round trip in eager code
+    (docs/performance.md, "PyTorch operators")."""
+    if torch.compiler.is_compiling():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not _Tensor or not t.is_cpu or (grad and t.requires_grad)):
+            return False
+    return not (_dispatch_modes() or _function_modes() or _peek_functorch() is not None
+                or _tracing_state() is not None or _profiler._is_profiler_enabled)
+
+
+@torch.compiler.assume_constant_result
+def _key(spec: Any) -> str:
+    """spec_key(spec), a constant for torch.compile (the Spec is guarded on, never traced)."""
+    return spec_key(spec)
+
+
+def _n_tokens(x: torch.Tensor, layout: str) -> int:
+    if layout == "thd":
+        return x.shape[0]
+    return x.shape[1] if layout == "bshd" else x.shape[2]
+
+
+def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = None, seq_offsets: Any = None,
+               batch_offsets: Any = None) -> Tuple[Optional[torch.Tensor], int]:
+    """(positions tensor or None, offset) for the operators; packed and per-batch schemes become ids (torch ops,
+    on the positions' device: nothing is read on the host)."""
+    if cu_seqlens is not None:
+        return _packed_ids(x, positions, cu_seqlens, seq_offsets), 0
+    if batch_offsets is not None:
+        bo = torch.as_tensor(batch_offsets, device=x.device).long()
+        start = 0 if positions is None else int(positions)
+        return bo[:, None] + (start + torch.arange(_n_tokens(x, layout), device=x.device)), 0
+    if positions is None:
+        return None, 0
+    if isinstance(positions, torch.Tensor):
+        if positions.dim() == 0 and not positions.is_floating_point():
+            return positions + torch.arange(_n_tokens(x, layout), device=positions.device), 0
+        return positions, 0
+    if isinstance(positions, (bool, np.bool_)):
+        raise TypeError("[rotary] positions must be an int or a tensor, got bool")
+    if isinstance(positions, (int, np.integer)):
+        return None, int(positions)
+    if isinstance(positions, float):
+        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass a tensor for "
+                        "fractional positions")
+    return torch.as_tensor(np.asarray(positions)), 0
+
+
+def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: Any) -> torch.Tensor:
+    """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset)."""
+    cu = torch.as_tensor(cu_seqlens, device=x.device).long()
+    t = torch.arange(x.shape[0], device=x.device)
+    seq = torch.bucketize(t, cu[1:], right=True)
+    ids = t - cu[seq]
+    if seq_offsets is not None:
+        ids = ids + torch.as_tensor(seq_offsets, device=x.device).long()[seq]
+    if positions is not None:
+        ids = ids + int(positions)
+    return ids
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"[rotary] rotary.torch runs rotary's CPU/CUDA kernels (backend \"auto\", \"cpu\" or "
+                         f"\"cuda\"); backend \"{backend}\" is available through rotary.apply")
+
+
+# ----------------------------------------------------------------------------------------------- torch.func
+
+class _SpecRotation(torch.autograd.Function):
+    """torch.ops.rotary.apply for torch.func transforms: setup_context, jvp (the rotation is linear in x) and a
+    generated vmap rule; backward is the inverse rotation, itself differentiable."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x, positions, spec, layout, pairing, inverse, seq_len, threads, backend):  # noqa: D401
-        ctx.rope_args = (positions, spec, layout, pairing, inverse, seq_len, threads, backend)
-        return _rotary.apply(x.detach(), positions, spec, layout=layout, pairing=pairing, inverse=inverse,
-                             seq_len=seq_len, threads=threads, backend=backend)
+    def forward(x, positions, offset, key, layout, pairing, inverse, seq_len, threads):
+        return ops.apply(x, positions, offset, key, layout, pairing, inverse, seq_len, threads)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        positions = inputs[1]
+        ctx.has_positions = positions is not None
+        if positions is not None:
+            ctx.save_for_backward(positions)
+            ctx.save_for_forward(positions)  # jvp reads ctx.saved_tensors too
+        ctx.rest = inputs[2:]
+
+    @staticmethod
+    def _args(ctx, flip: bool):
+        positions = ctx.saved_tensors[0] if ctx.has_positions else None
+        offset, key, layout, pairing, inverse, seq_len, threads = ctx.rest
+        return positions, offset, key, layout, pairing, (not inverse) if flip else inverse, seq_len, threads
 
     @staticmethod
     def backward(ctx, grad):
-        positions, spec, layout, pairing, inverse, seq_len, threads, backend = ctx.rope_args
-        g = RotaryFunction.apply(grad, positions, spec, layout, pairing, not inverse, seq_len, threads, backend)
-        return g, None, None, None, None, None, None, None, None
+        return (_SpecRotation.apply(grad, *_SpecRotation._args(ctx, True)),) + (None,) * 8
 
+    @staticmethod
+    def jvp(ctx, x_t, *_):
+        return _SpecRotation.apply(x_t, *_SpecRotation._args(ctx, False))
+
+
+class _TableRotation(torch.autograd.Function):
+    """torch.ops.rotary.apply_cos_sin for torch.func transforms (gradients for x and for the tables)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, cos, sin, positions, offset, layout, pairing, inverse, threads):
+        return ops.apply_cos_sin(x, cos, sin, positions, offset, layout, pairing, inverse, threads)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, cos, sin, positions = inputs[:4]
+        ctx.has_positions = positions is not None
+        saved = (x, cos, sin) + ((positions,) if positions is not None else ())
+        ctx.save_for_backward(*saved)
+        ctx.save_for_forward(*saved)
+        ctx.rest = inputs[4:]
+
+    @staticmethod
+    def backward(ctx, grad):
+        from rotary._torch_autograd import _table_grads
+
+        x, cos, sin = ctx.saved_tensors[:3]
+        positions = ctx.saved_tensors[3] if ctx.has_positions else None
+        offset, layout, pairing, inverse, threads = ctx.rest
+        dx = _TableRotation.apply(grad, cos, sin, positions, offset, layout, pairing, not inverse, threads)
+        dcos = dsin = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            dcos, dsin = _table_grads([(x, grad)], cos, sin, positions, offset, layout, pairing, inverse)
+        return (dx, dcos, dsin) + (None,) * 6
+
+    @staticmethod
+    def jvp(ctx, x_t, cos_t, sin_t, *_):
+        x, cos, sin = ctx.saved_tensors[:3]
+        positions = ctx.saved_tensors[3] if ctx.has_positions else None
+        offset, layout, pairing, inverse, threads = ctx.rest
+        out = None
+        if x_t is not None:
+            out = _TableRotation.apply(x_t, cos, sin, positions, offset, layout, pairing, inverse, threads)
+        if cos_t is not None or sin_t is not None:
+            # bilinear: d/dtables = the rotated part of x by (cos_t, sin_t); pass-through channels get 0
+            ct = cos_t if cos_t is not None else torch.zeros_like(cos)
+            st = sin_t if sin_t is not None else torch.zeros_like(sin)
+            r = 2 * cos.shape[-1]
+            dt = _TableRotation.apply(x, ct, st, positions, offset, layout, pairing, inverse, threads)
+            if r < x.shape[-1]:
+                dt = torch.cat((dt[..., :r], torch.zeros_like(dt[..., r:])), dim=-1)
+            out = dt if out is None else out + dt
+        return out
+
+
+# ----------------------------------------------------------------------------------------------- functions
 
 def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str = "bshd",
-          pairing: Optional[str] = None, inverse: bool = False, seq_len: Optional[int] = None,
-          threads: int = 0, backend: str = "auto") -> torch.Tensor:
-    """rotary.apply for tensors, differentiable with respect to x. Arguments as in rotary.apply."""
+          pairing: Optional[str] = None, inverse: bool = False, seq_len: Optional[int] = None, threads: int = 0,
+          backend: str = "auto", inplace: bool = False, cu_seqlens: Any = None, seq_offsets: Any = None,
+          batch_offsets: Any = None) -> torch.Tensor:
+    """RoPE of x by a Spec: torch.ops.rotary.apply (apply_ with inplace=True), differentiable in x.
+
+    x: [B, S, H, D] ("bshd"), [B, H, S, D] ("bhsd") or [T, H, D] ("thd"); any strides, float32/16, bfloat16, float64.
+    positions: an int offset (token s at offset + s), an integer tensor [S] / [B, S] / [T] (M-RoPE: [3, B, S] /
+      [3, T]), a float tensor (fractional), a numpy array or a list; on any device (never read on the host for
+      device tensors). cu_seqlens/seq_offsets (thd) and batch_offsets ([B], added to an int offset) become ids.
+    pairing: None = the spec's. inverse: rotate by -angle. seq_len: the length dynamic/longrope scaling sees.
+    threads: 0 = torch.get_num_threads(). inplace=True rotates x itself and returns it (on a tensor that needs a
+      gradient this is recorded as torch records its in-place ops; a leaf that requires grad raises RuntimeError).
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
-    if isinstance(positions, torch.Tensor) and positions.device.type != "cpu":
-        positions = positions.cpu()
-    if x.device.type != "cpu":
-        return _apply_off_cpu(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len)
-    return RotaryFunction.apply(x, positions, spec, layout, pairing, inverse, seq_len, threads, backend)
+    _check_backend(backend)
+    key = _key(spec)
+    pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
+    p = pairing or ""
+    if _functorch_active() and not inplace:
+        return _SpecRotation.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
+    if _eager(x, pos):
+        if inplace:
+            _kernel["apply_"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
+            return x
+        return _kernel["apply"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
+    if inplace:
+        ops.apply_(x, pos, offset, key, layout, p, inverse, seq_len, threads)
+        return x
+    return ops.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
 
 
-def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Spec", **kwargs
-             ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """apply() to q and k; one fused kernel call when no gradient is needed."""
-    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-    if needs_grad or q.device.type != "cpu" or q.dtype != k.dtype:
-        return apply(q, positions, spec, **kwargs), apply(k, positions, spec, **kwargs)
-    return _rotary.apply_qk(q, k, positions, spec, **kwargs)
+def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str = "bshd",
+             pairing: Optional[str] = None, inverse: bool = False, seq_len: Optional[int] = None, threads: int = 0,
+             backend: str = "auto", inplace: bool = False, cu_seqlens: Any = None, seq_offsets: Any = None,
+             batch_offsets: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """apply() to q and k (own head counts: GQA) in one kernel call: torch.ops.rotary.apply_qk (apply_qk_ with
+    inplace=True). Returns (q, k)."""
+    if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
+        raise TypeError(f"[rotary] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
+    _check_backend(backend)
+    if q.dtype != k.dtype:
+        kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, inplace=inplace,
+                  cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+        return apply(q, positions, spec, **kw), apply(k, positions, spec, **kw)
+    key = _key(spec)
+    pos, offset = _positions(positions, q, layout, cu_seqlens, seq_offsets, batch_offsets)
+    p = pairing or ""
+    if _functorch_active() and not inplace:
+        return (_SpecRotation.apply(q, pos, offset, key, layout, p, inverse, seq_len, threads),
+                _SpecRotation.apply(k, pos, offset, key, layout, p, inverse, seq_len, threads))
+    if _eager(q, k, pos):
+        if inplace:
+            _kernel["apply_qk_"](q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
+            return q, k
+        return _kernel["apply_qk"](q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
+    if inplace:
+        ops.apply_qk_(q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
+        return q, k
+    return ops.apply_qk(q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
 
 
-def _rotate_with_tables(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str,
-                        inverse: bool) -> torch.Tensor:
-    """Plain torch rotation (used off CPU): cos/sin [..., R/2] broadcastable against x[..., :R]."""
-    half = cos.shape[-1]
-    rot = 2 * half
-    ct = torch.promote_types(x.dtype, torch.float32)
-    xr = x[..., :rot].to(ct)
-    cos, sin = cos.to(ct), sin.to(ct)
-    if pairing == "interleaved":
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-    else:
-        x1, x2 = xr[..., :half], xr[..., half:]
-    s = -sin if inverse else sin
-    y1 = x1 * cos - x2 * s
-    y2 = x2 * cos + x1 * s
-    y = torch.stack((y1, y2), dim=-1).flatten(-2) if pairing == "interleaved" else torch.cat((y1, y2), dim=-1)
-    return torch.cat((y.to(x.dtype), x[..., rot:]), dim=-1)
+def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: Any = None, *,
+                  layout: str = "bshd", pairing: str = "half", inverse: bool = False, inplace: bool = False,
+                  threads: int = 0, backend: str = "auto", cu_seqlens: Any = None, seq_offsets: Any = None,
+                  batch_offsets: Any = None) -> torch.Tensor:
+    """Rotation by caller cos/sin tables (ONNX RotaryEmbedding semantics): torch.ops.rotary.apply_cos_sin.
+
+    cos/sin: [max_pos, R/2] indexed by the positions (an int offset, ids, packed or per-batch schemes as in apply),
+    or [B, S, R/2] ([1, T, R/2] for thd) already gathered per token. Channels R.. pass through. Differentiable in x
+    and in cos/sin. A position outside the table raises ValueError (CPU) or fails a device assertion.
+    """
+    _check_backend(backend)
+    pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
+    if _functorch_active() and not inplace:
+        return _TableRotation.apply(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+    if _eager(x, cos, sin, pos):
+        if inplace:
+            _kernel["apply_cos_sin_"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+            return x
+        return _kernel["apply_cos_sin"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+    if inplace:
+        ops.apply_cos_sin_(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+        return x
+    return ops.apply_cos_sin(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
 
 
-def _apply_off_cpu(x, positions, spec, *, layout, pairing, inverse, seq_len):
-    """Non-CPU tensors: cos/sin from rotary's exact table, rotation in torch on x's device."""
-    if spec.mrope_section:
-        raise NotImplementedError("[rotary] M-RoPE on non-CPU tensors is not supported by rotary.torch")
-    if layout == "thd":
-        n_tok = x.shape[0]
-    else:
-        n_tok = x.shape[1] if layout == "bshd" else x.shape[2]
-    if isinstance(positions, (int, np.integer)) or positions is None:
-        pos = np.arange(int(positions or 0), int(positions or 0) + n_tok, dtype=np.int64)
-    else:
-        pos = positions.cpu().numpy() if isinstance(positions, torch.Tensor) else np.asarray(positions)
-    c, s = _rotary.cos_sin(spec, pos, seq_len=seq_len)
-    c = torch.from_numpy(c).to(x.device)
-    s = torch.from_numpy(s).to(x.device)
-    # c: [S, h] or [B, S, h] -> broadcast over heads
-    if layout == "bshd":
-        c, s = c.unsqueeze(-2), s.unsqueeze(-2)
-    elif layout == "bhsd":
-        c, s = (c.unsqueeze(-3), s.unsqueeze(-3)) if c.ndim == 3 else (c, s)
-    else:
-        c, s = c.unsqueeze(-2), s.unsqueeze(-2)
-    return _rotate_with_tables(x, c, s, pairing or spec.pairing, inverse)
+def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = None
+            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """rotary's exact f32 cos/sin (attention factor folded in): torch.ops.rotary.cos_sin.
+
+    positions: an int n (0..n-1) or an integer/float tensor of any shape (M-RoPE specs: [3, ...], rows merged by
+    the spec's sections), on any device. Returns (cos, sin) of shape positions.shape + (rotary_dim // 2,).
+    """
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
+        positions = torch.arange(int(positions))
+    elif not isinstance(positions, torch.Tensor):
+        positions = torch.as_tensor(np.asarray(positions))
+    if _eager(positions):
+        return _kernel["cos_sin"](positions, _key(spec), seq_len)
+    return ops.cos_sin(positions, _key(spec), seq_len)
 
 
 class RoPE(torch.nn.Module):
@@ -118,6 +326,7 @@ class RoPE(torch.nn.Module):
     by t * base^(-2i/C) and returns a tensor of x's shape with dtype promote(x.dtype, float32), as the
     module that builds float32 cos/sin caches does. Angles are exact (computed in double, rounded once),
     where the original loses accuracy at large t; gradients flow through rotary's inverse rotation.
+    One torch.ops.rotary.apply call: torch.compile(fullgraph=True) and torch.export trace it.
     """
 
     def __init__(self, n_embed: int, base: float = 10000):
@@ -125,6 +334,7 @@ class RoPE(torch.nn.Module):
         self.base = base
         self.n_embed = n_embed
         self.spec = _rotary.Spec(int(n_embed), base=float(base), name="RoPE")
+        self._key = spec_key(self.spec)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2:
@@ -134,47 +344,20 @@ class RoPE(torch.nn.Module):
             raise ValueError(f"[rotary] RoPE(n_embed={self.n_embed}) got last dimension {C}")
         out_dtype = torch.promote_types(x.dtype, torch.float32)
         xx = x if x.dtype == out_dtype else x.to(out_dtype)
-        x4 = xx.reshape(-1, T, 1, C)
-        y = apply(x4, 0, self.spec, layout="bshd")
+        x4 = xx.reshape(math.prod(xx.shape[:-2]), T, 1, C)  # T = 0 or an empty batch: an empty result
+        if _functorch_active():
+            y = _SpecRotation.apply(x4, None, 0, self._key, "bshd", "", False, None, 0)
+        elif _eager(x4):
+            y = _kernel["apply"](x4, None, 0, self._key, "bshd", "", False, None, 0)
+        else:
+            y = ops.apply(x4, None, 0, self._key, "bshd", "", False, None, 0)
         return y.reshape(xx.shape)
 
     def extra_repr(self) -> str:
         return f"n_embed={self.n_embed}, base={self.base}"
 
 
-def _readable(t: torch.Tensor) -> torch.Tensor:
-    """t detached, materialised if it broadcasts along an axis (the core rejects zero strides there)."""
-    t = t.detach()
-    if any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape)):
-        t = t.contiguous()
-    return t
-
-
-class _CallerTableRotation(torch.autograd.Function):
-    """HF-style rotation with caller cos/sin halves [B, S, R/2] / [S, R/2]; backward rotates by -angle."""
-
-    @staticmethod
-    def forward(ctx, q, k, cos_h, sin_h, layout):
-        ctx.tables = (cos_h, sin_h, layout)
-        q_out = torch.empty_like(q)
-        k_out = torch.empty_like(k)
-        _native._apply_cos_sin(cos_h, sin_h, _readable(q), q_out=q_out, k=_readable(k), k_out=k_out, layout=layout,
-                               pairing="half")
-        return q_out, k_out
-
-    @staticmethod
-    def backward(ctx, gq, gk):
-        cos_h, sin_h, layout = ctx.tables
-        outs = []
-        for g in (gq, gk):
-            if g is None:
-                outs.append(None)
-                continue
-            gi = torch.empty_like(g)
-            _native._apply_cos_sin(cos_h, sin_h, _readable(g), q_out=gi, layout=layout, pairing="half", inverse=True)
-            outs.append(gi)
-        return outs[0], outs[1], None, None, None
-
+# ----------------------------------------------------------------------------------------------- HF tables
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     h = x.shape[-1] // 2
@@ -192,140 +375,53 @@ def _hf_formula(q, k, cos, sin, unsqueeze_dim):
     return torch.cat((qr, q[..., r:]), dim=-1), torch.cat((kr, k[..., r:]), dim=-1)
 
 
+def _rotate_qk_by_halves(q, k, c, s, unsqueeze_dim):
+    """q, k rotated by per-token half tables c/s [B or 1, S, R/2] (or [S, R/2]); None if the shapes do not fit."""
+    ud = unsqueeze_dim % 4 if q.dim() == 4 else unsqueeze_dim
+    if not (q.dim() == 4 and k.dim() == 4 and ud in (1, 2) and c.dim() in (2, 3) and c.shape == s.shape
+            and q.shape[-1] == k.shape[-1] and 0 < 2 * c.shape[-1] <= q.shape[-1]):
+        return None
+    layout = "bhsd" if ud == 1 else "bshd"
+    s_len = q.shape[2 if ud == 1 else 1]
+    if c.dim() == 2:
+        if c.shape[0] != s_len:
+            return None
+        positions = None  # rows 0..S-1 of the [S, R/2] table
+    else:
+        if c.shape[1] != s_len or c.shape[0] not in (1, q.shape[0]) or k.shape[0] != q.shape[0]:
+            return None
+        if c.shape[0] != q.shape[0]:
+            c, s = c.expand(q.shape[0], -1, -1), s.expand(q.shape[0], -1, -1)
+        positions = None
+    if q.dtype != k.dtype:
+        return (apply_cos_sin(q, c, s, positions, layout=layout), apply_cos_sin(k, c, s, positions, layout=layout))
+    if _functorch_active():
+        return (_TableRotation.apply(q, c, s, positions, 0, layout, "half", False, 0),
+                _TableRotation.apply(k, c, s, positions, 0, layout, "half", False, 0))
+    if _eager(q, k, c, s):
+        return _kernel["apply_qk_cos_sin"](q, k, c, s, None, 0, layout, "half", False, 0)
+    return ops.apply_qk_cos_sin(q, k, c, s, None, 0, layout, "half", False, 0)
+
+
 def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                          unsqueeze_dim: int = 1) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Hugging Face's apply_rotary_pos_emb, computed by rotary's kernel.
+    """Hugging Face's apply_rotary_pos_emb, computed by rotary's kernel (torch.ops.rotary.apply_qk_cos_sin).
 
     q: [B, Hq, S, D] and k: [B, Hk, S, D] for unsqueeze_dim=1 ([B, S, H, D] for unsqueeze_dim=2; GQA allowed).
     cos/sin: HF's tables [B, S, R] (or [S, R]) as returned by a *RotaryEmbedding module: the angle values
     duplicated over both halves (HF's `cat((freqs, freqs))`); only the first R/2 columns are read. R may be
     smaller than D (channels R.. pass through). The values are used as given (attention scaling included).
-    Falls back to HF's torch formula for non-CPU tensors, gradients with respect to cos/sin, or shapes the
-    kernel does not take; results are the same up to floating-point rounding.
+    Differentiable in q, k, cos and sin. Shapes the kernel does not take fall back to HF's torch formula.
     """
-    ud = unsqueeze_dim % 4 if q.dim() == 4 else unsqueeze_dim
     r = cos.shape[-1]
-    use_kernel = (
-        q.dim() == 4 and k.dim() == 4 and ud in (1, 2) and cos.dim() in (2, 3) and cos.shape == sin.shape
-        and q.device.type == "cpu" and k.device.type == "cpu" and cos.device.type == "cpu"
-        and sin.device.type == "cpu" and q.dtype == k.dtype and q.dtype in _KERNEL_DTYPES
-        and cos.dtype in _KERNEL_DTYPES and sin.dtype == cos.dtype and r % 2 == 0 and 0 < r <= q.shape[-1]
-        and q.shape[-1] == k.shape[-1]
-        and not (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad))
-    )
-    if use_kernel:
-        layout = "bhsd" if ud == 1 else "bshd"
-        seq_axis = 2 if ud == 1 else 1
-        s_len = q.shape[seq_axis]
+    if r % 2 == 0 and cos.shape == sin.shape:
         h = r // 2
-        c, s = cos[..., :h], sin[..., :h]
-        if c.dim() == 3:
-            if c.shape[0] == 1 and q.shape[0] != 1:
-                c, s = c.expand(q.shape[0], -1, -1), s.expand(q.shape[0], -1, -1)
-            use_kernel = c.shape[0] == q.shape[0] and c.shape[1] == s_len
-        else:
-            use_kernel = c.shape[0] == s_len
-    if not use_kernel:
-        return _hf_formula(q, k, cos, sin, unsqueeze_dim)
-    return _CallerTableRotation.apply(q, k, _readable(c), _readable(s), layout)
+        out = _rotate_qk_by_halves(q, k, cos[..., :h], sin[..., :h], unsqueeze_dim)
+        if out is not None:
+            return out
+    return _hf_formula(q, k, cos, sin, unsqueeze_dim)
 
 
-# ----------------------------------------------------------------------------- transformers patching
+# ----------------------------------------------------------------------------------------------- transformers patching
 
-_patch_lock = threading.Lock()
-_module_patches: dict = {}  # python module name -> [original apply_rotary_pos_emb, refcount]
-
-
-def _rotary_embedding_modules(model: torch.nn.Module):
-    for name, mod in model.named_modules():
-        if type(mod).__name__.endswith("RotaryEmbedding") and hasattr(mod, "inv_freq"):
-            yield name, mod
-
-
-def _make_forward(spec: "_rotary.Spec"):
-    def forward(x, position_ids, layer_type=None, **_ignored):
-        if layer_type is not None:
-            raise NotImplementedError("[rotary] per-layer-type rope (layer_type=...) is not supported by patch()")
-        pos = position_ids.detach().to("cpu")
-        c, s = _rotary.cos_sin(spec, pos)  # exact f32, attention factor folded in: [B, S, R/2]
-        c = torch.from_numpy(c)
-        s = torch.from_numpy(s)
-        cos = torch.cat((c, c), dim=-1).to(device=x.device, dtype=x.dtype)
-        sin = torch.cat((s, s), dim=-1).to(device=x.device, dtype=x.dtype)
-        return cos, sin
-
-    return forward
-
-
-def patch(model: torch.nn.Module, spec: Optional["_rotary.Spec"] = None) -> torch.nn.Module:
-    """Makes a transformers Llama-family model compute RoPE with rotary; returns the model.
-
-    Every `*RotaryEmbedding` submodule's forward is replaced by one returning cos/sin built from rotary's
-    exact cos/sin table for the spec read from the module's config (or `spec`), and the
-    `apply_rotary_pos_emb` function of each attention module's Python module (e.g.
-    transformers.models.llama.modeling_llama) is replaced by rotary.torch.apply_rotary_pos_emb, so the
-    rotation of q and k in every forward and generate() step runs in rotary's kernel.
-    The function replacement is per Python module and reference-counted across patched models; it
-    computes the same function as HF's. Undo with unpatch(model).
-    """
-    if getattr(model, "_rotary_patch", None) is not None:
-        return model
-    state = {"forwards": [], "modules": []}
-    found = False
-    for _, mod in _rotary_embedding_modules(model):
-        rope_type = getattr(mod, "rope_type", "default")
-        if isinstance(rope_type, dict):
-            raise NotImplementedError("[rotary] models with per-layer-type rope parameters are not supported")
-        mod_spec = spec if spec is not None else _rotary.Spec.from_hf_config(mod.config)
-        had_own = "forward" in mod.__dict__
-        state["forwards"].append((mod, had_own, mod.__dict__.get("forward")))
-        mod.forward = _make_forward(mod_spec)
-        mod._rotary_spec = mod_spec
-        found = True
-    if not found:
-        raise ValueError("[rotary] patch(): the model has no *RotaryEmbedding submodule with inv_freq")
-    py_modules = set()
-    for mod in model.modules():
-        pm = sys.modules.get(type(mod).__module__)
-        if pm is not None and callable(getattr(pm, "apply_rotary_pos_emb", None)):
-            py_modules.add(pm.__name__)
-    with _patch_lock:
-        for name in sorted(py_modules):
-            pm = sys.modules[name]
-            if name in _module_patches:
-                _module_patches[name][1] += 1
-            else:
-                _module_patches[name] = [pm.apply_rotary_pos_emb, 1]
-                pm.apply_rotary_pos_emb = apply_rotary_pos_emb
-            state["modules"].append(name)
-    model._rotary_patch = state
-    return model
-
-
-def unpatch(model: torch.nn.Module) -> torch.nn.Module:
-    """Undoes patch(model) (restores forwards; restores module functions when no patched model remains)."""
-    state = getattr(model, "_rotary_patch", None)
-    if state is None:
-        return model
-    for mod, had_own, fwd in state["forwards"]:
-        if had_own:
-            mod.forward = fwd
-        else:
-            mod.__dict__.pop("forward", None)
-        mod.__dict__.pop("_rotary_spec", None)
-    with _patch_lock:
-        for name in state["modules"]:
-            entry = _module_patches.get(name)
-            if entry is None:
-                continue
-            entry[1] -= 1
-            if entry[1] == 0:
-                sys.modules[name].apply_rotary_pos_emb = entry[0]
-                del _module_patches[name]
-    model._rotary_patch = None
-    return model
-
-
-def is_patched(model: torch.nn.Module) -> bool:
-    """True if patch(model) is in effect."""
-    return getattr(model, "_rotary_patch", None) is not None
+from rotary._torch_patch import is_patched, patch, supported_models, unpatch  # noqa: E402,F401

@@ -63,5 +63,6 @@ void bind_spec(nb::module_& m);
 void bind_apply(nb::module_& m);
 void bind_multimodal(nb::module_& m);  // multimodal.cc
 void bind_check(nb::module_& m);       // check.cc
+void bind_torch_entry(nb::module_& m);  // torch_entry.cc
 
 }  // namespace rotary_py

@@ -88,4 +88,5 @@ NB_MODULE(_rotary, m) {
   rotary_py::bind_apply(m);
   rotary_py::bind_multimodal(m);
   rotary_py::bind_check(m);
+  rotary_py::bind_torch_entry(m);
 }

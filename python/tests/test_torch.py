@@ -212,8 +212,10 @@ def test_apply_rotary_pos_emb_autograd_and_fallbacks():
 
 @pytest.mark.parametrize("layout,shape", [("bshd", (2, 7, 3, 32)), ("bhsd", (2, 3, 7, 32)), ("thd", (7, 3, 32))])
 @pytest.mark.parametrize("pos_rank", [0, 1, 2])
-def test_off_cpu_fallback_matches_kernel(layout, shape, pos_rank):
-    """The torch-formula path used for non-CPU tensors (exercised here on CPU) equals the kernel path."""
+def test_device_composite_matches_kernel(layout, shape, pos_rank):
+    """The torch-composite path used for device tensors (forced here on CPU) equals the kernel path."""
+    from rotary import _torch_composite
+
     if layout == "thd" and pos_rank == 2:
         pytest.skip("thd takes 1-D positions")
     torch.manual_seed(4)
@@ -221,6 +223,7 @@ def test_off_cpu_fallback_matches_kernel(layout, shape, pos_rank):
     x = torch.randn(*shape, dtype=torch.float64)
     pos = {0: 5, 1: torch.arange(3, 10), 2: torch.randint(0, 99, (2, 7))}[pos_rank]
     for inverse in (False, True):
-        a = rt._apply_off_cpu(x, pos, spec, layout=layout, pairing=None, inverse=inverse, seq_len=None)
+        with _torch_composite.forced():
+            a = rt.apply(x, pos, spec, layout=layout, inverse=inverse)
         b = rt.apply(x, pos, spec, layout=layout, inverse=inverse)
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)

@@ -6,8 +6,19 @@
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
 #include "engine/run_plan.h"
+#include "plan/plan.h"
 
 namespace rotary {
+
+bool backend_available(Backend backend) {
+  switch (backend) {
+    case Backend::kAuto:
+    case Backend::kCpu:
+    case Backend::kReference: return true;
+    case Backend::kCuda: return detail::cuda_available();
+  }
+  return false;
+}
 
 void apply_table(CosSinTable& table, const ApplyArgs& args) {
   detail::PlanRequest req;

@@ -1,0 +1,314 @@
+"""Autograd and vmap registrations of rotary's torch operators (see rotary/_torch_ops.py for the registration style).
+
+Backward of a rotation is the inverse rotation with the same cos/sin (grad_x = R(-angle) grad_y, attention factor
+included), computed by the same operator, so it is differentiable again. Caller cos/sin operators also give
+gradients for cos and sin (torch composite, only when they require grad). In-place operators record the functional
+operator plus copy_ when a gradient is needed, as torch does for its own in-place ops.
+"""
+from __future__ import annotations
+
+import torch
+
+from ._torch_ops import KERNELS, LIB, OPS, full_args
+
+ops = torch.ops.rotary
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+
+
+def _register_autograd(name: str, backward, setup_context) -> None:
+    """torch.library.register_autograd's formula for a functional operator, in an Autograd kernel that calls the
+    backend kernel straight away when no gradient is needed and the tensors are plain CPU/CUDA tensors outside any
+    mode (one trip through the dispatcher instead of two; measured in docs/performance.md)."""
+    op = getattr(ops, name).default
+    try:
+        from torch._library.autograd import Info, make_autograd_impl  # what register_autograd itself uses
+    except ImportError:  # pragma: no cover - another torch: the public API, without the shortcut
+        torch.library.register_autograd(f"rotary::{name}", backward, setup_context=setup_context, lib=LIB)
+        return
+    with_grad = make_autograd_impl(op, Info(backward, setup_context))
+    kernels = KERNELS[name]
+
+    def kernel(keyset, *args):
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return with_grad(keyset, *args)
+        below = keyset & _AFTER_AUTOGRAD
+        direct = kernels.get(below.raw_repr())
+        if direct is not None:
+            return direct(*args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(below, *args)
+
+    LIB.impl(name, kernel, "Autograd", with_keyset=True)
+
+# ----------------------------------------------------------------------------------------------- spec operators
+
+
+def _setup_spec(ctx, inputs, output):
+    n = ctx._rotary_n
+    positions = inputs[n]
+    ctx.has_positions = positions is not None
+    if positions is not None:
+        ctx.save_for_backward(positions)  # version-checked: positions changed before backward raise
+    ctx.rest = tuple(inputs[n + 1:])  # offset, spec, layout, pairing, inverse, seq_len, threads
+
+
+def _spec_args(ctx):
+    positions = ctx.saved_tensors[0] if ctx.has_positions else None
+    offset, spec, layout, pairing, inverse, seq_len, threads = ctx.rest
+    return positions, offset, spec, layout, pairing, not inverse, seq_len, threads
+
+
+def _setup_apply(ctx, inputs, output):
+    ctx._rotary_n = 1
+    _setup_spec(ctx, inputs, output)
+
+
+def _backward_apply(ctx, grad):
+    return (ops.apply(grad, *_spec_args(ctx)),) + (None,) * 8
+
+
+def _setup_apply_qk(ctx, inputs, output):
+    ctx._rotary_n = 2
+    _setup_spec(ctx, inputs, output)
+
+
+def _backward_apply_qk(ctx, gq, gk):
+    dq, dk = ops.apply_qk(gq, gk, *_spec_args(ctx))
+    return (dq, dk) + (None,) * 8
+
+
+_register_autograd("apply", _backward_apply, _setup_apply)
+_register_autograd("apply_qk", _backward_apply_qk, _setup_apply_qk)
+
+# ----------------------------------------------------------------------------------------------- caller cos/sin
+
+
+def _split(x: torch.Tensor, half: int, pairing: str):
+    xr = x[..., :2 * half]
+    return (xr[..., 0::2], xr[..., 1::2]) if pairing == "interleaved" else (xr[..., :half], xr[..., half:])
+
+
+def _head_axis(layout: str) -> int:
+    return 1 if layout == "bhsd" else -2
+
+
+def _table_grads(pairs, cos, sin, positions, offset, layout, pairing, inverse):
+    """d loss / d cos and d sin for y = rotation of x by the caller's tables, given (x, grad_y) pairs."""
+    half = cos.shape[-1]
+    ct = torch.float64 if cos.dtype == torch.float64 else torch.float32
+    gc = gs = None
+    for x, g in pairs:
+        if g is None:
+            continue
+        x1, x2 = (t.to(ct) for t in _split(x, half, pairing))
+        g1, g2 = (t.to(ct) for t in _split(g, half, pairing))
+        dc = (g1 * x1 + g2 * x2).sum(_head_axis(layout))
+        ds = (g2 * x1 - g1 * x2).sum(_head_axis(layout))
+        if inverse:
+            ds = -ds
+        gc = dc if gc is None else gc + dc
+        gs = ds if gs is None else gs + ds
+    # gc: per token, [B, S, h] (bshd/bhsd) or [T, h] (thd)
+    if cos.dim() == 3:
+        return gc.reshape(cos.shape).to(cos.dtype), gs.reshape(sin.shape).to(sin.dtype)
+    if positions is None:
+        n = gc.shape[-2]
+        ids = torch.arange(offset, offset + n, device=gc.device).expand(gc.shape[:-1])
+    else:
+        ids = positions.to(device=gc.device, dtype=torch.long).expand(gc.shape[:-1])
+    flat = ids.reshape(-1)
+    dcos = torch.zeros(cos.shape, dtype=ct, device=gc.device).index_put((flat,), gc.reshape(-1, half), accumulate=True)
+    dsin = torch.zeros(sin.shape, dtype=ct, device=gs.device).index_put((flat,), gs.reshape(-1, half), accumulate=True)
+    return dcos.to(cos.dtype), dsin.to(sin.dtype)
+
+
+def _setup_tables(ctx, inputs, n):
+    tensors = inputs[:n]
+    cos, sin, positions = inputs[n], inputs[n + 1], inputs[n + 2]
+    ctx.table_grads = any(ctx.needs_input_grad[n:n + 2])
+    ctx.has_positions = positions is not None
+    saved = [cos, sin] + ([positions] if positions is not None else [])
+    if ctx.table_grads:
+        saved += list(tensors)
+    ctx.save_for_backward(*saved)
+    ctx.rest = tuple(inputs[n + 3:])  # offset, layout, pairing, inverse, threads
+    ctx.n = n
+
+
+def _table_args(ctx):
+    saved = ctx.saved_tensors
+    cos, sin = saved[0], saved[1]
+    positions = saved[2] if ctx.has_positions else None
+    xs = saved[3 if ctx.has_positions else 2:]
+    return cos, sin, positions, xs
+
+
+def _setup_apply_cos_sin(ctx, inputs, output):
+    _setup_tables(ctx, inputs, 1)
+
+
+def _backward_apply_cos_sin(ctx, grad):
+    cos, sin, positions, xs = _table_args(ctx)
+    offset, layout, pairing, inverse, threads = ctx.rest
+    dx = dcos = dsin = None
+    if ctx.needs_input_grad[0]:
+        dx = ops.apply_cos_sin(grad, cos, sin, positions, offset, layout, pairing, not inverse, threads)
+    if ctx.table_grads:
+        dcos, dsin = _table_grads([(xs[0], grad)], cos, sin, positions, offset, layout, pairing, inverse)
+    return (dx, dcos, dsin) + (None,) * 6
+
+
+def _setup_apply_qk_cos_sin(ctx, inputs, output):
+    _setup_tables(ctx, inputs, 2)
+
+
+def _backward_apply_qk_cos_sin(ctx, gq, gk):
+    cos, sin, positions, xs = _table_args(ctx)
+    offset, layout, pairing, inverse, threads = ctx.rest
+    dq = dk = dcos = dsin = None
+    if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+        dq, dk = ops.apply_qk_cos_sin(gq, gk, cos, sin, positions, offset, layout, pairing, not inverse, threads)
+    if ctx.table_grads:
+        dcos, dsin = _table_grads([(xs[0], gq), (xs[1], gk)], cos, sin, positions, offset, layout, pairing, inverse)
+    return (dq, dk, dcos, dsin) + (None,) * 6
+
+
+_register_autograd("apply_cos_sin", _backward_apply_cos_sin, _setup_apply_cos_sin)
+_register_autograd("apply_qk_cos_sin", _backward_apply_qk_cos_sin, _setup_apply_qk_cos_sin)
+
+# ----------------------------------------------------------------------------------------------- in-place operators
+
+def _inplace_autograd(name: str, n_mutated: int):
+    op = getattr(ops, name).default
+    functional = getattr(ops, name[:-1]).default
+    kernels = KERNELS[name]
+
+    def kernel(keyset, *args):
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            # As torch does for its in-place ops: the functional op is recorded and copy_ writes its result into the
+            # mutated tensors (torch refuses a leaf requiring grad here, and bumps the version counters).
+            outs = functional(*args)
+            if n_mutated == 1:
+                args[0].copy_(outs)
+            else:
+                args[0].copy_(outs[0])
+                args[1].copy_(outs[1])
+            return None
+        below = keyset & _AFTER_AUTOGRAD
+        direct = kernels.get(below.raw_repr())
+        if direct is not None:
+            return direct(*args)
+        return op.redispatch(below, *args)
+
+    LIB.impl(name, kernel, "Autograd", with_keyset=True)
+
+
+_inplace_autograd("apply_", 1)
+_inplace_autograd("apply_qk_", 2)
+_inplace_autograd("apply_cos_sin_", 1)
+_inplace_autograd("apply_qk_cos_sin_", 2)
+
+# ----------------------------------------------------------------------------------------------- vmap
+
+_N_ROTATED = {"apply": 1, "apply_": 1, "apply_qk": 2, "apply_qk_": 2, "apply_cos_sin": 1, "apply_cos_sin_": 1,
+              "apply_qk_cos_sin": 2, "apply_qk_cos_sin_": 2}
+
+
+def _merge_spec_call(name, batch, in_dims, args):
+    """Spec operators: the vmapped axis folded into the batch axis (thd becomes bshd); None if not possible."""
+    n = _N_ROTATED[name]
+    inplace = name.endswith("_")
+    positions, offset, spec, layout = args[n], args[n + 1], args[n + 2], args[n + 3]
+    pd = in_dims[n]
+    if positions is not None and (positions.is_floating_point() or positions.dim() > (2 if pd is None else 3)):
+        return None  # M-RoPE ids and others: one call per item
+    if positions is not None and positions.dim() == (3 if pd is None else 4):
+        return None
+    rotated = []
+    for t, d in zip(args[:n], in_dims[:n]):
+        if d is None:
+            if inplace:
+                raise ValueError("[rotary] vmap: an in-place rotation needs its tensors batched")
+            t = t.unsqueeze(0).expand((batch,) + tuple(t.shape))
+        else:
+            t = t.movedim(d, 0)
+        rotated.append(t)
+    b0 = rotated[0].shape[1] if layout != "thd" else 1
+    new_layout = "bshd" if layout == "thd" else layout
+    seq_axis = {"bshd": 2, "bhsd": 3, "thd": 1}[layout]
+    s = rotated[0].shape[seq_axis]
+    merged = []
+    for t in rotated:
+        if layout == "thd":
+            merged.append(t)
+        else:
+            try:
+                merged.append(t.view((batch * t.shape[1],) + tuple(t.shape[2:])) if inplace
+                              else t.reshape((batch * t.shape[1],) + tuple(t.shape[2:])))
+            except RuntimeError:
+                return None
+    if positions is not None:
+        p = positions.movedim(pd, 0) if pd is not None else positions.unsqueeze(0)
+        if layout == "thd":  # [N or 1, T] -> ids [N, S]
+            p = p.expand(batch, s)
+        else:
+            p = p if p.dim() == 3 else p.unsqueeze(1)  # [N or 1, B or 1, S]
+            p = p.expand(batch, b0, s).reshape(batch * b0, s)
+        positions = p
+    op = getattr(ops, name).default
+    out = op(*merged, positions, offset, spec, new_layout, *args[n + 4:])
+    if inplace:
+        return None, None
+    outs = out if n == 2 else (out,)
+    if layout != "thd":
+        outs = tuple(o.reshape((batch, b0) + tuple(o.shape[1:])) for o in outs)
+    return (outs if n == 2 else outs[0]), ((0, 0) if n == 2 else 0)
+
+
+def _loop(name, batch, in_dims, args):
+    """One operator call per vmapped item (views of the mutated tensors for in-place operators)."""
+    op = getattr(ops, name).default
+    inplace = name.endswith("_")
+    if inplace:
+        n = _N_ROTATED[name]
+        if any(d is None for d in in_dims[:n]):
+            raise ValueError("[rotary] vmap: an in-place rotation needs its tensors batched")
+    results = []
+    for i in range(batch):
+        item = [a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)]
+        results.append(op(*item))
+    if inplace:
+        return None, None
+    if isinstance(results[0], tuple):
+        return tuple(torch.stack(r) for r in zip(*results)), tuple(0 for _ in results[0])
+    return torch.stack(results), 0
+
+
+def _vmap_rule(name: str):
+    spec_op = "cos_sin" not in name
+
+    def rule(info, in_dims, *args):
+        args = full_args(name, args)
+        in_dims = tuple(in_dims) + (None,) * (len(args) - len(in_dims))
+        if spec_op:
+            merged = _merge_spec_call(name, info.batch_size, in_dims, args)
+            if merged is not None:
+                return merged
+        return _loop(name, info.batch_size, in_dims, args)
+
+    return rule
+
+
+def _cos_sin_vmap(info, in_dims, positions, spec, seq_len):
+    d = in_dims[0]
+    c, s = ops.cos_sin(positions, spec, seq_len)
+    if d is not None and d < 0:
+        d += positions.dim()
+    return (c, s), (d, d)
+
+
+for _name in OPS:
+    if _name == "cos_sin":
+        torch.library.register_vmap("rotary::cos_sin", _cos_sin_vmap, lib=LIB)
+    else:
+        torch.library.register_vmap(f"rotary::{_name}", _vmap_rule(_name), lib=LIB)

@@ -1,0 +1,262 @@
+"""Device kernels of rotary's torch operators: rotary's CUDA backend when built in, else a torch composite.
+
+The composite never reads a device tensor on the host (so a call can be captured in a CUDA graph):
+  * Spec operators gather rows of a per-(spec, device) table of rotary's exact f32 cos/sin, computed on the host
+    (rotary.cos_sin) once per growth and copied to the device. The table covers max(spec.max_position_embeddings
+    or 8192, every position the host has seen: offset + tokens, seq_len); a device position outside it fails a
+    device-side assertion (torch._assert_async) instead of reading a wrong row.
+  * LongRoPE picks its short or long rows on the device from max(position) + 1 (two tables, torch.where).
+    Dynamic NTK without seq_len is the one exception: its frequencies depend on max(position) + 1 continuously,
+    which is read on the host (a synchronisation, as transformers' own dynamic RoPE does); pass seq_len to avoid it.
+  * Caller cos/sin operators gather rows of the caller's tables by the device positions.
+  * In-place operators write with copy_ (which bumps the version counters).
+  * The rotation is computed in float32 (float64 for float64 tensors) and rounded once to the tensor's dtype.
+Tests run it on CPU tensors with `forced()`.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+
+from . import _rotary as _native
+
+FORCED = [False]  # CPU kernels take the composite while True (tests)
+_TABLES: Dict[tuple, Tuple[int, torch.Tensor, torch.Tensor]] = {}
+_AXES: Dict[tuple, torch.Tensor] = {}
+_DEFAULT_ROWS = 8192
+
+
+@contextlib.contextmanager
+def forced():
+    """CPU tensors take the composite path inside this block (how the device path is tested without a GPU)."""
+    old = FORCED[0]
+    FORCED[0] = True
+    try:
+        yield
+    finally:
+        FORCED[0] = old
+
+
+_CUDA: list = []
+
+
+def cuda_backend_available() -> bool:
+    """True when the extension was built with rotary's CUDA backend and sees a device (asked once)."""
+    if not _CUDA:
+        _CUDA.append(bool(_native._cuda_available()))
+    return _CUDA[0]
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+
+def _spec_from_key(key: str):
+    from ._torch_ops import spec_from_key
+
+    return spec_from_key(key)
+
+
+def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[int]) -> Tuple[int, torch.Tensor,
+                                                                                              torch.Tensor]:
+    """(rows, cos, sin): f32 [rows, R/2] on `device` for positions [0, rows) at `seq_len` (None: the spec's own)."""
+    tk = (key, str(device), seq_len)
+    hit = _TABLES.get(tk)
+    if hit is not None and hit[0] >= need:
+        return hit
+    rows = max(need, spec.max_position_embeddings or _DEFAULT_ROWS)
+    if hit is not None:
+        rows = max(rows, 2 * hit[0])
+    c, s = _native._cos_sin(spec, np.arange(rows, dtype=np.int64), seq_len)
+    entry = (rows, torch.from_numpy(c).to(device), torch.from_numpy(s).to(device))
+    _TABLES[tk] = entry
+    return entry
+
+
+def _gather(table: Tuple[int, torch.Tensor, torch.Tensor], ids: torch.Tensor, checked: bool):
+    rows, c, s = table
+    if checked:
+        inside = ((ids >= 0) & (ids < rows)).all()
+        torch._assert_async(inside, f"[rotary] a position is outside the device table [0, {rows}) (pass seq_len=)")
+        ids = ids.clamp(0, rows - 1)
+    return c[ids], s[ids]
+
+
+def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device) -> torch.Tensor:
+    if positions is None:
+        return torch.arange(offset, offset + n_tok, device=device)
+    if positions.is_floating_point():
+        raise NotImplementedError("[rotary] fractional positions on device tensors are not supported "
+                                  "(rotary's CPU kernels compute them)")
+    return positions.to(device=device, dtype=torch.long)
+
+
+def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_len: Optional[int]):
+    """Exact f32 rows for integer ids of any shape: ids.shape + (R/2,). host_end: the ids' end (offset + tokens)
+    when the host knows it (offset positions), else None (device ids, checked on the device)."""
+    from_offset = host_end is not None
+    need = max(host_end or 0, seq_len or 0)
+    checked = not from_offset
+    if seq_len is None and spec.rope_type == "longrope" and not from_offset:
+        orig = spec.original_max_position_embeddings or spec.max_position_embeddings
+        short = _gather(_table(spec, key, ids.device, need, orig), ids, checked)
+        long = _gather(_table(spec, key, ids.device, need, orig + 1), ids, checked)
+        use_long = ids.max() + 1 > orig if ids.numel() else torch.zeros((), dtype=torch.bool, device=ids.device)
+        return torch.where(use_long, long[0], short[0]), torch.where(use_long, long[1], short[1])
+    if seq_len is None and spec.length_dependent:
+        # dynamic (and longrope with host-known positions): the length is max(position) + 1
+        seq_len = host_end if from_offset else (int(ids.max()) + 1 if ids.numel() else 1)
+    return _gather(_table(spec, key, ids.device, need, seq_len), ids, checked)
+
+
+def _mrope_rows(spec, key: str, ids: torch.Tensor, seq_len: Optional[int]):
+    """M-RoPE: ids [3, ...] -> rows ids.shape[1:] + (R/2,), frequency j from axis axis_of_freq[j]."""
+    from ._torch_ops import mrope_parts
+
+    base_key, axis = mrope_parts(spec)
+    c, s = _spec_rows(_spec_from_key(base_key), base_key, ids, None, seq_len)  # [3, ..., h]
+    dev_key = (base_key, str(ids.device))
+    if dev_key not in _AXES:  # copied once per device (a copy would break CUDA-graph capture)
+        _AXES[dev_key] = axis.to(ids.device)
+    idx = _AXES[dev_key].expand(c.shape[1:]).unsqueeze(0)
+    return c.gather(0, idx).squeeze(0), s.gather(0, idx).squeeze(0)
+
+
+# ------------------------------------------------------------------------------------------- rotation
+
+
+def _grid(x: torch.Tensor, layout: str) -> Tuple[int, int]:
+    if layout == "thd":
+        return 1, x.shape[0]
+    return (x.shape[0], x.shape[1]) if layout == "bshd" else (x.shape[0], x.shape[2])
+
+
+def _to_layout(c: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rows [B, S, h], [S, h] (or [T, h] for thd) -> broadcastable against x[..., :R] in `layout`."""
+    if layout == "thd":
+        return c.reshape(-1, c.shape[-1]).unsqueeze(-2) if c.dim() == 3 else c.unsqueeze(-2)
+    if layout == "bshd":
+        return c.unsqueeze(-2)
+    return c.unsqueeze(-3)
+
+
+def rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, pairing: str, inverse: bool) -> torch.Tensor:
+    """x[..., :2h] rotated by cos/sin (broadcastable [..., h]); channels 2h.. pass through. One rounding."""
+    half = c.shape[-1]
+    rot = 2 * half
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xr = x[..., :rot].to(ct)
+    c, s = c.to(ct), s.to(ct)
+    if pairing == "interleaved":
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+    else:
+        x1, x2 = xr[..., :half], xr[..., half:]
+    if inverse:
+        s = -s
+    y1 = x1 * c - x2 * s
+    y2 = x2 * c + x1 * s
+    y = torch.stack((y1, y2), dim=-1).flatten(-2) if pairing == "interleaved" else torch.cat((y1, y2), dim=-1)
+    if rot == x.shape[-1]:
+        return y.to(x.dtype)
+    return torch.cat((y.to(x.dtype), x[..., rot:]), dim=-1)
+
+
+def _rows_for_spec(x, positions, offset, key, layout, seq_len):
+    spec = _spec_from_key(key)
+    b, n = _grid(x, layout)
+    ids = _token_ids(positions, offset, n, x.device)
+    if spec.mrope_section:
+        if positions is None:
+            ids = ids.expand(3, n)
+        c, s = _mrope_rows(spec, key, ids, seq_len)
+    else:
+        c, s = _spec_rows(spec, key, ids, offset + n if positions is None else None, seq_len)
+    return spec, c, s
+
+
+def _rows_for_tables(x, cos, sin, positions, offset, layout):
+    if cos.dim() == 3:
+        return cos.to(x.device), sin.to(x.device)
+    b, n = _grid(x, layout)
+    ids = _token_ids(positions, offset, n, x.device)
+    return cos.to(x.device)[ids], sin.to(x.device)[ids]
+
+
+def _spec_rotation(x, positions, offset, key, layout, pairing, inverse, seq_len):
+    spec, c, s = _rows_for_spec(x, positions, offset, key, layout, seq_len)
+    return rotate(x, _to_layout(c, layout), _to_layout(s, layout), pairing or spec.pairing, inverse)
+
+
+def _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse):
+    c, s = _rows_for_tables(x, cos, sin, positions, offset, layout)
+    return rotate(x, _to_layout(c, layout), _to_layout(s, layout), pairing, inverse)
+
+
+# The composite implementation of every operator (same signatures as the operators).
+def _apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    return _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len)
+
+
+def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    x.copy_(_spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len))
+
+
+def _apply_qk(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    return (_spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len),
+            _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len))
+
+
+def _apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    qr, kr = _apply_qk(q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
+    q.copy_(qr)
+    k.copy_(kr)
+
+
+def _apply_cos_sin(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    return _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse)
+
+
+def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    x.copy_(_table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse))
+
+
+def _apply_qk_cos_sin(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    return (_table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse),
+            _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse))
+
+
+def _apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    qr, kr = _apply_qk_cos_sin(q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
+    q.copy_(qr)
+    k.copy_(kr)
+
+
+def _cos_sin(positions, spec, seq_len=None):
+    s = _spec_from_key(spec)
+    ids = _token_ids(positions, 0, 0, positions.device)
+    if s.mrope_section:
+        return _mrope_rows(s, spec, ids, seq_len)
+    return _spec_rows(s, spec, ids, None, seq_len)
+
+
+COMPOSITE: Dict[str, Callable] = {
+    "apply": _apply, "apply_": _apply_, "apply_qk": _apply_qk, "apply_qk_": _apply_qk_,
+    "apply_cos_sin": _apply_cos_sin, "apply_cos_sin_": _apply_cos_sin_, "apply_qk_cos_sin": _apply_qk_cos_sin,
+    "apply_qk_cos_sin_": _apply_qk_cos_sin_, "cos_sin": _cos_sin,
+}
+
+
+def cuda_kernel(name: str, cuda_backend_kernel: Optional[Callable]) -> Callable:
+    """The CUDA kernel of operator `name`: rotary's CUDA backend if the extension has it, else the composite."""
+    composite = COMPOSITE[name]
+    if cuda_backend_kernel is None:
+        return composite
+
+    def kernel(*args):
+        if cuda_backend_available():
+            return cuda_backend_kernel(*args)
+        return composite(*args)
+
+    return kernel

@@ -1,0 +1,317 @@
+"""rotary.torch.patch / unpatch: transformers models computing RoPE with rotary, per supported model family.
+
+A family is recognised by its RoPE module's class; patch() replaces that module's forward (cos/sin from
+torch.ops.rotary.cos_sin: rotary's exact table, attention factor folded in, returned in HF's shape and dtype) and
+the rotation functions of the family's modeling module (torch.ops.rotary.apply_qk_cos_sin). It then runs a check
+forward (2 tokens, no cache) counting the rotations: every decoder layer must have rotated through rotary, else the
+patch is undone and NotImplementedError("[rotary.patch] <model class>: ...") raised. A model whose RoPE module is
+of another class is refused by name. unpatch() restores every replaced attribute exactly.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+import rotary as _rotary
+from rotary._torch_ops import spec_key
+
+ops = torch.ops.rotary
+
+
+# ----------------------------------------------------------------------------------------------- patched forwards
+
+def _dup_forward(key: str) -> Callable:
+    """HF's usual RoPE module: cos/sin [B, S, R] with the angle values duplicated over both halves."""
+
+    def forward(x, position_ids, *args, **kwargs):
+        c, s = ops.cos_sin(position_ids, key)
+        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
+
+    return forward
+
+
+def _halves_forward(key: str) -> Callable:
+    """gpt-oss: cos/sin [B, S, R/2] (no duplication)."""
+
+    def forward(x, position_ids, *args, **kwargs):
+        c, s = ops.cos_sin(position_ids, key)
+        return c.to(x.dtype), s.to(x.dtype)
+
+    return forward
+
+
+def _layer_type_forward(keys: Dict[str, str]) -> Callable:
+    """Gemma 3: one Spec per layer type, forward(x, position_ids, layer_type)."""
+
+    def forward(x, position_ids, layer_type=None, *args, **kwargs):
+        if layer_type not in keys:
+            raise ValueError(f"[rotary.patch] layer_type must be one of {sorted(keys)}, got {layer_type!r}")
+        c, s = ops.cos_sin(position_ids, keys[layer_type])
+        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
+
+    return forward
+
+
+def _mrope_forward(key: str) -> Callable:
+    """Qwen2-VL / Qwen2.5-VL text model: position_ids [3, B, S] (or [B, S]), sections merged as HF does."""
+
+    def forward(x, position_ids, *args, **kwargs):
+        if position_ids.dim() == 2:
+            position_ids = position_ids.expand(3, -1, -1)
+        c, s = ops.cos_sin(position_ids, key)
+        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
+
+    return forward
+
+
+# ----------------------------------------------------------------------------------------------- rotations
+
+def _apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    from rotary.torch import apply_rotary_pos_emb
+
+    return apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim)
+
+
+def _apply_rotary_pos_emb_halves(q, k, cos, sin, unsqueeze_dim=1):
+    """gpt-oss's apply_rotary_pos_emb: cos/sin [B, S, R/2] pairing (i, i + R/2) of q/k."""
+    from rotary.torch import _hf_formula, _rotate_qk_by_halves
+
+    out = _rotate_qk_by_halves(q, k, cos, sin, unsqueeze_dim)
+    if out is not None:
+        return out
+    return _hf_formula(q, k, torch.cat((cos, cos), -1), torch.cat((sin, sin), -1), unsqueeze_dim)
+
+
+def _deinterleave(x: torch.Tensor) -> torch.Tensor:
+    """Channels (x0, x1, x2, x3, ...) -> (x0, x2, ..., x1, x3, ...)."""
+    return x.unflatten(-1, (-1, 2)).transpose(-1, -2).flatten(-2)
+
+
+def _apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    """DeepSeek-V3's apply_rotary_pos_emb_interleave: interleaved pairs rotated and written de-interleaved
+    (the first half holds the pairs' first elements), i.e. de-interleave then rotate_half."""
+    from rotary.torch import apply_rotary_pos_emb
+
+    return apply_rotary_pos_emb(_deinterleave(q), _deinterleave(k), cos, sin, unsqueeze_dim)
+
+
+# ----------------------------------------------------------------------------------------------- families
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str                                # how docs and messages name it
+    embedding: str                           # the text RoPE module's class
+    forward: str                             # "dup", "halves", "layer_type" or "mrope"
+    rotations: Tuple[Tuple[str, Callable], ...]  # modeling-module globals replaced
+
+
+_STD = (("apply_rotary_pos_emb", _apply_rotary_pos_emb),)
+FAMILIES: Tuple[Family, ...] = (
+    Family("Llama (every rope_type)", "LlamaRotaryEmbedding", "dup", _STD),
+    Family("Mistral", "MistralRotaryEmbedding", "dup", _STD),
+    Family("Qwen2", "Qwen2RotaryEmbedding", "dup", _STD),
+    Family("Qwen3 (qk-norm)", "Qwen3RotaryEmbedding", "dup", _STD),
+    Family("Phi-3 (longrope, partial rotary)", "Phi3RotaryEmbedding", "dup", _STD),
+    Family("GPT-NeoX (partial rotary)", "GPTNeoXRotaryEmbedding", "dup", _STD),
+    Family("gpt-oss", "GptOssRotaryEmbedding", "halves", (("apply_rotary_pos_emb", _apply_rotary_pos_emb_halves),)),
+    Family("Gemma 3 (local/global RoPE per layer type)", "Gemma3RotaryEmbedding", "layer_type", _STD),
+    Family("Qwen2-VL (M-RoPE text model; vision tower left alone)", "Qwen2VLRotaryEmbedding", "mrope", _STD),
+    Family("Qwen2.5-VL (M-RoPE text model; vision tower left alone)", "Qwen2_5_VLRotaryEmbedding", "mrope", _STD),
+    Family("DeepSeek-V3 (interleave then rotate_half)", "DeepseekV3RotaryEmbedding", "dup",
+           _STD + (("apply_rotary_pos_emb_interleave", _apply_rotary_pos_emb_interleave),)),
+)
+_BY_EMBEDDING = {f.embedding: f for f in FAMILIES}
+# RoPE modules of vision towers, left alone (their attention rotates with their own functions).
+_VISION_EMBEDDINGS = {"VisionRotaryEmbedding", "Qwen2VLVisionRotaryEmbedding", "Qwen2_5_VLVisionRotaryEmbedding"}
+
+
+def supported_models() -> List[str]:
+    """The model families patch() supports (every other model is refused by name)."""
+    return [f.name for f in FAMILIES]
+
+
+def _refuse(model: torch.nn.Module, why: str) -> NotImplementedError:
+    return NotImplementedError(f"[rotary.patch] {type(model).__name__}: {why}")
+
+
+def _layer_type_specs(config: Any) -> Dict[str, _rotary.Spec]:
+    """Gemma 3's Spec per layer type, from transformers' per-layer-type rope_parameters."""
+    lts = getattr(_rotary, "LayerTypeSpecs", None)
+    if lts is not None:
+        specs = lts.from_hf_config(config)
+        return {t: s for t, s in specs.specs.items() if s is not None}
+    base = config.to_dict()
+    out = {}
+    for layer_type, params in (config.rope_parameters or {}).items():
+        if params is None:
+            continue
+        d = dict(base)
+        d["rope_parameters"] = dict(params)
+        d.pop("rope_scaling", None)
+        d.pop("layer_types", None)
+        out[layer_type] = _rotary.Spec.from_hf_config(d)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- patch / unpatch
+
+_lock = threading.Lock()
+_globals: Dict[Tuple[str, str], list] = {}  # (module, name) -> [original, patched, refcount]
+
+
+def _swap_globals(names: List[Tuple[str, str, Callable]]) -> None:
+    with _lock:
+        for mod_name, name, fn in names:
+            entry = _globals.get((mod_name, name))
+            if entry is None:
+                pm = sys.modules[mod_name]
+                _globals[(mod_name, name)] = [getattr(pm, name), fn, 1]
+                setattr(pm, name, fn)
+            else:
+                entry[2] += 1
+
+
+def _release_globals(names: List[Tuple[str, str]]) -> None:
+    with _lock:
+        for key in names:
+            entry = _globals.get(key)
+            if entry is None:
+                continue
+            entry[2] -= 1
+            if entry[2] == 0:
+                setattr(sys.modules[key[0]], key[1], entry[0])
+                del _globals[key]
+
+
+def _rope_modules(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
+
+
+def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify: bool = True) -> torch.nn.Module:
+    """Makes a transformers model of a supported family compute RoPE with rotary; returns the model.
+
+    The RoPE module's forward returns cos/sin from rotary's exact table (torch.ops.rotary.cos_sin, for the spec
+    read from the module's config, or `spec`), and the family's rotation functions in its modeling module run
+    rotary's kernel (torch.ops.rotary.apply_qk_cos_sin); both compile with torch.compile(fullgraph=True). The
+    function replacement is per Python module, reference-counted across patched models, and computes the same
+    function as transformers' for any caller. verify=True runs a 2-token check forward and raises
+    NotImplementedError (undoing the patch) unless every decoder layer rotated through rotary. Models of other
+    families raise NotImplementedError naming the model class (rotary.torch.supported_models() lists families).
+    Undo with unpatch(model).
+    """
+    if getattr(model, "_rotary_patch", None) is not None:
+        return model
+    ropes = _rope_modules(model)
+    text = [(n, m) for n, m in ropes if type(m).__name__ not in _VISION_EMBEDDINGS]
+    if not text:
+        raise _refuse(model, "no RoPE module (*RotaryEmbedding) found; supported: " + "; ".join(supported_models()))
+    unknown = sorted({type(m).__name__ for _, m in text if type(m).__name__ not in _BY_EMBEDDING})
+    if unknown:
+        raise _refuse(model, f"its RoPE module {', '.join(unknown)} is not supported by patch(); supported: "
+                      + "; ".join(supported_models()))
+    state: Dict[str, Any] = {"forwards": [], "globals": []}
+    swaps: List[Tuple[str, str, Callable]] = []
+    for _, mod in text:
+        fam = _BY_EMBEDDING[type(mod).__name__]
+        config = mod.config
+        if fam.forward == "layer_type":
+            specs = {t: spec for t in _layer_type_specs(config)} if spec is not None else _layer_type_specs(config)
+            fwd = _layer_type_forward({t: spec_key(s) for t, s in specs.items()})
+            mod_spec = specs
+        else:
+            mod_spec = spec if spec is not None else _rotary.Spec.from_hf_config(config)
+            key = spec_key(mod_spec)
+            fwd = {"dup": _dup_forward, "halves": _halves_forward, "mrope": _mrope_forward}[fam.forward](key)
+        state["forwards"].append((mod, "forward" in mod.__dict__, mod.__dict__.get("forward")))
+        mod.forward = fwd
+        mod._rotary_spec = mod_spec
+        pm = type(mod).__module__
+        for name, fn in fam.rotations:
+            if callable(getattr(sys.modules.get(pm), name, None)) and (pm, name) not in [(a, b) for a, b, _ in swaps]:
+                swaps.append((pm, name, fn))
+    _swap_globals(swaps)
+    state["globals"] = [(a, b) for a, b, _ in swaps]
+    model._rotary_patch = state
+    if verify:
+        try:
+            _verify(model, state)
+        except BaseException:
+            unpatch(model)
+            raise
+    return model
+
+
+def _expected_rotations(model: torch.nn.Module) -> int:
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    n = getattr(config, "num_hidden_layers", None)
+    if not n:
+        raise _refuse(model, "its config has no num_hidden_layers to check the patch against")
+    return int(n)
+
+
+def _verify(model: torch.nn.Module, state: Dict[str, Any]) -> None:
+    """A 2-token forward (no cache) counting rotary's rotations and cos/sin calls."""
+    counts = {"rotations": 0, "tables": 0}
+
+    def counting(fn: Callable, what: str) -> Callable:
+        def wrapper(*args, **kwargs):
+            counts[what] += 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    expected = _expected_rotations(model)
+    with _lock:
+        originals = {}
+        for key in state["globals"]:
+            pm = sys.modules[key[0]]
+            originals[key] = getattr(pm, key[1])
+            setattr(pm, key[1], counting(originals[key], "rotations"))
+    forwards = [(mod, mod.forward) for mod, _, _ in state["forwards"]]
+    for mod, fwd in forwards:
+        mod.forward = counting(fwd, "tables")
+    try:
+        param = next(model.parameters(), None)
+        device = param.device if param is not None else torch.device("cpu")
+        ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+        try:
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False)
+        except Exception as e:
+            raise _refuse(model, f"the check forward after patching failed ({type(e).__name__}: {e})") from e
+    finally:
+        with _lock:
+            for key, fn in originals.items():
+                setattr(sys.modules[key[0]], key[1], fn)
+        for mod, fwd in forwards:
+            mod.forward = fwd
+    if counts["tables"] == 0 or counts["rotations"] != expected:
+        raise _refuse(model, f"after patching, {counts['rotations']} of {expected} decoder layers rotated q/k through "
+                      f"rotary and its RoPE module ran {counts['tables']} times; the model computes RoPE in a way "
+                      "patch() does not replace")
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """Undoes patch(model) exactly (module forwards, modeling-module functions once no patched model uses them)."""
+    state = getattr(model, "_rotary_patch", None)
+    if state is None:
+        return model
+    for mod, had_own, fwd in state["forwards"]:
+        if had_own:
+            mod.forward = fwd
+        else:
+            mod.__dict__.pop("forward", None)
+        mod.__dict__.pop("_rotary_spec", None)
+    _release_globals(state["globals"])
+    del model._rotary_patch
+    return model
+
+
+def is_patched(model: torch.nn.Module) -> bool:
+    """True if patch(model) is in effect."""
+    return getattr(model, "_rotary_patch", None) is not None

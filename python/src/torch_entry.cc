@@ -1,0 +1,232 @@
+// Binds pointer-level entry points for rotary.torch's operators: torch tensors are read field by field (no DLPack).
+//
+// torch.Tensor.__dlpack__ is Python code costing several microseconds per tensor, which dominated a decode-sized
+// operator call. These entries read data_ptr(), shape, stride(), dtype and is_neg() through the C API instead. They
+// are private (rotary/_torch_ops.py is the only caller); inputs that the core cannot read as they are (a broadcast
+// axis, a negative-bit view) are reported back as a bit mask so the caller can materialise them and call again.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+
+namespace rotary_py {
+
+namespace {
+
+/// torch's dtype objects and the attribute names read from tensors, looked up once.
+struct TorchNames {
+  PyObject* f32 = nullptr;
+  PyObject* f16 = nullptr;
+  PyObject* bf16 = nullptr;
+  PyObject* f64 = nullptr;
+  PyObject* i32 = nullptr;
+  PyObject* i64 = nullptr;
+  PyObject* data_ptr = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* stride = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* is_neg = nullptr;
+  PyObject* is_cpu = nullptr;
+};
+
+const TorchNames& names() {
+  // Built on first use (rotary.torch has imported torch by then); the references live for the process.
+  static const TorchNames n = [] {
+    TorchNames t;
+    nb::module_ torch = nb::module_::import_("torch");
+    auto keep = [&](const char* attr) { return nb::object(torch.attr(attr)).release().ptr(); };
+    t.f32 = keep("float32");
+    t.f16 = keep("float16");
+    t.bf16 = keep("bfloat16");
+    t.f64 = keep("float64");
+    t.i32 = keep("int32");
+    t.i64 = keep("int64");
+    t.data_ptr = PyUnicode_InternFromString("data_ptr");
+    t.shape = PyUnicode_InternFromString("shape");
+    t.stride = PyUnicode_InternFromString("stride");
+    t.dtype = PyUnicode_InternFromString("dtype");
+    t.is_neg = PyUnicode_InternFromString("is_neg");
+    t.is_cpu = PyUnicode_InternFromString("is_cpu");
+    return t;
+  }();
+  return n;
+}
+
+nb::object call0(nb::handle t, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(t.ptr(), name);
+  if (!r) throw nb::python_error();
+  return nb::steal(r);
+}
+
+nb::object getattr(nb::handle t, PyObject* name) {
+  PyObject* r = PyObject_GetAttr(t.ptr(), name);
+  if (!r) throw nb::python_error();
+  return nb::steal(r);
+}
+
+rotary::DType torch_dtype(nb::handle t, const char* what) {
+  const TorchNames& n = names();
+  nb::object d = getattr(t, n.dtype);
+  PyObject* p = d.ptr();
+  if (p == n.f32) return rotary::DType::kF32;
+  if (p == n.bf16) return rotary::DType::kBF16;
+  if (p == n.f16) return rotary::DType::kF16;
+  if (p == n.f64) return rotary::DType::kF64;
+  if (p == n.i64) return rotary::DType::kI64;
+  if (p == n.i32) return rotary::DType::kI32;
+  throw nb::type_error((std::string("[rotary] ") + what + " has dtype " + nb::cast<std::string>(nb::str(d)) +
+                        "; expected torch.float32, float16, bfloat16 or float64 (int32/int64 for positions)")
+                           .c_str());
+}
+
+/// A TensorView of a torch tensor. `needs_copy` is set when the core cannot read the memory as the tensor's value:
+/// an axis longer than 1 with a zero stride (inputs only; outputs are never copied) or a negative-bit view.
+rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool& needs_copy) {
+  const TorchNames& n = names();
+  rotary::TensorView v;
+  v.dtype = torch_dtype(t, what);
+  if (!device && !PyObject_IsTrue(getattr(t, n.is_cpu).ptr()))
+    throw nb::value_error((std::string("[rotary] ") + what + " is not a CPU tensor (the other tensors of this call are)")
+                              .c_str());
+  nb::object shape = getattr(t, n.shape);
+  nb::object stride = call0(t, n.stride);
+  const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
+  if (rank > rotary::kMaxRank)
+    throw nb::value_error((std::string("[rotary] ") + what + " must have rank <= " + std::to_string(rotary::kMaxRank) +
+                           ", got rank " + std::to_string(rank))
+                              .c_str());
+  v.rank = static_cast<int>(rank);
+  for (Py_ssize_t i = 0; i < rank; ++i) {
+    v.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    v.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
+    if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
+  }
+  if (PyObject_IsTrue(call0(t, n.is_neg).ptr())) needs_copy = true;
+  v.data = PyLong_AsVoidPtr(call0(t, n.data_ptr).ptr());
+  if (PyErr_Occurred()) throw nb::python_error();
+  return v;
+}
+
+bool empty(const rotary::TensorView& v) {
+  for (int i = 0; i < v.rank; ++i)
+    if (v.shape[i] == 0) return true;
+  return false;
+}
+
+// Copy requests reported to the caller (bit per argument).
+constexpr int kCopyQ = 1, kCopyK = 2, kCopyPositions = 4, kCopyCos = 8, kCopySin = 16;
+// Calls moving less than this run with the GIL held (releasing and re-taking it costs more than the kernel).
+constexpr int64_t kReleaseGilBytes = 256 * 1024;
+
+int64_t bytes_of(const rotary::TensorView& v) {
+  int64_t n = v.rank ? 1 : 0;
+  for (int i = 0; i < v.rank; ++i) n *= v.shape[i];
+  return n * static_cast<int64_t>(rotary::dtype_size(v.dtype));
+}
+
+}  // namespace
+
+void bind_torch_entry(nb::module_& m) {
+  m.def(
+      "_torch_apply",
+      [](nb::object spec, nb::handle cos, nb::handle sin, nb::handle q, nb::handle q_out, nb::handle k,
+         nb::handle k_out, nb::handle positions, int64_t offset, const std::string& layout, const std::string& pairing,
+         bool inverse, std::optional<int64_t> seq_len, int threads, bool cuda, uintptr_t stream) -> int {
+        rotary::ApplyArgs a;
+        int copy = 0;
+        bool unused = false;
+        const bool in_place = q_out.is_none();
+        bool need = false;
+        a.q = torch_view(q, "x", cuda, need);
+        // In place, a negative-bit view rotates correctly as raw memory (the rotation is linear: R(-m) = -R(m)).
+        if (need && !in_place) copy |= kCopyQ;
+        if (!in_place) a.q_out = torch_view(q_out, "out", cuda, unused);
+        if (!k.is_none()) {
+          need = false;
+          a.k = torch_view(k, "k", cuda, need);
+          if (need && !in_place) copy |= kCopyK;
+          if (!in_place) a.k_out = torch_view(k_out, "k_out", cuda, unused);
+        }
+        if (!positions.is_none()) {
+          need = false;
+          a.positions = rotary::Positions::from_ids(torch_view(positions, "positions", cuda, need));
+          if (need) copy |= kCopyPositions;
+        } else {
+          a.positions = rotary::Positions::contiguous(offset);
+        }
+        rotary::TensorView cv, sv;
+        if (!cos.is_none()) {
+          need = false;
+          cv = torch_view(cos, "cos", cuda, need);
+          if (need) copy |= kCopyCos;
+          need = false;
+          sv = torch_view(sin, "sin", cuda, need);
+          if (need) copy |= kCopySin;
+        }
+        if (copy) return copy;
+        a.layout = parse_layout(layout);
+        if (!pairing.empty()) a.pairing = parse_pairing(pairing);
+        a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
+        a.seq_len = seq_len;
+        a.threads = threads;
+        if (cuda) {
+          a.backend = rotary::Backend::kCuda;
+          a.stream = reinterpret_cast<void*>(stream);
+        }
+        rotary::Rope* rope = spec.is_none() ? nullptr : &nb::cast<const PySpec&>(spec).rope();
+        if (empty(a.q) && (!a.k.present() || empty(a.k))) return 0;  // nothing to rotate
+        const bool release = cuda || bytes_of(a.q) + (a.k.present() ? bytes_of(a.k) : 0) >= kReleaseGilBytes;
+        auto run = [&] {
+          if (rope) rope->apply(a);
+          else rotary::apply_cos_sin(cv, sv, a);
+        };
+        if (release) {
+          nb::gil_scoped_release r;
+          run();
+        } else {
+          run();
+        }
+        return 0;
+      },
+      nb::arg("spec").none(), nb::arg("cos").none(), nb::arg("sin").none(), nb::arg("q"), nb::arg("q_out").none(),
+      nb::arg("k").none(), nb::arg("k_out").none(), nb::arg("positions").none(), nb::arg("offset"),
+      nb::arg("layout"), nb::arg("pairing"), nb::arg("inverse"), nb::arg("seq_len").none(), nb::arg("threads"),
+      nb::arg("cuda"), nb::arg("stream"),
+      "Private (rotary.torch's operators): rotates torch tensors q (and k) with a Spec's tables (spec) or caller "
+      "cos/sin (spec None). q_out None = in place. pairing \"\" = the spec's. Returns 0 when done, else a bit mask "
+      "of inputs to materialise first (1 q, 2 k, 4 positions, 8 cos, 16 sin: a broadcast axis or a negative-bit "
+      "view) and does nothing.");
+
+  m.def("_cuda_available", [] { return rotary::backend_available(rotary::Backend::kCuda); },
+        "Private (rotary.torch): True when rotary's CUDA backend is built in and a device is present.");
+
+  m.def(
+      "_torch_cos_sin",
+      [](const PySpec& spec, nb::handle positions, nb::handle cos_out, nb::handle sin_out,
+         std::optional<int64_t> seq_len) -> int {
+        bool need = false, unused = false;
+        const rotary::TensorView pv = torch_view(positions, "positions", false, need);
+        if (need) return kCopyPositions;
+        const rotary::TensorView cv = torch_view(cos_out, "cos", false, unused);
+        const rotary::TensorView sv = torch_view(sin_out, "sin", false, unused);
+        rotary::Rope& rope = spec.rope();
+        const bool release = bytes_of(cv) >= kReleaseGilBytes;
+        auto run = [&] { rope.cos_sin(pv, seq_len, static_cast<float*>(cv.data), static_cast<float*>(sv.data)); };
+        if (release) {
+          nb::gil_scoped_release r;
+          run();
+        } else {
+          run();
+        }
+        return 0;
+      },
+      nb::arg("spec"), nb::arg("positions"), nb::arg("cos"), nb::arg("sin"), nb::arg("seq_len").none(),
+      "Private (rotary.torch's cos_sin operator): exact f32 rows [N, rotary_dim/2] for 1-D CPU positions into the "
+      "contiguous f32 CPU tensors cos/sin. Returns 4 (and does nothing) if positions must be materialised first.");
+}
+
+}  // namespace rotary_py
