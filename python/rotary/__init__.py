@@ -24,6 +24,7 @@ from ._arrays import (_INT_KINDS, ArrayLike, _as_core_array, _check_out, _empty_
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
 __version__: str = _rotary.__version__
+_ndarray = np.ndarray
 
 __all__ = [
     "Spec",
@@ -104,6 +105,12 @@ def apply(
     batch_offsets: per-batch start offsets [B] added to an int `positions`.
     A torch tensor requiring grad is routed through rotary.torch's autograd function.
     """
+    # Fast path: plain numpy float arrays, an int offset and an output array (x itself = in place).
+    if (type(x) is _ndarray and type(out) is _ndarray and type(positions) is int and type(threads) is int
+            and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
+            and cu_seqlens is None and seq_offsets is None and batch_offsets is None
+            and _rotary._apply_numpy(spec, x, None, None if out is x else out, None, positions, layout, threads)):
+        return out
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     if _maybe_autograd(x):
@@ -149,6 +156,17 @@ def apply_qk(
     inplace=True writes into q and k themselves; otherwise q_out/k_out are used or allocated.
     Other arguments as in rotary.apply.
     """
+    # Fast path (a decode step): plain numpy float arrays, an int offset, outputs given or in place.
+    if (type(q) is _ndarray and type(k) is _ndarray and type(positions) is int and type(threads) is int
+            and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
+            and cu_seqlens is None and seq_offsets is None and batch_offsets is None):
+        if inplace:
+            if q_out is None and k_out is None and _rotary._apply_numpy(spec, q, k, None, None, positions, layout,
+                                                                        threads):
+                return q, k
+        elif type(q_out) is _ndarray and type(k_out) is _ndarray and _rotary._apply_numpy(
+                spec, q, k, q_out, k_out, positions, layout, threads):
+            return q_out, k_out
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks

@@ -64,5 +64,6 @@ void bind_apply(nb::module_& m);
 void bind_multimodal(nb::module_& m);  // multimodal.cc
 void bind_check(nb::module_& m);       // check.cc
 void bind_torch_entry(nb::module_& m);  // torch_entry.cc
+void bind_numpy_entry(nb::module_& m);  // numpy_entry.cc
 
 }  // namespace rotary_py

@@ -89,4 +89,5 @@ NB_MODULE(_rotary, m) {
   rotary_py::bind_multimodal(m);
   rotary_py::bind_check(m);
   rotary_py::bind_torch_entry(m);
+  rotary_py::bind_numpy_entry(m);
 }
