@@ -51,14 +51,20 @@ field, what was expected, and the offending value.
   reads the payload straight into the array (a junk file or `/dev/zero` costs a few bytes). A message quotes
   user input (a value, a name, a header) cut after a few dozen characters, with the full size appended
   (`"aaaa..." (1048576 bytes)`), so messages stay short whatever the input.
-- **Files written whole or not at all.** Files rotary writes (`npy_save`, so `rotary apply --output`) go to a
-  temporary file in the target's folder, are fsynced and renamed over the target: on any error the old file is
-  intact and no temporary file is left, also when the output is the input.
+- **Files written whole or not at all.** Every file rotary writes (`npy_save`, `write_file_atomically`, and so
+  every CLI output: `apply --output`, `export --out/--cos/--sin`, `report`'s report.json and CSVs, and the
+  report's PNGs drawn by `python -m rotary.report`) goes to a temporary file in the target's folder, is fsynced
+  and renamed over the target: on any error (full disk, file-size limit) the old file is intact and no
+  temporary file is left, also when the output is the input.
 - **Aliasing.** An output is either exactly its input (same data pointer and strides: in place) or shares no
-  memory with any input or the other output; an output never maps two elements to one address (zero or
-  overlapping strides). Negative strides are rejected (numpy views with them are copied by the Python layer
-  when they are inputs).
-- **Empty calls** (a zero-sized dimension) are no-ops; their positions are checked for shape only.
+  element with any input of the call or the other output: q, k, position ids, batch_offsets, cu_seqlens,
+  seq_offsets, caller cos/sin (ONNX: position_ids, cos_cache, sin_cache; `Rope::cos_sin`: the positions and
+  the other output). The test is exact per element (inputs in the gaps of a strided output are fine) and the
+  message names both arguments. An output never maps two elements to one address (zero or overlapping
+  strides). Negative strides are rejected (numpy views with them, index arrays included, are copied by the
+  Python layer when they are inputs).
+- **Empty calls** (a zero-sized dimension) are no-ops, validated like any other call (in C++, C and Python
+  alike); their positions are checked for shape only.
 - **Mixed dtypes** that are allowed: caller cos/sin may have a different floating dtype from q/k (values are
   used in f32); positions may be i32 or i64 (f32/f64 = fractional, on-the-fly sources only). q and k, q and
   q_out, k and k_out, cos and sin must share their dtype.

@@ -19,9 +19,9 @@ namespace rotary {
 struct Positions {
   enum class Kind : int {
     kOffset = 0,  ///< pos(b, s) = offset + batch_offsets[b] (if present) + s
-    kIds = 1,     ///< pos(b, s) = ids[b, s]  (ids: [B,S], [S] broadcast over batch, or [T] for thd)
+    kIds = 1,     ///< pos(b, s) = ids[b, s]  (ids: [B,S], [1,S] or [S] broadcast over batch, or [T] for thd)
                   ///<   i32/i64 = integer positions; f32/f64 = fractional (on-the-fly only)
-                  ///<   M-RoPE specs: [3,B,S] (bshd/bhsd) or [3,T] (thd), axis 0 = (t, h, w)
+                  ///<   M-RoPE specs: [3,B,S] / [3,1,S] (bshd/bhsd) or [3,T] (thd), axis 0 = (t, h, w)
     kPacked = 2,  ///< thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] for the sequence n holding t
   };
   Kind kind = Kind::kOffset;

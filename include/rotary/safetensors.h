@@ -54,8 +54,9 @@ ROTARY_API std::string safetensors_serialize(const TensorFile& file);
 /// Reads `path` by its extension: .safetensors (every tensor and the metadata) or .npy (one tensor, named
 /// `npy_name`). Anything else is Error(kInvalidArgument) naming the extensions accepted.
 ROTARY_API TensorFile load_tensor_file(const std::string& path, const std::string& npy_name);
-/// Writes bytes to `path` atomically: a temporary file in the same folder renamed over `path`, so that on
-/// any error nothing is left at `path` (Error(kIo) naming the path).
+/// Writes bytes to `path` atomically: a temporary file in the same folder, fsynced and renamed over `path`, so
+/// that on any error `path` keeps its old contents (or stays absent) and no temporary file is left (Error(kIo)
+/// naming the path and the reason).
 ROTARY_API void write_file_atomically(const std::string& path, std::string_view bytes);
 
 }  // namespace rotary

@@ -20,7 +20,8 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (_INT_KINDS, ArrayLike, _as_core_array, _check_out, _empty_like, _index_array,
-                      _input_and_out, _is_torch, _torch_module, empty, empty_like)
+                      _input_and_out, _is_torch, _offset_arg, _seq_len_arg, _threads_arg, _torch_module, empty,
+                      empty_like)
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
 __version__: str = _rotary.__version__
@@ -56,14 +57,14 @@ def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
     if isinstance(positions, (bool, np.bool_)):
         raise TypeError("[rotary] positions must be an int or an array, got bool")
     if isinstance(positions, (int, np.integer)):
-        return int(positions), None
+        return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, float):
         raise TypeError("[rotary] a scalar position must be an int (the start offset); pass an array for "
                         "fractional positions")
     if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
-        return int(positions), None
+        return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
-        return int(positions), None
+        return _offset_arg(positions, "positions.offset"), None
     return 0, _index_array(positions, "positions", allow_float=True)
 
 
@@ -127,7 +128,8 @@ def apply(
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
     bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
     _rotary._apply(spec, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so, batch_offsets=bo,
-                   layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=seq_len, threads=int(threads),
+                   layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=_seq_len_arg(seq_len),
+                   threads=_threads_arg(threads),
                    backend=backend, bf16_bits=bf16)
     return out
 
@@ -201,8 +203,8 @@ def apply_qk(
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
     bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
     _rotary._apply(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
-                   batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=seq_len,
-                   threads=int(threads), backend=backend, bf16_bits=bf16)
+                   batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=_seq_len_arg(seq_len),
+                   threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
     return q_out, k_out
 
 
@@ -222,7 +224,7 @@ def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[i
     if _is_torch(p):
         p = p.numpy()
     shape = p.shape
-    c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), seq_len)
+    c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), _seq_len_arg(seq_len))
     half = c.shape[1]
     return c.reshape(shape + (half,)), s.reshape(shape + (half,))
 
@@ -243,7 +245,7 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
         ids, seq_len = _rotary._cp_shard_packed(rank, cp_size, [int(v) for v in np.asarray(cu_seqlens).reshape(-1)])
     else:
         local_len = int(x.shape[1] if layout == "bshd" else x.shape[2])
-        ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, int(offset))
+        ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, _offset_arg(offset, "offset", "rotary_context_parallel"))
     if _is_torch(x):
         ids = _torch_module().from_numpy(ids)
     return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
@@ -286,7 +288,7 @@ def onnx_rotary_embedding(
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
     ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
     _rotary._onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
-                  rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), threads=int(threads),
+                  rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), threads=_threads_arg(threads),
                   backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return out
 

@@ -3,6 +3,7 @@ cache-line-aligned outputs, output checks and index arrays. No module of the pac
 rotary/__init__.py and rotary/multimodal.py both import from it (no import cycle)."""
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Sequence, Tuple, Union
 
@@ -34,6 +35,17 @@ def _check_torch_cpu(t: Any, what: str) -> None:
         raise ValueError(f"[rotary] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
 
 
+_NUMERIC_KINDS = ("f", "i", "u", "c")  # others (ml_dtypes float8, bool, objects) never reach the extension
+
+
+def _check_torch_strided(t: Any, what: str) -> None:
+    torch = _torch_module()
+    if t.layout != torch.strided:
+        raise TypeError(f"[rotary] {what} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.dtype.is_floating_point and t.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        raise TypeError(f"[rotary] {what} dtype must be float32, float16, bfloat16 or float64, got {t.dtype}")
+
+
 def _has_broadcast_axis(x: Any) -> bool:
     """True if an axis longer than 1 has a zero (broadcast) or negative (reversed numpy view) stride."""
     strides = x.strides if isinstance(x, np.ndarray) else x.stride()
@@ -48,6 +60,13 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     materialised first. Outputs are never copied, so such an `out` raises ValueError.
     """
     if isinstance(x, np.ndarray):
+        if x.dtype.kind not in _NUMERIC_KINDS and not _is_numpy_bf16(x):
+            raise TypeError(f"[rotary] {what} dtype must be float32, float16, bfloat16 or float64, got {x.dtype}")
+        if not readonly and not x.flags.writeable:
+            if _has_broadcast_axis(x):
+                raise ValueError(f"[rotary] {what} must be a writable array with one element per address, got a "
+                                 f"read-only broadcast view (shape {x.shape}, strides {x.strides})")
+            raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
         # C-contiguous arrays (the common case, checked first: it is cheap) have no such axis.
         if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
             x = np.ascontiguousarray(x)
@@ -56,6 +75,7 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
         return x, False
     if _is_torch(x):
         _check_torch_cpu(x, what)
+        _check_torch_strided(x, what)
         x = x.detach()
         if x.is_neg():  # a negative-bit view (t._neg_view(), z.conj().imag): its memory holds -value
             if not readonly:
@@ -119,6 +139,8 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
     if isinstance(a, (list, tuple)):
         a = np.asarray(a)
     if isinstance(a, np.ndarray):
+        if not a.flags.c_contiguous and any(st < 0 for st in a.strides):
+            a = np.ascontiguousarray(a)  # a reversed view (np.arange(S)[::-1], np.flip): read from a copy
         if a.dtype.kind in _INT_KINDS:
             return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
         if a.dtype.kind == "f" and allow_float:
@@ -130,6 +152,7 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
     if _is_torch(a):
         torch = _torch_module()
         _check_torch_cpu(a, what)
+        _check_torch_strided(a, what)
         a = a.detach()
         if a.dtype in (torch.int32, torch.int64):
             return a
@@ -153,3 +176,56 @@ def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out") -> 
         _check_out(out, x, out_what)
     ov, _ = _as_core_array(out, out_what)
     return xv, bf16, out, ov
+
+
+_I64_MIN, _I64_MAX, _I32_MAX = -(2**63), 2**63 - 1, 2**31 - 1
+
+
+def _offset_arg(v: Any, what: str, where: str = "rotary_apply") -> int:
+    """An int offset for the core (int64): out-of-range values get the core's message instead of nanobind's."""
+    v = int(v)
+    if v < _I64_MIN:
+        raise ValueError(f"[{where}] {what} must be >= 0, got {v}")
+    if v > _I64_MAX:
+        raise ValueError(f"[{where}] {what} must be < 2^31, got {v}")
+    return v
+
+
+def _threads_arg(threads: Any) -> int:
+    """threads for the core (int32): counts above the usable cores are capped there, so any huge count is too."""
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"[rotary_apply] threads must be an int, got {type(threads).__name__}")
+    t = int(threads)
+    if t < 0:
+        if t < -_I32_MAX:
+            raise ValueError(f"[rotary_apply] threads must be >= 0 (0 = all usable cores), got {t}")
+        return t  # the core's message names the value
+    return min(t, _I32_MAX)
+
+
+def _seq_len_arg(seq_len: Any) -> Any:
+    if seq_len is None:
+        return None
+    v = int(seq_len)
+    if v > _I64_MAX:
+        raise ValueError(f"[rotary_apply] seq_len must be <= 2^31 (positions are < 2^31), got {v}")
+    if v < _I64_MIN:
+        raise ValueError(f"[rotary_apply] seq_len must be > 0 when given, got {v}")
+    return v
+
+
+def _int64_checked(fn: Any, where: str, names: Sequence[str]) -> Any:
+    """fn, an extension function taking int64 arguments (`names`, in order), with a Python int outside int64
+    (also inside a list argument) refused as a ValueError naming the argument and the value, instead of
+    nanobind's "incompatible function arguments" dump."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name, v in list(zip(names, args)) + list(kwargs.items()):
+            seq = isinstance(v, (list, tuple))
+            for i, e in enumerate(v if seq else (v,)):
+                if isinstance(e, int) and not _I64_MIN <= e <= _I64_MAX:
+                    raise ValueError(f"[{where}] {name}{f'[{i}]' if seq else ''} must fit in int64, got {e}")
+        return fn(*args, **kwargs)
+
+    return checked

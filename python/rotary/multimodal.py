@@ -17,8 +17,15 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out
-from ._rotary import cp_local_cu_seqlens, cp_positions, cp_positions_packed, grid_positions
+from ._arrays import _index_array, _input_and_out, _int64_checked, _threads_arg
+
+# The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
+grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
+cp_positions = _int64_checked(_rotary.cp_positions, "rotary_context_parallel", ("rank", "cp_size", "local_len", "offset"))
+cp_positions_packed = _int64_checked(_rotary.cp_positions_packed, "rotary_context_parallel",
+                                     ("rank", "cp_size", "cu_seqlens"))
+cp_local_cu_seqlens = _int64_checked(_rotary.cp_local_cu_seqlens, "rotary_context_parallel",
+                                     ("rank", "cp_size", "cu_seqlens"))
 
 __all__ = [
     "AxisFrequencies",
@@ -113,7 +120,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
                         n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
                         q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
-                        inverse=bool(inverse), threads=int(threads), backend=backend, bf16_bits=bf16)
+                        inverse=bool(inverse), threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
     return out if k is None else (out, k_out)
 
 

@@ -280,9 +280,31 @@ def draw(report_dir, out_dir=None):
     paths = []
     for name, fn in zip(FIGURES, (plot_wavelengths, plot_decay, plot_score, plot_phase_error)):
         path = os.path.join(out_dir, name)
-        fn(plt, data, path)
+        save_atomically(lambda tmp: fn(plt, data, tmp), path)
         paths.append(path)
     return paths
+
+
+def save_atomically(write, path):
+    """Calls write(tmp) for a temporary file in path's folder, fsyncs it and renames it over path, as the C++
+    CLI writes its files: a failed write (full disk, file-size limit) leaves the old file at path untouched and
+    no temporary file behind."""
+    folder, name = os.path.split(path)
+    tmp = os.path.join(folder or os.curdir, f".{name}.tmp-{os.getpid()}{os.path.splitext(name)[1]}")
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def main(argv=None):

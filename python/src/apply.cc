@@ -17,7 +17,6 @@ namespace {
 /// The arrays and options shared by every apply entry point (private API used by rotary/__init__.py).
 struct CallArrays {
   rotary::ApplyArgs args;
-  bool empty = false;
 };
 
 CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::optional<InArray>& k,
@@ -36,7 +35,6 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
   a.seq_len = seq_len;
   a.threads = threads;
   a.backend = parse_backend(backend);
-  c.empty = is_empty(a.q) && (!a.k.present() || is_empty(a.k));
   return c;
 }
 
@@ -67,7 +65,6 @@ void bind_apply(nb::module_& m) {
         CallArrays c = build_args(q, q_out, k, k_out, layout, pairing, inverse, seq_len, threads, backend, bf16_bits);
         set_positions(c.args, offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         rotary::Rope& rope = spec.rope();
-        if (c.empty) return;
         nb::gil_scoped_release release;
         rope.apply(c.args);
       },
@@ -91,7 +88,6 @@ void bind_apply(nb::module_& m) {
         if (ids) c.args.positions = rotary::Positions::from_ids(to_view(*ids, "position_ids"));
         rotary::TensorView cv = to_view(cos, "cos", table_bf16_bits);
         rotary::TensorView sv = to_view(sin, "sin", table_bf16_bits);
-        if (c.empty) return;
         nb::gil_scoped_release release;
         rotary::apply_cos_sin(cv, sv, c.args);
       },
@@ -118,7 +114,6 @@ void bind_apply(nb::module_& m) {
         a.num_heads = num_heads;
         a.threads = threads;
         a.backend = parse_backend(backend);
-        if (is_empty(a.x)) return;
         nb::gil_scoped_release release;
         rotary::onnx_rotary_embedding(a);
       },

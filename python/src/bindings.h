@@ -50,9 +50,6 @@ class PySpec {
 rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits = false);
 rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits = false);
 
-/// True if the array has no elements (kernels are then skipped).
-bool is_empty(const rotary::TensorView& v);
-
 // Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument).
 using rotary::parse_backend;
 using rotary::parse_layout;

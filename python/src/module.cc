@@ -1,4 +1,5 @@
 // The rotary._rotary extension module: error translation, array conversion and module definition.
+#include <cstring>
 #include <string>
 
 #include "bindings.h"
@@ -21,7 +22,15 @@ void register_errors() {
         case rotary::Error::Kind::kIo: type = PyExc_OSError; break;
         case rotary::Error::Kind::kInternal: type = PyExc_RuntimeError; break;
       }
-      PyErr_SetString(type, e.what());
+      // A message may quote bytes that are not UTF-8 (a file name from a non-UTF-8 file system): shown escaped.
+      const char* what = e.what();
+      PyObject* text = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+      if (text == nullptr) {
+        PyErr_SetString(type, "[rotary] (message not decodable)");
+        return;
+      }
+      PyErr_SetObject(type, text);
+      Py_DECREF(text);
     }
   });
 }
@@ -67,12 +76,6 @@ rotary::TensorView view_impl(const Array& a, const char* what, bool bf16_bits) {
 
 rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
 rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
-
-bool is_empty(const rotary::TensorView& v) {
-  for (int i = 0; i < v.rank; ++i)
-    if (v.shape[i] == 0) return true;
-  return false;
-}
 
 }  // namespace rotary_py
 

@@ -118,7 +118,6 @@ void bind_multimodal(nb::module_& m) {
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
         a.backend = parse_backend(backend);
-        if (is_empty(a.q) && (!a.k.present() || is_empty(a.k))) return;
         nb::gil_scoped_release release;
         rotary::apply_axes(af, a);
       },

@@ -4,6 +4,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -53,26 +56,61 @@ nb::dict spec_to_dict(const rotary::Spec& s) {
   return d;
 }
 
+/// A str or os.PathLike as the file system's bytes (os.fsencode): a name that is not valid UTF-8 (a lone
+/// surrogate from os.listdir) reaches the file system as the bytes it came from.
+std::string fs_bytes(nb::handle path) {
+  nb::object b = nb::module_::import_("os").attr("fsencode")(path);
+  return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
+}
+
+/// The first non-finite float (NaN, inf) in a config dict, as "key.key[i] = value", or "" if none: JSON
+/// cannot carry such a value, so it is refused naming the field. Depth is bounded like the parser's.
+std::string non_finite_field(nb::handle v, const std::string& path, int depth) {
+  if (depth > 64) return "";
+  if (PyFloat_Check(v.ptr())) {
+    const double d = PyFloat_AsDouble(v.ptr());
+    if (!std::isfinite(d)) return path + " = " + (std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
+    return "";
+  }
+  if (nb::isinstance<nb::dict>(v)) {
+    for (auto [k, item] : nb::borrow<nb::dict>(v)) {
+      std::string key = nb::cast<std::string>(nb::str(k));
+      const bool plain = !key.empty() && key.size() <= 48 &&
+                         std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+      if (!plain) key = rotary::quote_value(key);
+      std::string r = non_finite_field(item, path.empty() ? key : path + "." + key, depth + 1);
+      if (!r.empty()) return r;
+    }
+  } else if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
+    size_t i = 0;
+    for (nb::handle item : v) {
+      std::string r = non_finite_field(item, path + "[" + std::to_string(i++) + "]", depth + 1);
+      if (!r.empty()) return r;
+    }
+  }
+  return "";
+}
+
 rotary::Spec spec_from_python_config(nb::handle config, std::optional<std::string> name) {
-  nb::module_ os = nb::module_::import_("os");
   nb::module_ json = nb::module_::import_("json");
   if (nb::isinstance<nb::str>(config)) {
-    std::string text = nb::cast<std::string>(config);
+    std::string text = fs_bytes(config);
     size_t first = text.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && text[first] == '{')
       return rotary::spec_from_hf_config_json(text, name.value_or("config.json"));
     return rotary::spec_from_hf_config_file(text);
   }
-  if (nb::hasattr(config, "__fspath__")) {
-    std::string path = nb::cast<std::string>(os.attr("fspath")(config));
-    return rotary::spec_from_hf_config_file(path);
-  }
+  if (nb::hasattr(config, "__fspath__")) return rotary::spec_from_hf_config_file(fs_bytes(config));
   nb::object dict;
   if (nb::isinstance<nb::dict>(config)) dict = nb::borrow(config);
   else if (nb::hasattr(config, "to_dict")) dict = config.attr("to_dict")();  // transformers PretrainedConfig
   else
     throw nb::type_error("[rotary_config] Spec.from_hf_config expects a dict, a transformers config, a path or "
                          "JSON text");
+  const std::string bad = non_finite_field(dict, "", 0);
+  if (!bad.empty())
+    rotary::fail(rotary::Error::Kind::kInvalidArgument, "rotary_config",
+                 name.value_or("config dict") + " field " + bad + " must be a finite number (JSON has no NaN or infinity)");
   nb::object builtins = nb::module_::import_("builtins");
   std::string text = nb::cast<std::string>(json.attr("dumps")(dict, nb::arg("default") = builtins.attr("str")));
   return rotary::spec_from_hf_config_json(text, name.value_or("config dict"));

@@ -69,6 +69,41 @@ def _thd(x, cu, **kw):
     rotary.apply(t, 0, spec(), layout="thd", out=t, cu_seqlens=np.asarray(cu), **kw)
 
 
+def _out_holding(x, what):
+    """x rotated into `out`, with one other input of the call living in out's memory (rows 1.. of out)."""
+    buf = np.zeros(x.size + 64, np.float32)
+    out = buf[: x.size].reshape(x.shape)
+    if what == "positions":
+        ids = buf[8:11]
+        ids[:] = [0, 1, 2]  # fractional (f32) ids, zero-copy
+        rotary.apply(x.copy(), ids, spec(), out=out)
+    elif what == "batch_offsets":
+        bo = buf[8:12].view(np.int64)
+        bo[:] = [0, 1]
+        rotary.apply(x.copy(), 0, spec(), out=out, batch_offsets=bo)
+    elif what == "cu_seqlens":
+        cu = buf[8:10].view(np.int32)
+        cu[:] = [0, 6]
+        t = x.reshape(6, 2, D)
+        rotary.apply(t.copy(), 0, spec(), layout="thd", out=out.reshape(6, 2, D), cu_seqlens=cu)
+
+
+def _torch_sparse(x):
+    torch = pytest.importorskip("torch")
+    rotary.apply(torch.from_numpy(x).to_sparse(), 0, spec())
+
+
+def _float8(x):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rotary.apply(x.astype(ml_dtypes.float8_e4m3fn), 0, spec())
+
+
+def _read_only_out(x):
+    out = np.empty_like(x)
+    out.setflags(write=False)
+    rotary.apply(x, 0, spec(), out=out)
+
+
 CASES = [
     ("x rank 3 for bshd", lambda x: rotary.apply(x.reshape(6, 2, D), 0, spec(), out=x.reshape(6, 2, D)),
      ValueError, ["rank 4", "got rank 3"]),
@@ -113,6 +148,60 @@ CASES = [
     ("seq_len", lambda x: rotary.apply(x, 0, spec(), seq_len=0, out=x), ValueError, ["seq_len", "got 0"]),
     ("onnx id past the caller table", _onnx_past_table, ValueError, ["position 4", "4 rows"]),
     ("onnx cos/sin dtypes differ", _onnx_dtype, TypeError, ["sin dtype", "f64"]),
+    # Outputs sharing memory with any other input of the call (read after rows are written): refused.
+    ("out holding the positions", lambda x: _out_holding(x, "positions"), ValueError,
+     ["q_out overlaps positions.ids", "before it is read"]),
+    ("out holding the batch_offsets", lambda x: _out_holding(x, "batch_offsets"), ValueError,
+     ["q_out overlaps positions.batch_offsets"]),
+    ("out holding the cu_seqlens", lambda x: _out_holding(x, "cu_seqlens"), ValueError,
+     ["q_out overlaps positions.cu_seqlens"]),
+    # Empty calls are validated like any other (they used to return early, accepting all of these).
+    ("empty x int32", lambda x: rotary.apply(np.zeros((0, 3, 2, D), np.int32), 0, spec()), TypeError, ["dtype", "i32"]),
+    ("empty x head_dim 4", lambda x: rotary.apply(np.zeros((0, 3, 2, 4), np.float32), 0, spec()), ValueError,
+     ["rotary_dim must be <= head_dim 4", "got 8"]),
+    ("empty x rank 3 for bshd", lambda x: rotary.apply(np.zeros((0, 3, 8), np.float32), 0, spec()), ValueError,
+     ["rank 4", "got rank 3"]),
+    ("empty x offset -5", lambda x: rotary.apply(np.zeros((0, 3, 2, D), np.float32), -5, spec()), ValueError,
+     ["positions.offset", "-5"]),
+    ("empty x ids of shape [7]", lambda x: rotary.apply(np.zeros((0, 3, 2, D), np.float32), np.arange(7), spec()),
+     ValueError, ["positions.ids shape [7]"]),
+    ("empty x threads -1", lambda x: rotary.apply(np.zeros((0, 3, 2, D), np.float32), 0, spec(), threads=-1),
+     ValueError, ["threads", "-1"]),
+    ("empty q and k, k head_dim 4", lambda x: rotary.apply_qk(np.zeros((2, 0, 2, D), np.float32),
+                                                               np.zeros((2, 0, 1, 4), np.float32), 0, spec()),
+     ValueError, ["k head_dim", "got 4"]),
+    # Arguments nanobind cannot convert get rotary's message, naming the argument and the value.
+    ("read-only out", _read_only_out, ValueError, ["out must be writable", "read-only"]),
+    ("broadcast (stride-0) out", lambda x: rotary.apply(x, 0, spec(), out=np.broadcast_to(x[:, :1], x.shape)),
+     ValueError, ["out must be a writable array with one element per address", "broadcast"]),
+    ("offset 2**70", lambda x: rotary.apply(x, 2**70, spec(), out=x), ValueError,
+     ["positions.offset must be < 2^31", str(2**70)]),
+    ("offset -2**70", lambda x: rotary.apply(x, -2**70, spec(), out=x), ValueError,
+     ["positions.offset must be >= 0", str(-2**70)]),
+    ("seq_len 2**64", lambda x: rotary.apply(x, 0, spec(), seq_len=2**64, out=x), ValueError,
+     ["seq_len must be <= 2^31", str(2**64)]),
+    ("threads -2**40", lambda x: rotary.apply(x, 0, spec(), threads=-2**40, out=x), ValueError,
+     ["threads must be >= 0", str(-2**40)]),
+    ("threads a float", lambda x: rotary.apply(x, 0, spec(), threads=2.5, out=x), TypeError,
+     ["threads must be an int", "float"]),
+    ("cp offset 2**64", lambda x: rotary.apply_context_parallel(x, spec(), 0, 2, offset=2**64), ValueError,
+     ["offset must be < 2^31", str(2**64)]),
+    ("grid_positions 2**70 x 2", lambda x: rotary.grid_positions(2**70, 2), ValueError,
+     ["height must fit in int64", str(2**70)]),
+    ("cp_positions local_len 2**70", lambda x: rotary.cp_positions(0, 2, 2**70), ValueError,
+     ["local_len must fit in int64", str(2**70)]),
+    ("cp_positions_packed cu [0, 2**64]", lambda x: rotary.cp_positions_packed(0, 1, [0, 2**64]), ValueError,
+     ["cu_seqlens[1] must fit in int64", str(2**64)]),
+    ("float8 input", _float8, TypeError, ["x dtype must be float32, float16, bfloat16 or float64", "float8_e4m3fn"]),
+    ("torch sparse input", _torch_sparse, TypeError, ["x must be a dense (strided) tensor", "sparse"]),
+    ("config dict holding NaN", lambda x: rotary.Spec.from_hf_config({"head_dim": 8, "rope_theta": float("nan")}),
+     ValueError, ["config dict field rope_theta = nan", "finite"]),
+    ("config dict holding -inf in a list",
+     lambda x: rotary.Spec.from_hf_config({"head_dim": 8, "rope_scaling": {"type": "longrope",
+                                                                           "short_factor": [1.0, float("-inf")]}}),
+     ValueError, ["rope_scaling.short_factor[1] = -inf"]),
+    ("config path with a lone surrogate", lambda x: rotary.Spec.from_hf_config("/nonexistent\udcff/config.json"),
+     OSError, ["/nonexistent", "config.json"]),
     ("spec odd rotary_dim", lambda x: rotary.Spec(7), ValueError, ["rotary_dim must be even", "7"]),
     ("spec mrope sum", lambda x: spec(mrope_section=[1, 1, 1]), ValueError, ["mrope.section", "4", "got 3"]),
     ("spec huge head_dim", lambda x: rotary.Spec(2**40), ValueError, ["head_dim", "1099511627776"]),
@@ -215,3 +304,58 @@ def test_growable_table_beyond_and_exactness():
     y64 = rotary.apply(x.astype(np.float64), ids.astype(np.float64), s)
     assert not np.array_equal(y, x)
     np.testing.assert_allclose(y, y64, atol=1e-5)
+
+
+def test_reversed_index_arrays_are_read_from_a_copy():
+    # numpy views with negative strides (np.arange(S)[::-1], np.flip) are accepted wherever an index array is
+    # taken, like reversed x views, and give the result of their contiguous copies. Before, they were refused.
+    s = spec()
+    x = x4()
+    ids = np.arange(3)[::-1]
+    np.testing.assert_array_equal(rotary.apply(x, ids, s), rotary.apply(x, ids.copy(), s))
+    ids2 = np.flip(np.arange(6).reshape(2, 3), 1)
+    np.testing.assert_array_equal(rotary.apply(x, ids2, s), rotary.apply(x, ids2.copy(), s))
+    fids = np.linspace(0.0, 5.0, 6)[::-2]
+    np.testing.assert_array_equal(rotary.apply(x, fids, s), rotary.apply(x, fids.copy(), s))
+    bo = np.arange(2)[::-1]
+    np.testing.assert_array_equal(rotary.apply(x, 0, s, batch_offsets=bo), rotary.apply(x, 0, s, batch_offsets=bo.copy()))
+    t = x.reshape(6, 2, D)
+    cu = np.array([6, 2, 0])[::-1]
+    so = np.array([7, 3])[::-1]
+    np.testing.assert_array_equal(rotary.apply(t, 0, s, layout="thd", cu_seqlens=cu, seq_offsets=so),
+                                  rotary.apply(t, 0, s, layout="thd", cu_seqlens=cu.copy(), seq_offsets=so.copy()))
+    q, k = rotary.apply_qk(x, x[:, :, :1].copy(), ids, s)
+    np.testing.assert_array_equal(q, rotary.apply(x, ids.copy(), s))
+    c, sn = rotary.cos_sin(s, np.arange(4)[::-1])
+    c2, s2 = rotary.cos_sin(s, np.arange(4)[::-1].copy())
+    np.testing.assert_array_equal(c, c2)
+    np.testing.assert_array_equal(sn, s2)
+
+
+def test_huge_thread_counts_are_capped_not_refused():
+    # docs: counts above the usable cores are capped; 2**40 used to fail nanobind's int conversion.
+    x = x4()
+    np.testing.assert_array_equal(rotary.apply(x, 0, spec(), threads=2**40), rotary.apply(x, 0, spec(), threads=1))
+
+
+def test_size_one_batch_ids_broadcast_over_the_batch():
+    # HF-style position_ids [1, S] (M-RoPE [3, 1, S]) for batch > 1 equal the ids repeated per batch row.
+    x = x4(B=3)
+    ids = np.array([[4, 0, 7]])
+    np.testing.assert_array_equal(rotary.apply(x, ids, spec()), rotary.apply(x, np.repeat(ids, 3, 0), spec()))
+    m = spec(mrope_section=[2, 1, 1])
+    ids3 = np.array([[[4, 0, 7]], [[1, 2, 3]], [[9, 9, 1]]])
+    np.testing.assert_array_equal(rotary.apply(x, ids3, m), rotary.apply(x, np.repeat(ids3, 3, 1), m))
+    q, k = rotary.apply_qk(x, x[:, :, :1].copy(), ids, spec())
+    np.testing.assert_array_equal(k, rotary.apply(x[:, :, :1].copy(), np.repeat(ids, 3, 0), spec()))
+    af = rotary.mrope_frequencies(m)
+    np.testing.assert_array_equal(rotary.apply_axes(x, ids3, af), rotary.apply_axes(x, np.repeat(ids3, 3, 1), af))
+
+
+def test_torch_float8_input_gets_a_rotary_message():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this torch has no float8")
+    with pytest.raises(TypeError, match=r"\[rotary\] x dtype must be float32, float16, bfloat16 or float64, got "
+                                        r"torch.float8_e4m3fn"):
+        rotary.apply(torch.ones(1, 2, 1, D).to(torch.float8_e4m3fn), 0, spec())

@@ -174,6 +174,28 @@ def test_broken_csv_is_an_error_not_a_crash(synthetic):
     assert mod.main([str(synthetic)]) == mod.EXIT_BAD_INPUT
 
 
+def test_failed_plot_writes_leave_the_old_files(synthetic):
+    # Figures are written to a temporary file and renamed over the old one: under a file-size limit (as on a
+    # full disk) every old PNG stays as it was and no temporary file is left. Before, savefig truncated them.
+    import resource
+    import signal
+
+    for name in FIGURES:
+        (synthetic / name).write_bytes(b"old " + name.encode())
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing Python
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))
+
+    res = subprocess.run([sys.executable, "-B", str(SCRIPT), str(synthetic)], capture_output=True, text=True,
+                         timeout=300, preexec_fn=limit)
+    assert res.returncode == 2, res.stderr
+    assert "File too large" in res.stderr, res.stderr
+    for name in FIGURES:
+        assert (synthetic / name).read_bytes() == b"old " + name.encode(), name
+    assert not [p.name for p in synthetic.iterdir() if ".tmp" in p.name]
+
+
 def _find_cli():
     env = os.environ.get("ROTARY_CLI")
     if env:

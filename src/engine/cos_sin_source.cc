@@ -7,6 +7,7 @@
 
 #include "core/frequency_checks.h"
 #include "core/messages.h"
+#include "engine/overlap.h"
 #include "engine/tensor_checks.h"
 
 namespace rotary::detail {
@@ -92,6 +93,7 @@ void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& 
     if ((cos.shape[0] != plan.B && cos.shape[0] != 1) || cos.shape[1] != plan.S)
       invalid("cos shape must be [B,S,R/2] = [" + str(plan.B) + "," + str(plan.S) + "," + str(plan.half) + "], got " + shape_str(cos));
   }
+  check_outputs_spare_inputs(args, args.layout, /*positions=*/false, {{&cos, "cos"}, {&sin, "sin"}});
   plan.cs.kind = PlanCosSin::Kind::kCaller;
   plan.cs.cos = cos;
   plan.cs.sin = sin;

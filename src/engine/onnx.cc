@@ -2,8 +2,11 @@
 #include "rotary/onnx.h"
 
 #include <string>
+#include <utility>
 
 #include "core/messages.h"
+#include "engine/overlap.h"
+#include "engine/tensor_checks.h"
 
 namespace rotary {
 namespace {
@@ -95,6 +98,17 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
     if (a.position_ids.rank != 2)
       invalid("position_ids must be 2-D [batch, seq], got shape " + shape_str(a.position_ids));
     args.positions = Positions::from_ids(a.position_ids);
+  }
+  // Y must not share memory with an input it would change before reading it (X itself is checked as q).
+  detail::check_view(a.y, "Y", /*allow_broadcast_zero=*/false);
+  const std::pair<const TensorView*, const char*> inputs[3] = {
+      {&a.position_ids, "position_ids"}, {&a.cos_cache, "cos_cache"}, {&a.sin_cache, "sin_cache"}};
+  for (const auto& [view, name] : inputs) {
+    if (!view->present()) continue;
+    detail::check_view(*view, name, /*allow_broadcast_zero=*/true);
+    if (detail::views_overlap(*view, a.y))
+      invalid(std::string("Y overlaps ") + name + " in memory: writing Y would change " + name +
+              " before it is read (outputs must not share memory with any input)");
   }
   args.pairing = a.interleaved ? Pairing::kInterleaved : Pairing::kHalfSplit;
   args.threads = a.threads;

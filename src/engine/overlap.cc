@@ -82,6 +82,34 @@ Grid grid_of(const TensorView& v, Layout layout) {
   return g;
 }
 
+/// Byte grid of any view of rank <= 4 (leading dims padded with size 1): position arrays, cos/sin tables.
+Grid grid_of_view(const TensorView& v) {
+  Grid g;
+  g.base = reinterpret_cast<uintptr_t>(v.data);
+  g.es = elem_size(v.dtype);
+  const int pad = 4 - v.rank;
+  for (int i = 0; i < 4; ++i) {
+    g.n[i] = i < pad ? 1 : v.shape[i - pad];
+    g.st[i] = i < pad ? 0 : v.strides[i - pad] * g.es;
+  }
+  return g;
+}
+
+/// True if no two elements of `g` share a byte (each stride, by size, exceeds the extent of the faster dims):
+/// the condition under which elements_overlap is exact with `g` as its output.
+bool distinct_elements(const Grid& g) {
+  int idx[4] = {0, 1, 2, 3};
+  sort_dims(idx, 4, [&](int a, int b) { return g.st[a] < g.st[b]; });
+  int64_t span = g.es;
+  for (int k = 0; k < 4; ++k) {
+    const int i = idx[k];
+    if (g.n[i] <= 1) continue;
+    if (g.st[i] < span) return false;
+    span += g.st[i] * (g.n[i] - 1);
+  }
+  return true;
+}
+
 bool intervals_overlap(const Grid& a, const Grid& b) {
   if (a.empty() || b.empty()) return false;
   return a.lo() < b.hi() && b.lo() < a.hi();
@@ -170,6 +198,46 @@ void check_aliasing(const ApplyArgs& args, Layout layout) {
       invalid(std::string(k_inplace ? "k (rotated in place)" : "k_out") + " overlaps input q: writing k would change q before it is read");
   }
 
+}
+
+bool views_overlap(const TensorView& input, const TensorView& output) {
+  if (!has_elements(input) || !has_elements(output)) return false;
+  const Grid in = grid_of_view(input), out = grid_of_view(output);
+  if (!distinct_elements(out)) return intervals_overlap(in, out);  // refused elsewhere; stay conservative
+  return elements_overlap(in, out);
+}
+
+void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool positions,
+                                std::initializer_list<NamedInput> extra) {
+  const Positions& p = args.positions;
+  NamedInput inputs[6];
+  int n = 0;
+  if (positions) switch (p.kind) {
+    case Positions::Kind::kOffset: inputs[n++] = {&p.batch_offsets, "positions.batch_offsets"}; break;
+    case Positions::Kind::kIds: inputs[n++] = {&p.ids, "positions.ids"}; break;
+    case Positions::Kind::kPacked:
+      inputs[n++] = {&p.cu_seqlens, "positions.cu_seqlens"};
+      inputs[n++] = {&p.seq_offsets, "positions.seq_offsets"};
+      break;
+  }
+  for (const NamedInput& e : extra)
+    if (n < 6) inputs[n++] = e;
+  const bool has_k = !absent(args.k);
+  struct Out { const TensorView* v; const char* name; };
+  const Out outs[2] = {
+      {absent(args.q_out) ? &args.q : &args.q_out, absent(args.q_out) ? "q (rotated in place)" : "q_out"},
+      {absent(args.k_out) ? &args.k : &args.k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out"}};
+  for (int o = 0; o < (has_k ? 2 : 1); ++o) {
+    if (!has_elements(*outs[o].v)) continue;
+    const Grid go = grid_of(*outs[o].v, layout);  // passed check_no_self_overlap (check_aliasing)
+    for (int i = 0; i < n; ++i) {
+      const TensorView& in = *inputs[i].view;
+      if (absent(in) || !has_elements(in)) continue;
+      if (elements_overlap(grid_of_view(in), go))
+        invalid(std::string(outs[o].name) + " overlaps " + inputs[i].name + " in memory: writing it would change " +
+                inputs[i].name + " before it is read (outputs must not share memory with any input)");
+    }
+  }
 }
 
 }  // namespace rotary::detail

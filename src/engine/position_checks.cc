@@ -85,9 +85,10 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   }
   const int rest = ids.rank - first;
   if (rest == 2) {
-    if (ids.shape[first] != plan.B || ids.shape[first + 1] != plan.S)
+    // [1, S] (HF's position_ids for a batch sharing positions) broadcasts over the batch, like [S].
+    if ((ids.shape[first] != plan.B && ids.shape[first] != 1) || ids.shape[first + 1] != plan.S)
       invalid(std::string(name) + " shape " + shape_str(ids) + " does not match the token grid [" + axes + str(plan.B) +
-              "," + str(plan.S) + "] (" + grid + ")");
+              "," + str(plan.S) + "] (" + grid + "; a batch of 1 broadcasts)");
     pp.ids_sb = ids.shape[first] == 1 ? 0 : ids.strides[first];
     pp.ids_ss = ids.strides[first + 1];
   } else if (rest == 1) {
@@ -106,8 +107,9 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
     return;
   }
   if (!scan) return;
+  const int64_t scan_b = pp.ids_sb == 0 ? std::min<int64_t>(plan.B, 1) : plan.B;  // broadcast rows: read once
   for (int a = 0; a < pp.n_axes; ++a)
-    for (int64_t b = 0; b < plan.B; ++b)
+    for (int64_t b = 0; b < scan_b; ++b)
       for (int64_t s = 0; s < plan.S; ++s) {
         const int64_t idx = a * pp.ids_sa + b * pp.ids_sb + s * pp.ids_ss;
         auto label = [&] {

@@ -4,12 +4,14 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/freqs_internal.h"
 #include "core/messages.h"
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
+#include "engine/overlap.h"
 #include "engine/run_plan.h"
 #include "engine/tensor_checks.h"
 #include "plan/dtype_scalar.h"
@@ -159,6 +161,26 @@ void Rope::cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, 
   const int64_t n = positions.shape[0];
   if (n > 0 && (cos_out == nullptr || sin_out == nullptr))
     detail::invalid(kCosSinWhere, "cos_out and sin_out must not be null for " + str(n) + " positions");
+  if (n > 0) {  // the outputs [N, R/2] must not share memory with the positions or with each other
+    const int64_t half = im.spec.effective_rotary_dim() / 2;
+    int64_t bytes;
+    if (__builtin_mul_overflow(n, half * static_cast<int64_t>(sizeof(float)), &bytes))
+      detail::invalid(kCosSinWhere, "positions count " + str(n) + " times rotary_dim/2 " + str(half) + " overflows the output size");
+    TensorView c, s;
+    c.data = cos_out;
+    s.data = sin_out;
+    c.dtype = s.dtype = DType::kF32;
+    c.rank = s.rank = 2;
+    c.shape[0] = s.shape[0] = n;
+    c.shape[1] = s.shape[1] = half;
+    c.strides[0] = s.strides[0] = half;
+    c.strides[1] = s.strides[1] = 1;
+    for (const auto& [out, name] : {std::pair<const TensorView*, const char*>{&c, "cos_out"}, {&s, "sin_out"}})
+      if (detail::views_overlap(positions, *out))
+        detail::invalid(kCosSinWhere, std::string(name) + " overlaps positions in memory: writing " + name +
+                                          " would change positions before they are read");
+    if (detail::views_overlap(c, s)) detail::invalid(kCosSinWhere, "sin_out overlaps cos_out in memory: the two outputs must not share memory");
+  }
   const int64_t stride = positions.strides[0];
   PositionRange range;
   range.fractional = frac;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.h"
 #include "io/npy.h"
 
 namespace rotary {
@@ -218,31 +219,7 @@ TensorFile load_tensor_file(const std::string& path, const std::string& npy_name
 }
 
 void write_file_atomically(const std::string& path, std::string_view bytes) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  const int fd = mkstemp(buf.data());
-  if (fd < 0) fail(Error::Kind::kIo, "write", path + ": cannot create a file in " + dir.string());
-  const std::string tmp(buf.data());
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w <= 0) break;
-    done += static_cast<size_t>(w);
-  }
-  const bool ok = done == bytes.size() && ::fsync(fd) == 0;
-  ::close(fd);
-  if (ok) {
-    std::error_code ec;
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
-                    ec);
-    if (std::rename(tmp.c_str(), path.c_str()) == 0) return;
-  }
-  std::remove(tmp.c_str());
-  fail(Error::Kind::kIo, "write", path + ": write failed");
+  io::write_file_atomic(path, bytes);  // the one crash-safe writer (temporary file, fsync, rename, folder fsync)
 }
 
 }  // namespace rotary

@@ -231,5 +231,40 @@ TEST_F(HostileCli, FailedWritesLeaveTheOldFileIntactAndOutputMayBeTheInput) {
   EXPECT_NE(testing::read_file(path("x.npy")), x_bytes);
 }
 
+// Every file the CLI writes goes through the same atomic writer: export (one file, or --cos/--sin) and report
+// (report.json and the CSVs). Under a file-size limit each old file stays as it was, and no temporary file is
+// left; before, export failed with an unnamed reason and report truncated its files in place.
+TEST_F(HostileCli, EveryCommandsOutputsSurviveAFailedWrite) {
+  auto limited = [&](const std::string& args, int kib) {
+    std::string out;
+    const int rc = testing::run_command("bash -c \"ulimit -f " + std::to_string(kib) + "; '" + cli_ + "' " + args + "\"", &out, true);
+    return std::make_pair(rc, out);
+  };
+  write("t.safetensors", "old t");
+  write("c.npy", "old c");
+  write("s.npy", "old s");
+  auto [rc1, out1] = limited("export --preset llama-3.1-8b --layout vllm --max-pos 4096 --out '" + path("t.safetensors") + "'", 64);
+  EXPECT_EQ(rc1, 1) << out1;
+  EXPECT_NE(out1.find("File too large"), std::string::npos) << out1;
+  EXPECT_NE(out1.find("t.safetensors"), std::string::npos) << out1;
+  EXPECT_EQ(testing::read_file(path("t.safetensors")), "old t");
+  auto [rc2, out2] = limited("export --preset llama-3.1-8b --layout onnx --max-pos 4096 --cos '" + path("c.npy") + "' --sin '" + path("s.npy") + "'", 64);
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_EQ(testing::read_file(path("c.npy")), "old c");
+  EXPECT_EQ(testing::read_file(path("s.npy")), "old s");
+  // report: every file it writes exists with old contents; a limit of 0 blocks fails the first write.
+  const std::string rep = path("rep");
+  fs::create_directories(rep);
+  const std::vector<std::string> files = {"report.json", "bands.csv", "decay.csv", "score.csv", "phase_error.csv"};
+  for (const auto& f : files) write("rep/" + f, "old " + f);
+  auto [rc3, out3] = limited("report --preset llama-3.1-8b --out '" + rep + "' --no-plots --quick", 0);
+  EXPECT_EQ(rc3, 1) << out3;
+  EXPECT_NE(out3.find("File too large"), std::string::npos) << out3;
+  for (const auto& f : files) EXPECT_EQ(testing::read_file(rep + "/" + f), "old " + f) << f;
+  for (const fs::path& d : {dir_, fs::path(rep)})
+    for (const auto& entry : fs::directory_iterator(d))
+      EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << "temporary file left: " << entry.path();
+}
+
 }  // namespace
 }  // namespace rotary

@@ -250,5 +250,55 @@ TEST(Rope, MRopeWithOffsetOrPackedPositionsGivesEveryAxisTheTokenPosition) {
   }
 }
 
+// HF passes position_ids [1, S] (and M-RoPE [3, 1, S]) for a batch sharing its positions: the size-1 batch
+// axis broadcasts, giving exactly the result of the ids repeated per batch row. Before, [1, S] was refused.
+TEST(Rope, SizeOneBatchIdsBroadcastOverTheBatch) {
+  const int64_t B = 3, S = 5;
+  for (bool mrope : {false, true}) {
+    for (CosSinMode mode : {CosSinMode::kAuto, CosSinMode::kOnTheFly}) {
+      SCOPED_TRACE(std::string(mrope ? "mrope [3,1,S]" : "[1,S]") + (mode == CosSinMode::kAuto ? " table" : " on the fly"));
+      Spec s = llama_like(32);
+      if (mrope) s.mrope.section = {6, 5, 5};
+      RopeOptions o;
+      o.mode = mode;
+      Rope rope(s, o);
+      const int64_t axes = mrope ? 3 : 1;
+      std::vector<int64_t> one(static_cast<std::size_t>(axes * S)), tiled(static_cast<std::size_t>(axes * B * S));
+      for (int64_t a = 0; a < axes; ++a)
+        for (int64_t t = 0; t < S; ++t) {
+          const int64_t v = (a * 7 + t * 3 + 2) % 23;
+          one[static_cast<std::size_t>(a * S + t)] = v;
+          for (int64_t b = 0; b < B; ++b) tiled[static_cast<std::size_t>((a * B + b) * S + t)] = v;
+        }
+      TestTensor x(DType::kF32, Layout::kBSHD, B, S, 2, 32), y(DType::kF32, Layout::kBSHD, B, S, 2, 32);
+      x.fill_randn(6);
+      y.fill_randn(6);
+      ApplyArgs a;
+      a.q = x.view();
+      a.positions = Positions::from_ids(mrope ? TensorView::contiguous(one.data(), DType::kI64, {3, 1, S})
+                                              : TensorView::contiguous(one.data(), DType::kI64, {1, S}));
+      ASSERT_NO_THROW(rope.apply(a));
+      a.q = y.view();
+      a.positions = Positions::from_ids(mrope ? TensorView::contiguous(tiled.data(), DType::kI64, {3, B, S})
+                                              : TensorView::contiguous(tiled.data(), DType::kI64, {B, S}));
+      rope.apply(a);
+      EXPECT_EQ(x.bytes(), y.bytes());
+    }
+  }
+  // A batch other than 1 or B is still refused, naming the grid.
+  Rope rope(llama_like(32));
+  TestTensor x(DType::kF32, Layout::kBSHD, B, S, 2, 32);
+  std::vector<int64_t> ids(2 * S, 0);
+  ApplyArgs a;
+  a.q = x.view();
+  a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {2, S}));
+  try {
+    rope.apply(a);
+    ADD_FAILURE() << "[2,S] ids for B = 3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not match the token grid [3,5]"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rotary

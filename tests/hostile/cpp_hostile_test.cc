@@ -91,6 +91,14 @@ struct Call {
     std::copy(v.begin(), v.end(), i64.begin());
     a.positions = Positions::from_ids(TensorView::contiguous(i64.data(), DType::kI64, shape));
   }
+  /// i64 ids 0, 1, 2, ... (the token grid's size) written at `where` (memory the call may also write).
+  void put_ids(float* where, std::initializer_list<int64_t> shape) {
+    auto* p = reinterpret_cast<int64_t*>(where);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    for (int64_t i = 0; i < n; ++i) p[i] = i % 3;
+    a.positions = Positions::from_ids(TensorView::contiguous(p, DType::kI64, shape));
+  }
   void cu_i32(std::vector<int32_t> v) {
     std::copy(v.begin(), v.end(), i32.begin());
     a.positions = Positions::packed(TensorView::contiguous(i32.data(), DType::kI32, {static_cast<int64_t>(v.size())}));
@@ -139,6 +147,16 @@ std::vector<Case> cases() {
       {"q_out = q with transposed strides", [](Call& c) { c.a.k = {}; c.a.q_out = TensorView::strided(c.q.data(), DType::kF32, {2, 3, 4, 8}, {96, 8, 24, 1}); }, K::kInvalidArgument, {"q_out must either be q itself"}},
       {"k_out writes over input q", [](Call& c) { c.a.k_out = TensorView::contiguous(c.q.data(), DType::kF32, {2, 3, 2, 8}); c.a.q_out = TensorView::contiguous(c.spare.data(), DType::kF32, {2, 3, 4, 8}); }, K::kInvalidArgument, {"k_out overlaps input q"}},
       {"k in place aliases q in place", [](Call& c) { c.a.k = TensorView::contiguous(c.q.data() + 16, DType::kF32, {2, 3, 2, 8}); }, K::kInvalidArgument, {"outputs for q and k overlap"}},
+      // ---- outputs over the call's other inputs (positions, caller cos/sin): every input, every entry point
+      {"q_out holds the ids", [](Call& c) { c.a.q_out = TensorView::contiguous(c.spare.data(), DType::kF32, {2, 3, 4, 8}); c.put_ids(c.spare.data() + 100, {3}); }, K::kInvalidArgument, {"q_out overlaps positions.ids", "before it is read"}},
+      {"q in place holds the ids (table)", [](Call& c) { c.entry = Entry::kTable; c.put_ids(c.q.data() + 64, {2, 3}); }, K::kInvalidArgument, {"q (rotated in place) overlaps positions.ids"}},
+      {"k_out holds the batch_offsets", [](Call& c) { c.a.k_out = TensorView::contiguous(c.spare.data() + 192, DType::kF32, {2, 3, 2, 8}); auto* bo = reinterpret_cast<int64_t*>(c.spare.data() + 200); bo[0] = 0; bo[1] = 1; c.a.positions.batch_offsets = TensorView::contiguous(bo, DType::kI64, {2}); }, K::kInvalidArgument, {"k_out overlaps positions.batch_offsets"}},
+      {"q_out holds the cu_seqlens", [](Call& c) { c.thd(); c.a.q_out = TensorView::contiguous(c.spare.data(), DType::kF32, {6, 4, 8}); auto* cu = reinterpret_cast<int32_t*>(c.spare.data() + 10); cu[0] = 0; cu[1] = 6; c.a.positions = Positions::packed(TensorView::contiguous(cu, DType::kI32, {2})); }, K::kInvalidArgument, {"q_out overlaps positions.cu_seqlens"}},
+      {"k in place holds the seq_offsets", [](Call& c) { c.thd(); c.cu_i32({0, 6}); auto* so = reinterpret_cast<int64_t*>(c.k.data() + 20); so[0] = 2; c.a.positions.seq_offsets = TensorView::contiguous(so, DType::kI64, {1}); }, K::kInvalidArgument, {"k (rotated in place) overlaps positions.seq_offsets"}},
+      {"q_out holds the fractional ids (frequencies)", [](Call& c) { c.entry = Entry::kFrequencies; c.a.q_out = TensorView::contiguous(c.spare.data(), DType::kF32, {2, 3, 4, 8}); std::fill(c.spare.begin() + 150, c.spare.begin() + 156, 1.5f); c.a.positions = Positions::from_ids(TensorView::contiguous(c.spare.data() + 150, DType::kF32, {2, 3})); }, K::kInvalidArgument, {"q_out overlaps positions.ids"}},
+      {"mrope ids [3,B,S] inside q in place", [](Call& c) { c.spec.mrope.section = {2, 1, 1}; c.put_ids(c.q.data() + 2, {3, 2, 3}); }, K::kInvalidArgument, {"q (rotated in place) overlaps positions.ids"}},
+      {"q_out holds the caller cos", [](Call& c) { c.entry = Entry::kCosSin; c.a.q_out = TensorView::contiguous(c.spare.data(), DType::kF32, {2, 3, 4, 8}); std::fill(c.spare.begin() + 64, c.spare.begin() + 80, 0.5f); c.cos_v = TensorView::contiguous(c.spare.data() + 64, DType::kF32, {4, 4}); }, K::kInvalidArgument, {"q_out overlaps cos", "before it is read"}},
+      {"k in place holds the caller sin", [](Call& c) { c.entry = Entry::kCosSin; std::fill(c.k.begin() + 8, c.k.begin() + 24, 0.5f); c.sin_v = TensorView::contiguous(c.k.data() + 8, DType::kF32, {4, 4}); }, K::kInvalidArgument, {"k (rotated in place) overlaps sin"}},
       // ---- dtype mismatches
       {"k f16 with q f32", [](Call& c) { c.a.k = TensorView::contiguous(c.half_bits.data(), DType::kF16, {2, 3, 2, 8}); }, K::kInvalidArgument, {"k dtype must equal q dtype f32", "f16"}},
       {"k_out bf16 with k f32", [](Call& c) { c.a.k_out = TensorView::contiguous(c.spare.data(), DType::kBF16, {2, 3, 2, 8}); }, K::kInvalidArgument, {"k_out dtype", "bf16"}},
@@ -242,6 +260,78 @@ TEST(HostileCpp, EveryCaseFailsWithItsKindNamesTheArgumentAndWritesNothing) {
   for (const auto& m : messages)
     EXPECT_NE(doc.find(doc_escape(m)), std::string::npos)
         << "docs/errors.md is out of date (regenerate with python3 scripts/gen_errors_doc.py); missing: " << m;
+}
+
+// The other entry points with outputs: ONNX's Y and Rope::cos_sin's two row buffers must not share memory with an
+// input either (named with the entry point's own argument names); nothing is written when refused.
+TEST(HostileCpp, EveryCaseOfAnOutputOverAnInputOfOnnxOrCosSinIsRefused) {
+  const int64_t B = 1, H = 2, S = 3, D = 8;
+  std::vector<float> x = testing::randn(B * H * S * D, 31);
+  struct Run { const char* name; std::function<void(std::vector<float>&)> call; const char* needle; };
+  auto onnx = [&](std::vector<float>& buf, int what) {  // Y = buf[0, 48); the input `what` lives at buf[16, ...)
+    OnnxRotaryArgs a;
+    a.x = TensorView::contiguous(x.data(), DType::kF32, {B, H, S, D});
+    a.y = TensorView::contiguous(buf.data(), DType::kF32, {B, H, S, D});
+    std::vector<float> table(4 * 4, 0.5f);
+    std::vector<int64_t> ids = {0, 1, 2};
+    a.cos_cache = TensorView::contiguous(what == 1 ? buf.data() + 16 : table.data(), DType::kF32, {4, 4});
+    a.sin_cache = TensorView::contiguous(what == 2 ? buf.data() + 16 : table.data(), DType::kF32, {4, 4});
+    a.position_ids = TensorView::contiguous(what == 0 ? static_cast<void*>(buf.data() + 16) : ids.data(), DType::kI64, {B, S});
+    onnx_rotary_embedding(a);
+  };
+  Spec spec;
+  spec.head_dim = D;
+  Rope rope(spec);
+  const std::vector<Run> runs = {
+      {"onnx Y holding position_ids", [&](std::vector<float>& b) { onnx(b, 0); }, "Y overlaps position_ids"},
+      {"onnx Y holding cos_cache", [&](std::vector<float>& b) { onnx(b, 1); }, "Y overlaps cos_cache"},
+      {"onnx Y holding sin_cache", [&](std::vector<float>& b) { onnx(b, 2); }, "Y overlaps sin_cache"},
+      {"cos_sin cos_out holding the positions", [&](std::vector<float>& b) { rope.cos_sin(TensorView::contiguous(b.data() + 4, DType::kI64, {3}), std::nullopt, b.data(), b.data() + 40); }, "cos_out overlaps positions"},
+      {"cos_sin sin_out holding the positions", [&](std::vector<float>& b) { rope.cos_sin(TensorView::contiguous(b.data() + 20, DType::kI64, {3}), std::nullopt, b.data() + 40, b.data() + 16); }, "sin_out overlaps positions"},
+      {"cos_sin sin_out over cos_out", [&](std::vector<float>& b) { std::vector<int64_t> p = {0, 1, 2}; rope.cos_sin(TensorView::contiguous(p.data(), DType::kI64, {3}), std::nullopt, b.data(), b.data() + 8); }, "sin_out overlaps cos_out"},
+  };
+  std::vector<std::string> messages;
+  for (const Run& r : runs) {
+    SCOPED_TRACE(r.name);
+    std::vector<float> buf(64, 0.0f);  // zeros: valid i64 positions 0 and cos/sin values
+    const auto before = buf;
+    try {
+      r.call(buf);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      doc_row("C++", r.name, kind_name(e.kind()), e.what());
+      messages.push_back(e.what());
+      EXPECT_EQ(e.kind(), K::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(r.needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(buf, before) << "written although refused";
+  }
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/errors.md");
+  for (const auto& m : messages)
+    EXPECT_NE(doc.find(doc_escape(m)), std::string::npos) << "docs/errors.md is out of date; missing: " << m;
+}
+
+// The overlap test is exact, element by element: ids stored in the gaps between the rows of a strided output are
+// never written, so that call is accepted and equals the one with the ids elsewhere.
+TEST(HostileCpp, InputsInTheGapsOfAStridedOutputAreAccepted) {
+  Call ref, gap;
+  ref.a.k = gap.a.k = {};
+  ref.a.q_out = TensorView::contiguous(ref.spare.data(), DType::kF32, {2, 3, 4, 8});
+  std::vector<int64_t> ids = {2, 0, 1};
+  ref.a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {3}));
+  ref.run();
+  // heads 16 floats apart: floats 8..15 of each head row are never written; the ids live in the first gap
+  gap.a.q_out = TensorView::strided(gap.spare.data(), DType::kF32, {2, 3, 4, 8}, {192, 64, 16, 1});
+  auto* in_gap = reinterpret_cast<int64_t*>(gap.spare.data() + 8);
+  std::copy(ids.begin(), ids.end(), in_gap);
+  gap.a.positions = Positions::from_ids(TensorView::contiguous(in_gap, DType::kI64, {3}));
+  ASSERT_NO_THROW(gap.run());
+  EXPECT_TRUE(std::equal(ids.begin(), ids.end(), in_gap)) << "the ids were overwritten";
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t s = 0; s < 3; ++s)
+      for (int64_t h = 0; h < 4; ++h)
+        for (int64_t d = 0; d < 8; ++d)
+          ASSERT_EQ(gap.spare[b * 192 + s * 64 + h * 16 + d], ref.spare[((b * 3 + s) * 4 + h) * 8 + d]);
 }
 
 TEST(HostileCpp, TheUnbrokenCallSucceedsThroughEveryEntryPoint) {

@@ -1,18 +1,34 @@
 // Shared plumbing for `rotary` subcommands: registration, option tables and their parser, help, exit codes.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "atomic_file.h"
 #include "rotary/spec.h"
 #include "rotary/types.h"
 
 namespace rotary::cli {
+
+/// A text output file written atomically: stream into it, then commit() writes it through io::AtomicFile
+/// (temporary file in the same folder, fsync, rename). Until commit() succeeds, and on any failure (full disk,
+/// file-size limit), the file at `path` keeps its old contents; commit() throws Error(kIo) naming the path.
+class TextFile : public std::ostringstream {
+ public:
+  explicit TextFile(std::filesystem::path path) : path_(std::move(path)) {}
+  void commit() { io::write_file_atomic(path_.string(), str()); }
+
+ private:
+  std::filesystem::path path_;
+};
 
 /// Exit codes of every subcommand (docs/cli.md): 0 success, 1 runtime failure (bad input file or data, I/O,
 /// an internal error), 2 usage error (unknown command or option, missing or malformed option value).

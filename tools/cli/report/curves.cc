@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "../cli.h"
@@ -154,7 +153,7 @@ Curves write_curves(const ModelView& mv, const std::vector<Variant>& variants, i
     out.curve_self_check =
         std::max(out.curve_self_check, std::abs(curves[0].pair[j].at - score_f64(variants[0].freqs, q, k, rs[j])));
   {
-    std::ofstream f(dir / "decay.csv");
+    TextFile f(dir / "decay.csv");
     f << "distance";
     for (const auto& v : variants) f << "," << v.key << "," << v.key << "_mean," << v.key << "_min," << v.key << "_max";
     f << "\n";
@@ -166,7 +165,7 @@ Curves write_curves(const ModelView& mv, const std::vector<Variant>& variants, i
       }
       f << "\n";
     }
-    if (!f) fail(Error::Kind::kIo, "rotary_report", "cannot write " + (dir / "decay.csv").string());
+    f.commit();
   }
   // The model's pair score also through rotary's f32 kernel: q rotated to r (ids), k to 0.
   std::vector<double> kernel_scores(rs.size());
@@ -188,7 +187,7 @@ Curves write_curves(const ModelView& mv, const std::vector<Variant>& variants, i
     }
   }
   {
-    std::ofstream f(dir / "score.csv");
+    TextFile f(dir / "score.csv");
     f << "distance";
     for (const auto& v : variants) {
       const std::string p = v.key + "_pair", s = v.key + "_self";
@@ -203,7 +202,7 @@ Curves write_curves(const ModelView& mv, const std::vector<Variant>& variants, i
           f << "," << csv_num(b->at) << "," << csv_num(b->mean()) << "," << csv_num(b->min) << "," << csv_num(b->max);
       f << "," << csv_num(kernel_scores[j]) << "\n";
     }
-    if (!f) fail(Error::Kind::kIo, "rotary_report", "cannot write " + (dir / "score.csv").string());
+    f.commit();
   }
   return out;
 }
@@ -218,7 +217,7 @@ PhaseSummary write_phase_error(const ModelView& mv, const std::filesystem::path&
     if (positions.empty() || p > positions.back()) positions.push_back(p);
   }
   positions.push_back(kMaxExactPosition);
-  std::ofstream out(dir / "phase_error.csv");
+  TextFile out(dir / "phase_error.csv");
   out << "position,f32_cos_err,f32_sin_err,f32_angle_err_rad,rotary_cos_err,rotary_sin_err\n";
   PhaseSummary sum;
   const auto af = float(f.attention_factor);
@@ -247,7 +246,7 @@ PhaseSummary write_phase_error(const ModelView& mv, const std::filesystem::path&
       sum.rotary_err_at_max = std::max(xc, xs);
     }
   }
-  if (!out) fail(Error::Kind::kIo, "rotary_report", "cannot write " + (dir / "phase_error.csv").string());
+  out.commit();
   return sum;
 }
 

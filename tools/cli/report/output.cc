@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
 #include "../cli.h"
@@ -51,12 +50,12 @@ void print_spec(const ModelView& m, const std::string& description) {
 namespace {
 
 void write_bands_csv(const std::vector<Band>& bands, const std::filesystem::path& path) {
-  std::ofstream f(path);
+  TextFile f(path);
   f << "pair,theta,theta_default,wavelength,wavelength_default,ratio,class\n";
   for (const auto& b : bands)
     f << b.i << "," << csv_num(b.theta) << "," << csv_num(b.theta_default) << "," << csv_num(b.wavelength) << ","
       << csv_num(b.wavelength_default) << "," << csv_num(b.ratio) << "," << class_key(b.cls) << "\n";
-  if (!f) fail(Error::Kind::kIo, "rotary_report", "cannot write " + path.string());
+  f.commit();
 }
 
 void print_bands(const ModelView& m, const std::vector<Band>& bands) {

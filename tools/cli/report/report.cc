@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -87,9 +86,9 @@ Json run_report(const ReportOptions& o) {
   report_speed(mv, D, o.quick, rep);
   rep["files"] = {"report.json", "bands.csv", "decay.csv", "score.csv", "phase_error.csv"};
   {
-    std::ofstream f(dir / "report.json");
+    TextFile f(dir / "report.json");
     f << rep.dump(2) << "\n";
-    if (!f) fail(Error::Kind::kIo, "rotary_report", "cannot write " + (dir / "report.json").string());
+    f.commit();
   }
   std::printf("\nwrote %s/{report.json, bands.csv, decay.csv, score.csv, phase_error.csv}\n", o.out_dir.c_str());
   return rep;
