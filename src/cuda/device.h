@@ -43,11 +43,13 @@ class DeviceTables {
   DeviceTables(const DeviceTables&) = delete;
   DeviceTables& operator=(const DeviceTables&) = delete;
 
-  /// Device rows covering at least the first `n` rows of `host_rows` (2*half floats each) on `device`
-  /// (`runtime` must be the one the copies were made with).
-  /// Growing the copy while `stream` is being captured is an error (grow before capture).
-  DeviceRows rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t n, const double* host_inv_freq, int64_t half,
-                      void* stream);
+  /// Device rows covering at least the first `needed` rows on `device` (`runtime` must be the one the copies
+  /// were made with). An existing copy holding `needed` rows is returned as it is, however much the host
+  /// table (`host_rows`, `available` >= `needed` rows of 2*half floats) has grown since; otherwise (and on
+  /// the first call on the device, which also copies the frequencies) all `available` rows are copied.
+  /// Copying while `stream` is being captured is an error (make one call on the device before capture).
+  DeviceRows rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t available, int64_t needed,
+                      const double* host_inv_freq, int64_t half, void* stream);
   /// Copies made so far (tests: once per growth per device).
   int copies() const;
 

@@ -51,20 +51,27 @@ int DeviceTables::copies() const {
   return copies_;
 }
 
-DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t n, const double* host_inv_freq,
-                                  int64_t half, void* stream) {
+DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t available,
+                                  int64_t needed, const double* host_inv_freq, int64_t half, void* stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (runtime != runtime_)
     fail(Error::Kind::kInternal, kWhere, "a cos/sin table used on two device runtimes, got a second one");
   Entry* e = nullptr;
   for (Entry& x : entries_)
     if (x.device == device) e = &x;
-  if (e != nullptr && e->n >= n) return {e->rows, e->n, e->inv_freq};
-  if (runtime_->capturing(stream))
+  if (e != nullptr && e->n >= needed) return {e->rows, e->n, e->inv_freq};
+  if (runtime_->capturing(stream)) {
+    if (e == nullptr)
+      fail(Error::Kind::kUnsupported, kWhere,
+           "the cos/sin table must have its device copy (frequencies and rows) before CUDA graph capture (make "
+           "one call on this device with the largest positions before capturing), got a capture on device " +
+               std::to_string(device) + ", where the table has no copy yet");
     fail(Error::Kind::kUnsupported, kWhere,
-         "the device copy of the cos/sin table must hold " + std::to_string(n) + " rows before CUDA graph capture "
-         "(make one call with the largest positions, or grow the table, before capturing), got a capture on device " +
-             std::to_string(device) + " whose copy holds " + std::to_string(e ? e->n : 0) + " rows");
+         "the device copy of the cos/sin table must hold " + std::to_string(needed) + " rows before CUDA graph "
+         "capture (make one call with the largest positions, or seq_len, before capturing), got a capture on "
+         "device " + std::to_string(device) + " whose copy holds " + std::to_string(e->n) + " rows");
+  }
+  const int64_t n = available;
   auto allocate = [&](std::size_t bytes) {
     void* p = runtime_->allocate(device, bytes);
     blocks_.push_back({device, p});
@@ -106,7 +113,8 @@ void device_apply(const Plan& plan, DeviceRuntime& rt) {
     DeviceRuntime* owner_rt = &rt;
     DeviceTables& tables = TableAttachment::get<DeviceTables>(
         *plan.cs.table_owner, [&] { return std::make_shared<DeviceTables>(owner_rt); });
-    rows = tables.rows_for(&rt, device, plan.cs.table, plan.cs.table_size, plan.cs.inv_freq, plan.half, plan.stream);
+    rows = tables.rows_for(&rt, device, plan.cs.table, plan.cs.table_size, plan.cs.device_rows, plan.cs.inv_freq,
+                           plan.half, plan.stream);
   }
 
   Job job = make_job(plan, rows);

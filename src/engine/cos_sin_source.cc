@@ -45,11 +45,12 @@ void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, st
   plan.cs.table_pin = table.view_for(range.max_int + 1);  // thread-safe growth; throws before any write
   plan.cs.table = plan.cs.table_pin.data;
   plan.cs.table_size = plan.cs.table_pin.size;
-  if (plan.device) attach_device_table(plan, table, 0);
+  if (plan.device) attach_device_table(plan, table, range.max_int + 1);
 }
 
 void attach_device_table(Plan& plan, CosSinTable& table, int64_t rows) {
-  plan.cs.table_pin = rows > 0 ? table.view_for(std::min(rows, table.max_positions())) : table.view();
+  plan.cs.device_rows = rows > 0 ? std::min(rows, table.max_positions()) : 0;
+  plan.cs.table_pin = rows > 0 ? table.view_for(plan.cs.device_rows) : table.view();
   plan.cs.table = plan.cs.table_pin.data;
   plan.cs.table_size = plan.cs.table_pin.size;
   plan.cs.table_owner = &table;

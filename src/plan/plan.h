@@ -59,6 +59,10 @@ struct PlanCosSin {
   const float* table = nullptr;
   int64_t table_size = 0;
   const CosSinTable* table_owner = nullptr;
+  // Device calls: the rows this call reads from the table (host-known positions: the largest + 1; device
+  // positions: seq_len, 0 when not given). The backend grows its device copy only when it holds fewer;
+  // positions past the copy's rows are computed on the device.
+  int64_t device_rows = 0;
   // The View `table` comes from: it pins those rows (the table may grow and free its old block while
   // this plan runs). Whoever sets `table` from a table sets this too.
   CosSinTable::View table_pin;

@@ -110,6 +110,68 @@ TEST(CudaEmulator, GrowingTheDeviceCopyDuringCaptureIsAnErrorAndCapturedCallsOth
   EXPECT_EQ(cuda.rt.launches, 2);
 }
 
+/// Growing the host table for other reasons (a CPU call at a far position, Rope::cos_sin, another device)
+/// neither re-copies a device copy that already covers a call nor makes its capture fail.
+TEST(CudaEmulator, HostTableGrowthElsewhereNeitherRecopiesNorBreaksCapture) {
+  EmulatedCuda cuda;
+  CosSinTable table(freqs_for(64));
+  std::vector<float> q = randn(4 * 2 * 64, 3);
+  std::vector<int64_t> ids = {1, 2, 3, 60};
+  ApplyArgs a;
+  a.q = TensorView::contiguous(q.data(), DType::kF32, {1, 4, 2, 64});
+  a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {4}));
+  a.backend = Backend::kCuda;
+  a.seq_len = 64;
+  a.stream = reinterpret_cast<void*>(0x77);
+  apply_table(table, a);  // the device copy covers seq_len = 64
+  const int copies = cuda.rt.copies;
+  std::vector<float> h = randn(2 * 64, 4);
+  ApplyArgs c;  // a CPU call on the same table grows the host table far past the device copy
+  c.q = TensorView::contiguous(h.data(), DType::kF32, {1, 1, 2, 64});
+  c.positions = Positions::contiguous(5000);
+  apply_table(table, c);
+  ASSERT_GT(table.size(), 5000);
+  cuda.rt.capturing_stream = a.stream;
+  EXPECT_NO_THROW(apply_table(table, a)) << "a captured call that needs no new row";
+  cuda.rt.capturing_stream = nullptr;
+  Simple s(2, 2, 64, 10);  // host-known positions below the copy's rows
+  s.a.stream = a.stream;
+  apply_table(table, s.a);
+  apply_table(table, a);
+  EXPECT_EQ(cuda.rt.copies, copies) << "calls needing rows the device copy holds copied again";
+  s.a.positions = Positions::contiguous(4000);  // a call that does need more rows copies once
+  apply_table(table, s.a);
+  EXPECT_EQ(cuda.rt.copies, copies + 1);
+}
+
+/// Before the first call on a device the table has no device copy at all (not even its frequencies): a
+/// captured call is refused with a message that says so, and nothing is launched.
+TEST(CudaEmulator, CaptureBeforeAnyCopyIsRefusedNamingTheMissingCopy) {
+  EmulatedCuda cuda;
+  CosSinTable table(freqs_for(64));
+  std::vector<float> q = randn(2 * 64, 3);
+  std::vector<int64_t> ids = {1000, 2000};
+  ApplyArgs a;
+  a.q = TensorView::contiguous(q.data(), DType::kF32, {1, 2, 1, 64});
+  a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {2}));
+  a.backend = Backend::kCuda;
+  a.stream = reinterpret_cast<void*>(0x78);
+  cuda.rt.capturing_stream = a.stream;
+  try {
+    apply_table(table, a);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("has no copy yet"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cuda.rt.launches, 0);
+  cuda.rt.capturing_stream = nullptr;
+  apply_table(table, a);  // one call outside the capture, then the capture runs
+  cuda.rt.capturing_stream = a.stream;
+  EXPECT_NO_THROW(apply_table(table, a));
+  EXPECT_EQ(cuda.rt.launches, 2);
+}
+
 TEST(CudaEmulator, HostMemoryAndASecondDeviceAreRejectedBeforeAnyLaunch) {
   EmulatedCuda cuda;
   Frequencies f = freqs_for(64);
