@@ -20,8 +20,8 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (_INT_KINDS, ArrayLike, _as_core_array, _check_out, _empty_like, _index_array,
-                      _input_and_out, _is_torch, _offset_arg, _seq_len_arg, _threads_arg, _torch_module, empty,
-                      empty_like)
+                      _input_and_out, _int64_checked, _is_torch, _offset_arg, _seq_len_arg, _threads_arg,
+                      _torch_module, empty, empty_like)
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
 __version__: str = _rotary.__version__
@@ -252,6 +252,9 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
                  backend=backend)
 
 
+_onnx = _int64_checked(_rotary._onnx, "onnx_rotary_embedding", ())  # attributes beyond int64: named
+
+
 def onnx_rotary_embedding(
     X: ArrayLike,
     cos_cache: ArrayLike,
@@ -287,9 +290,9 @@ def onnx_rotary_embedding(
     if cbf16 != sbf16:
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
     ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
-    _rotary._onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
-                  rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), threads=_threads_arg(threads),
-                  backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+    _onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
+          rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), threads=_threads_arg(threads),
+          backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return out
 
 

@@ -7,6 +7,7 @@
 // head_dim, position) are raised as on the general path, since both build the same rotary::ApplyArgs.
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -73,8 +74,14 @@ void bind_numpy_entry(nb::module_& m) {
   m.def(
       "_apply_numpy",
       [](const PySpec& spec, nb::handle q, nb::handle k, nb::handle q_out, nb::handle k_out, nb::handle offset_obj,
-         const std::string& layout, int threads) -> bool {
+         const std::string& layout, nb::handle threads_obj) -> bool {
         int overflow = 0;
+        const long threads_l = PyLong_AsLongAndOverflow(threads_obj.ptr(), &overflow);
+        if (overflow != 0 || (threads_l == -1 && PyErr_Occurred()) || threads_l < 0 || threads_l > INT32_MAX) {
+          PyErr_Clear();
+          return false;  // a negative or huge count: the general path names it or caps it
+        }
+        const int threads = static_cast<int>(threads_l);
         const long long offset = PyLong_AsLongLongAndOverflow(offset_obj.ptr(), &overflow);
         if (overflow != 0 || (offset == -1 && PyErr_Occurred())) {
           PyErr_Clear();
@@ -91,7 +98,6 @@ void bind_numpy_entry(nb::module_& m) {
           if (!view_of(k, in_place, true, bk, a.k) || a.k.dtype != a.q.dtype) return false;
           if (!in_place && (!view_of(k_out, true, false, bko, a.k_out) || !same_geometry(a.k, a.k_out))) return false;
         }
-        if (threads < 0) return false;  // the general path names the argument
         a.positions = rotary::Positions::contiguous(offset);
         a.layout = parse_layout(layout);
         a.threads = threads;

@@ -192,6 +192,10 @@ CASES = [
      ["local_len must fit in int64", str(2**70)]),
     ("cp_positions_packed cu [0, 2**64]", lambda x: rotary.cp_positions_packed(0, 1, [0, 2**64]), ValueError,
      ["cu_seqlens[1] must fit in int64", str(2**64)]),
+    ("onnx num_heads 2**70", lambda x: rotary.onnx_rotary_embedding(x.reshape(2, 3, 2 * D), np.ones((4, 4), np.float32),
+                                                                    np.ones((4, 4), np.float32), np.zeros((2, 3), np.int64),
+                                                                    num_heads=2**70),
+     ValueError, ["num_heads must fit in int64", str(2**70)]),
     ("float8 input", _float8, TypeError, ["x dtype must be float32, float16, bfloat16 or float64", "float8_e4m3fn"]),
     ("torch sparse input", _torch_sparse, TypeError, ["x must be a dense (strided) tensor", "sparse"]),
     ("config dict holding NaN", lambda x: rotary.Spec.from_hf_config({"head_dim": 8, "rope_theta": float("nan")}),
@@ -261,7 +265,7 @@ def test_hostile_case(name, call, exc, needles):
     if doc:  # scripts/gen_errors_doc.py collects the real messages for docs/errors.md
         with open(doc, "a") as f:
             f.write(f"Python\t{name}\t{info.type.__name__}\t{' '.join(msg.split())}\n")
-    assert msg.startswith("[rotary"), msg
+    assert msg.startswith(("[rotary", "[onnx_rotary_embedding]")), msg
     for n in needles:
         assert n in msg, f"{n!r} not in {msg!r}"
     assert x.tobytes() == before.tobytes(), "inputs changed by a failed call"
