@@ -104,6 +104,16 @@ def _read_only_out(x):
     rotary.apply(x, 0, spec(), out=out)
 
 
+def _torch_neg_out(x, kind):
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(x.copy())
+    if kind == "neg":
+        out = torch.empty_like(t)._neg_view()
+    else:
+        out = torch.zeros(x.shape, dtype=torch.complex64).conj().imag
+    return rotary.apply(t, 3, spec(), out=out)
+
+
 CASES = [
     ("x rank 3 for bshd", lambda x: rotary.apply(x.reshape(6, 2, D), 0, spec(), out=x.reshape(6, 2, D)),
      ValueError, ["rank 4", "got rank 3"]),
@@ -246,6 +256,11 @@ CASES = [
      lambda x: rotary.Spec(8, rope_type="yarn", factor=2.718281828459045, original_max_position_embeddings=4096,
                            mscale=1.0, mscale_all_dim=-10.0),
      ValueError, ["scaling.mscale_all_dim -10", "attention_factor"]),
+    # torch negative-bit views as outputs (their memory holds the negated values): refused, naming the argument
+    ("torch out is a negative-bit view", lambda x: _torch_neg_out(x, "neg"), ValueError,
+     ["out is a negative-bit view", "resolve_neg"]),
+    ("torch out is z.conj().imag", lambda x: _torch_neg_out(x, "conj"), ValueError,
+     ["out is a negative-bit view"]),
     ("spec dynamic factor 1e300", lambda x: spec(rope_type="dynamic", factor=1e300), ValueError,
      ["scaling.factor 1e+300 gives the dynamic NTK base"]),
     ("spec attention_factor 1e39", lambda x: rotary.Spec(8, rope_type="yarn", factor=2.0,
