@@ -21,7 +21,9 @@ struct Positions {
     kOffset = 0,  ///< pos(b, s) = offset + batch_offsets[b] (if present) + s
     kIds = 1,     ///< pos(b, s) = ids[b, s]  (ids: [B,S], [1,S] or [S] broadcast over batch, or [T] for thd)
                   ///<   i32/i64 = integer positions; f32/f64 = fractional (on-the-fly only)
-                  ///<   M-RoPE specs: [3,B,S] / [3,1,S] (bshd/bhsd) or [3,T] (thd), axis 0 = (t, h, w)
+                  ///<   M-RoPE specs: [3,B,S] / [3,1,S] / [3,S] (bshd/bhsd) or [3,T] (thd), axis 0 = (t, h, w);
+                  ///<   or text-only [B,S] / [1,S] / [S] / [T]: the same position on every axis ([3,S] with
+                  ///<   B = 3 is ambiguous: an error)
     kPacked = 2,  ///< thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] for the sequence n holding t
   };
   Kind kind = Kind::kOffset;
@@ -68,10 +70,13 @@ ROTARY_API void apply_table(CosSinTable& table, const ApplyArgs& args);
 /// Rotates computing cos/sin on the fly per token (exact angles; fractional positions allowed).
 ROTARY_API void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args);
 
-/// Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding semantics), values used as given:
-///   rank 2 [max_pos, R/2]: indexed by args.positions (a position >= max_pos is an error, never identity);
+/// Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding, flash-attn, vLLM caches), values used as given:
+///   rank 2 [max_pos, R/2]: indexed by args.positions, any integer scheme: offset (+ batch_offsets [B], flash-attn's
+///                          seqlen_offsets), ids, packed cu_seqlens + seq_offsets (flash-attn varlen); a position
+///                          >= max_pos is an error, never identity;
 ///   rank 3 [B, S, R/2]:    already gathered per token (args.positions must be the default kOffset 0).
-/// cos/sin dtype: f32, f16, bf16 or f64.
+/// Everything else of ApplyArgs holds as for Rope: layouts and strides, q and k, pairing, direction (kInverse:
+/// the backward pass), in or out of place. cos/sin dtype: f32, f16, bf16 or f64 (values used in f32).
 ROTARY_API void apply_cos_sin(TensorView cos, TensorView sin, const ApplyArgs& args);
 
 enum class CosSinMode : int {

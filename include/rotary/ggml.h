@@ -28,7 +28,9 @@ ROTARY_API GgmlRopeMode parse_ggml_rope_mode(const std::string& s, const char* f
 struct GgmlRopeParams {
   GgmlRopeMode mode = GgmlRopeMode::kNormal;
   int64_t n_dims = 0;        ///< rotated channels (VISION: head_dim/2; pairs then span the whole head)
-  int64_t n_ctx_orig = 0;    ///< YaRN correction range (used when ext_factor != 0; must then be > 0)
+  int64_t n_ctx_orig = 0;    ///< YaRN correction range (used when ext_factor != 0; must then be >= 0). 0, as
+                             ///< ggml's own tests pass it, gives ggml's degenerate corr dims [0, -inf]: pair 0
+                             ///< mixes by ext_factor, every other pair is interpolated (docs/multimodal.md)
   double freq_base = 10000.0;
   double freq_scale = 1.0;   ///< linear interpolation factor (1/scale)
   double ext_factor = 0.0;   ///< YaRN extrapolation mix (0 = off)
@@ -54,7 +56,8 @@ struct GgmlRopeParams {
 ROTARY_API AxisFrequencies ggml_frequencies(const GgmlRopeParams& params);
 
 /// ggml's corr dims {low, high} (floor/ceil of the YaRN correction dims, clamped to [0, n_dims - 1]),
-/// evaluated in float32 as ggml does so that the discrete cut points match.
+/// evaluated in float32 as ggml does so that the discrete cut points match. n_ctx_orig 0 gives ggml's
+/// {0, -inf} (base > 1) or {inf, n_dims - 1} (base < 1), as ggml_rope_yarn_corr_dims does.
 ROTARY_API std::array<double, 2> ggml_yarn_corr_dims(int64_t n_dims, int64_t n_ctx_orig, double freq_base,
                                                      double beta_fast, double beta_slow);
 

@@ -19,6 +19,9 @@ struct OnnxRotaryArgs {
   int64_t interleaved = 0;           ///< attribute: 0 half-split pairs (i, i+R/2); 1 pairs (2i, 2i+1)
   int64_t rotary_embedding_dim = 0;  ///< attribute: R; 0 = head_size (full rotation)
   int64_t num_heads = 0;             ///< attribute: required for 3-D x (head_size = hidden / num_heads)
+  /// Not an ONNX attribute: kInverse rotates by -angle, the operator's gradient with respect to X (the rotation
+  /// is orthogonal, so dL/dX = RotaryEmbedding with sin negated applied to dL/dY).
+  Direction direction = Direction::kForward;
   int threads = 0;                   ///< as ApplyArgs::threads
   Backend backend = Backend::kAuto;
   void* stream = nullptr;            ///< as ApplyArgs::stream (backend cuda)

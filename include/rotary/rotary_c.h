@@ -101,7 +101,8 @@ enum {
   ROTARY_ROPE_YARN = 3,
   ROTARY_ROPE_LONGROPE = 4,
   ROTARY_ROPE_LLAMA3 = 5,
-  ROTARY_ROPE_PROPORTIONAL = 6
+  ROTARY_ROPE_PROPORTIONAL = 6,
+  ROTARY_ROPE_NTK = 7 /* vLLM's static NTK ("ntk"; mixed_b for its mixed variant), docs/scaling.md */
 };
 
 /* A non-owning strided view. rank in [1, 4] when data != NULL; shape/strides beyond rank are ignored. */
@@ -153,6 +154,10 @@ typedef struct rotary_spec_desc_t {
   const int64_t* mrope_section;
   int64_t mrope_section_len;
   int32_t mrope_interleaved;       /* 1 = Qwen3-VL interleaved assignment */
+  /* vLLM extensions (added after 0.1.0: a struct_size of the 0.1.0 layout, ending at mrope_interleaved, is
+     accepted by rotary_spec_create and honoured by rotary_spec_describe) */
+  double alpha;                    /* DYNAMIC: NTK-alpha (Hunyuan), base * alpha^(R/(R-2)); 0 = unset (HF dynamic) */
+  double mixed_b;                  /* NTK: mixed NTK exponent b; 0 = unset (fixed NTK) */
 } rotary_spec_desc_t;
 
 /* Sets every field to its default (struct_size included). */
@@ -184,6 +189,34 @@ ROTARY_API rotary_status_t rotary_spec_attention_factor(const rotary_spec_t* spe
 ROTARY_API int64_t rotary_preset_count(void);
 ROTARY_API const char* rotary_preset_name(int64_t index); /* NULL if out of range */
 
+/* ------------------------------------------------------------------ RoPE per layer type
+ * transformers v5 configs may nest rope_parameters per layer type (Gemma 3: full_attention / sliding_attention,
+ * each with its own theta and scaling) with `layer_types` naming each layer's type; rotary_spec_from_config_*
+ * refuses them (UNSUPPORTED). These read one spec per layer type (rotary::LayerTypeSpecs, docs/scaling.md). */
+
+typedef struct rotary_layer_specs_t rotary_layer_specs_t; /* opaque: a rotary::LayerTypeSpecs */
+
+/* From config.json text (`length` bytes) or a file. Any config works: one not nested per layer type gives one
+ * shared spec (listed under each name in layer_types, or under "" when it has none). */
+ROTARY_API rotary_status_t rotary_layer_specs_from_config_json(const char* json_text, size_t length,
+                                                               rotary_layer_specs_t** out);
+ROTARY_API rotary_status_t rotary_layer_specs_from_config_file(const char* path, rotary_layer_specs_t** out);
+ROTARY_API void rotary_layer_specs_free(rotary_layer_specs_t* specs); /* NULL is a no-op */
+/* Sizes (any output pointer may be NULL): the number of layer types, of entries in layer_types (the model's
+ * layers; 0 when the config has none), and whether the parameters are nested per layer type (1) or shared (0). */
+ROTARY_API rotary_status_t rotary_layer_specs_describe(const rotary_layer_specs_t* specs, int64_t* n_types,
+                                                       int64_t* n_layers, int32_t* nested);
+/* The index-th layer type's name, sorted by name (valid until the specs are freed). */
+ROTARY_API rotary_status_t rotary_layer_specs_type_name(const rotary_layer_specs_t* specs, int64_t index,
+                                                        const char** name);
+/* layer_types[layer]: the type of layer `layer` (valid until the specs are freed). */
+ROTARY_API rotary_status_t rotary_layer_specs_layer_type(const rotary_layer_specs_t* specs, int64_t layer,
+                                                         const char** name);
+/* A new spec (free with rotary_spec_free) for a layer type. INVALID_ARGUMENT naming the valid types for an
+ * unknown name, or for a type whose entry is null (layers without RoPE). */
+ROTARY_API rotary_status_t rotary_layer_specs_get(const rotary_layer_specs_t* specs, const char* layer_type,
+                                                  rotary_spec_t** out);
+
 /* ------------------------------------------------------------------ rope (spec + lazily grown tables) */
 
 typedef struct rotary_rope_t rotary_rope_t; /* opaque: a rotary::Rope; apply is thread-safe */
@@ -214,7 +247,8 @@ typedef int32_t rotary_positions_kind_t;
 enum {
   ROTARY_POSITIONS_OFFSET = 0, /* pos(b, s) = offset + batch_offsets[b] (if present) + s */
   ROTARY_POSITIONS_IDS = 1,    /* pos(b, s) = ids[b, s]; ids [B,S], [S] or [T]; i32/i64 (f32/f64: fractional)
-                                  M-RoPE specs: [3,B,S] or [3,T] */
+                                  M-RoPE specs: [3,B,S], [3,S] or [3,T], or text-only [B,S] / [S] / [T] (the
+                                  same position on every axis) */
   ROTARY_POSITIONS_PACKED = 2  /* thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] */
 };
 
@@ -250,10 +284,12 @@ ROTARY_API void rotary_apply_args_init(rotary_apply_args_t* args);
 /* Rotates args->q (and args->k) with the rope's spec; tables grow as needed. */
 ROTARY_API rotary_status_t rotary_rope_apply(rotary_rope_t* rope, const rotary_apply_args_t* args);
 
-/* Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding semantics, values used as given):
- *   rank 2 [max_pos, R/2]: indexed by args->positions (a position >= max_pos is OUT_OF_RANGE);
+/* Rotates with caller-supplied cos/sin (ONNX RotaryEmbedding, flash-attn, vLLM caches; values used as given):
+ *   rank 2 [max_pos, R/2]: indexed by args->positions, any integer kind (OFFSET with batch_offsets, IDS, PACKED
+ *                          with seq_offsets); a position >= max_pos is OUT_OF_RANGE;
  *   rank 3 [B, S, R/2]:    already gathered per token (positions must be OFFSET 0).
- * R = 2 * cos.shape[last]; channels >= R pass through. */
+ * R = 2 * cos.shape[last]; channels >= R pass through. Layouts, strides, k, pairing, direction (INVERSE: the
+ * backward pass) and in/out of place as for rotary_rope_apply. */
 ROTARY_API rotary_status_t rotary_apply_cos_sin(const rotary_tensor_t* cos, const rotary_tensor_t* sin,
                                                 const rotary_apply_args_t* args);
 

@@ -11,16 +11,19 @@
 
 namespace rotary {
 
-/// The scaling variants of Hugging Face transformers' ROPE_INIT_FUNCTIONS (plus "default").
-/// Formulas, defaults and quirks: docs/scaling.md.
+/// The scaling variants of Hugging Face transformers' ROPE_INIT_FUNCTIONS (plus "default"), and vLLM's
+/// extension "ntk". Formulas, defaults and quirks: docs/scaling.md.
 enum class RopeType : int {
   kDefault = 0,       ///< theta_i = base^(-2i/R)
   kLinear = 1,        ///< position interpolation: theta_i / factor
-  kDynamic = 2,       ///< dynamic NTK: base' = base*((f*L/max_pos)-(f-1))^(R/(R-2)), L = max(seq_len, max_pos)
+  kDynamic = 2,       ///< dynamic NTK: base' = base*((f*L/max_pos)-(f-1))^(R/(R-2)), L = max(seq_len, max_pos);
+                      ///< with Scaling::alpha (vLLM/HF Hunyuan "dynamic" + alpha): base' = base*alpha^(R/(R-2)), static
   kYarn = 3,          ///< YaRN ramp between interpolation and extrapolation + attention factor
   kLongRope = 4,      ///< per-frequency short/long factors (Phi-3), switched at original_max
   kLlama3 = 5,        ///< Llama 3.1 smooth band-wise scaling
   kProportional = 6,  ///< Gemma-style: denominator head_dim, zero frequency beyond partial rotary
+  kNtk = 7,           ///< vLLM "ntk" (static NTK): theta_i = (base*f)^(-2i/R) / f^(2/R); with Scaling::mixed_b,
+                      ///< theta_i = base^(-2i/R) / exp(ln(f) * ((i+1)/(R/2))^mixed_b)
 };
 ROTARY_API const char* rope_type_name(RopeType t);  ///< HF spelling: "default", "linear", "dynamic", ...
 /// Parses an HF rope_type string; throws Error naming `field` if unknown.
@@ -31,7 +34,7 @@ ROTARY_API RopeType parse_rope_type(const std::string& s, const char* field = "r
 struct Scaling {
   RopeType type = RopeType::kDefault;
 
-  /// linear, dynamic, yarn, llama3, longrope, proportional. 1 = no scaling.
+  /// linear, dynamic, yarn, llama3, longrope, proportional, ntk. 1 = no scaling.
   /// yarn/longrope: if unset (nullopt), HF uses max_position_embeddings / original_max_position_embeddings.
   std::optional<double> factor;
 
@@ -55,6 +58,13 @@ struct Scaling {
   // --- llama3
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+
+  // --- vLLM extensions (docs/scaling.md "vLLM extensions")
+  /// dynamic: NTK-alpha (Hunyuan): a fixed base' = base * alpha^(R/(R-2)); then `factor` is not used and the
+  /// frequencies do not depend on the sequence length. nullopt = HF's dynamic NTK.
+  std::optional<double> alpha;
+  /// ntk: vLLM's mixed NTK exponent b (nullopt = fixed NTK).
+  std::optional<double> mixed_b;
 };
 
 /// Multimodal position sections (Qwen2-VL style M-RoPE). Empty `section` = off.
@@ -84,9 +94,9 @@ struct Spec {
   ROTARY_API Spec normalized() const;
   /// rotary_dim if set, else head_dim.
   int64_t effective_rotary_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
-  /// True when frequencies depend on the sequence length (dynamic, longrope).
+  /// True when frequencies depend on the sequence length (dynamic without alpha, longrope).
   bool length_dependent() const {
-    return scaling.type == RopeType::kDynamic || scaling.type == RopeType::kLongRope;
+    return (scaling.type == RopeType::kDynamic && !scaling.alpha) || scaling.type == RopeType::kLongRope;
   }
 };
 

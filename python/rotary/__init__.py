@@ -32,6 +32,8 @@ __all__ = [
     "apply",
     "apply_context_parallel",
     "apply_qk",
+    "apply_cos_sin",
+    "apply_qk_cos_sin",
     "cos_sin",
     "default_inv_freq",
     "empty",
@@ -252,6 +254,143 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
                  backend=backend)
 
 
+_apply_cos_sin = _int64_checked(_rotary._apply_cos_sin, "rotary_apply", ())  # an offset beyond int64: named
+
+
+def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any
+                     ) -> Tuple[int, Any, Any, Any, Any]:
+    """(offset, ids, cu_seqlens, seq_offsets, batch_offsets) for a caller-table call. flash-attn's varlen form
+    passes one int offset for every packed sequence: it becomes seq_offsets [N] here."""
+    offset, ids = _split_positions(positions)
+    if ids is not None and (cu_seqlens is not None or batch_offsets is not None):
+        raise ValueError("[rotary] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
+                         "other position schemes), got both")
+    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
+    n_seq = max(int(cu.shape[0]) - 1, 0) if cu is not None and cu.ndim == 1 else 0
+    so = None
+    if seq_offsets is not None:
+        if isinstance(seq_offsets, (int, np.integer)) and not isinstance(seq_offsets, (bool, np.bool_)):
+            if cu is None:
+                raise ValueError("[rotary] an int seq_offsets needs cu_seqlens (use positions=offset otherwise)")
+            so = np.full(n_seq, int(seq_offsets), dtype=np.int64)
+        else:
+            so = _index_array(seq_offsets, "seq_offsets", False)
+    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    if cu is not None and offset != 0:
+        if so is not None:
+            raise ValueError("[rotary] give the packed sequences' start positions either as an int positions or "
+                             "as seq_offsets, not both")
+        so = np.full(n_seq, offset, dtype=np.int64)
+        offset = 0
+    return offset, ids, cu, so, bo
+
+
+def _table_arrays(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any, bool]:
+    cv, cbf16 = _as_core_array(cos, "cos", readonly=True)
+    sv, sbf16 = _as_core_array(sin, "sin", readonly=True)
+    if cbf16 != sbf16:
+        raise TypeError("[rotary] cos and sin must have the same dtype")
+    return cv, sv, cbf16
+
+
+def apply_cos_sin(
+    x: ArrayLike,
+    cos: ArrayLike,
+    sin: ArrayLike,
+    positions: PositionsLike = None,
+    *,
+    layout: str = "bshd",
+    pairing: str = "half",
+    inverse: bool = False,
+    out: Optional[ArrayLike] = None,
+    threads: int = 0,
+    backend: str = "auto",
+    cu_seqlens: Optional[ArrayLike] = None,
+    seq_offsets: Union[int, ArrayLike, None] = None,
+    batch_offsets: Optional[ArrayLike] = None,
+) -> ArrayLike:
+    """Rotates x with caller-supplied cos/sin tables (their values used as given) and returns the result.
+
+    cos/sin: [max_pos, R/2] rows indexed by position (the flash-attn / ONNX cache), or [B, S, R/2] already
+      gathered per token (then positions must be None or 0); any float dtype; R/2 = the table width, channels
+      R.. pass through. A position at or past max_pos raises ValueError (never an identity rotation).
+    positions (rank-2 tables): an int offset (token s at offset + s), ids [S] / [B, S] / [T] (integers),
+      batch_offsets [B] added per batch row (flash-attn's seqlen_offsets tensor), or for layout "thd"
+      cu_seqlens [N+1] with seq_offsets (an int for every sequence, or [N]: sequence n starts there; an int
+      `positions` with cu_seqlens means the same).
+    layout, pairing ("half" / "interleaved"), inverse (rotate by -angle: the backward pass), out (x itself for
+    in place), threads, backend: as in rotary.apply. A torch tensor requiring grad goes through
+    rotary.torch.apply_cos_sin (differentiable with respect to x).
+    """
+    if _maybe_autograd(x):
+        if out is not None:
+            raise ValueError("[rotary] out= is not supported for tensors requiring grad; use rotary.torch.apply_cos_sin")
+        from . import torch as rotary_torch
+
+        return rotary_torch.apply_cos_sin(x, cos, sin, positions, layout=layout, pairing=pairing, inverse=inverse,
+                                          threads=threads, backend=backend, cu_seqlens=cu_seqlens,
+                                          seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+    xv, bf16, out, ov = _input_and_out(x, out)
+    cv, sv, cbf16 = _table_arrays(cos, sin)
+    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+    _apply_cos_sin(cv, sv, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
+                           batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                           threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+    return out
+
+
+def apply_qk_cos_sin(
+    q: ArrayLike,
+    k: ArrayLike,
+    cos: ArrayLike,
+    sin: ArrayLike,
+    positions: PositionsLike = None,
+    *,
+    layout: str = "bshd",
+    pairing: str = "half",
+    inverse: bool = False,
+    inplace: bool = False,
+    q_out: Optional[ArrayLike] = None,
+    k_out: Optional[ArrayLike] = None,
+    threads: int = 0,
+    backend: str = "auto",
+    cu_seqlens: Optional[ArrayLike] = None,
+    seq_offsets: Union[int, ArrayLike, None] = None,
+    batch_offsets: Optional[ArrayLike] = None,
+) -> Tuple[ArrayLike, ArrayLike]:
+    """Rotates q and k (own head counts: GQA) with caller cos/sin in one call; returns (q, k).
+
+    inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. Other arguments as in
+    rotary.apply_cos_sin.
+    """
+    if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
+        if q_out is not None or k_out is not None:
+            raise ValueError("[rotary] q_out=/k_out= are not supported for tensors requiring grad; use "
+                             "rotary.torch.apply_cos_sin")
+        from . import torch as rotary_torch
+
+        kw = dict(layout=layout, pairing=pairing, inverse=inverse, threads=threads, backend=backend,
+                  cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+        return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
+                rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
+    if isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k):
+        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
+    if q.dtype != k.dtype:
+        raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    if inplace:
+        if q_out is not None or k_out is not None:
+            raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+        q_out, k_out = q, k
+    qv, bf16, q_out, qov = _input_and_out(q, q_out, "q", "q_out")
+    kv, _, k_out, kov = _input_and_out(k, k_out, "k", "k_out")
+    cv, sv, cbf16 = _table_arrays(cos, sin)
+    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+    _apply_cos_sin(cv, sv, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu,
+                           seq_offsets=so, batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                           threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+    return q_out, k_out
+
+
 _onnx = _int64_checked(_rotary._onnx, "onnx_rotary_embedding", ())  # attributes beyond int64: named
 
 
@@ -264,6 +403,7 @@ def onnx_rotary_embedding(
     interleaved: int = 0,
     rotary_embedding_dim: int = 0,
     num_heads: int = 0,
+    inverse: bool = False,
     threads: int = 0,
     backend: str = "auto",
 ) -> ArrayLike:
@@ -274,6 +414,7 @@ def onnx_rotary_embedding(
       A wider last dimension is sliced to R/2, as the operator's function body does.
     interleaved: 0 pairs (x[i], x[i + R/2]); 1 pairs (x[2i], x[2i+1]).
     rotary_embedding_dim: R (0 = head_size); channels R..head_size-1 pass through.
+    inverse: not an ONNX attribute: rotate by -angle, the operator's gradient with respect to X.
     Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
     """
     if isinstance(X, np.ndarray):
@@ -291,8 +432,8 @@ def onnx_rotary_embedding(
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
     ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
     _onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
-          rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), threads=_threads_arg(threads),
-          backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+          rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), inverse=bool(inverse),
+          threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return out
 
 
@@ -300,6 +441,10 @@ from . import multimodal as _multimodal  # noqa: E402
 from .multimodal import *  # noqa: E402,F401,F403
 
 __all__ += _multimodal.__all__
+
+from .layer_types import LayerTypeSpecs  # noqa: E402
+
+__all__ += ["LayerTypeSpecs"]
 
 from . import parity as _parity  # noqa: E402
 from .parity import CheckResult, ExportedTables, check, export_tables  # noqa: E402,F401

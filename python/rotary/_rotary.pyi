@@ -17,9 +17,9 @@ class Spec:
     Each Spec owns a lazily built cos/sin table that rotary.apply reuses across calls.
     """
 
-    def __init__(self, head_dim: int, rotary_dim: int = 0, base: float = 10000.0, *, pairing: str = 'half', rope_type: str = 'default', max_position_embeddings: int = 0, factor: float | None = None, original_max_position_embeddings: int = 0, beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None, mscale_all_dim: float | None = None, truncate: bool = True, attention_factor: float | None = None, short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False, partial_rotary_factor: float = 1.0, name: str = '') -> None:
+    def __init__(self, head_dim: int, rotary_dim: int = 0, base: float = 10000.0, *, pairing: str = 'half', rope_type: str = 'default', max_position_embeddings: int = 0, factor: float | None = None, original_max_position_embeddings: int = 0, beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None, mscale_all_dim: float | None = None, truncate: bool = True, attention_factor: float | None = None, short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False, partial_rotary_factor: float = 1.0, name: str = '', alpha: float | None = None, mixed_b: float | None = None) -> None:
         """
-        Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name (default, linear, dynamic, yarn, longrope, llama3, proportional); scaling keywords follow HF's rope_parameters. Raises ValueError naming the first invalid field.
+        Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name (default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises ValueError naming the first invalid field.
         """
 
     @staticmethod
@@ -94,6 +94,16 @@ class Spec:
     def high_freq_factor(self) -> float: ...
 
     @property
+    def alpha(self) -> float | None:
+        """
+        dynamic: vLLM/Hunyuan NTK-alpha (a fixed base * alpha^(R/(R-2))); None = HF's dynamic NTK.
+        """
+
+    @property
+    def mixed_b(self) -> float | None:
+        """ntk: vLLM's mixed NTK exponent; None = fixed NTK."""
+
+    @property
     def mrope_section(self) -> list[int]:
         """M-RoPE (t, h, w) sections in frequency pairs; empty when off."""
 
@@ -103,7 +113,7 @@ class Spec:
     @property
     def length_dependent(self) -> bool:
         """
-        True for dynamic and longrope, whose frequencies depend on the sequence length.
+        True for dynamic (without alpha) and longrope, whose frequencies depend on the sequence length.
         """
 
     @property

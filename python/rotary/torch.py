@@ -34,7 +34,7 @@ from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
 from rotary._torch_ops import spec_from_key, spec_key
 
-__all__ = ["apply", "apply_qk", "apply_cos_sin", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
+__all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
            "spec_from_key", "patch", "unpatch", "is_patched", "supported_models"]
 
 ops = torch.ops.rotary
@@ -301,6 +301,32 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
         ops.apply_cos_sin_(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
         return x
     return ops.apply_cos_sin(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+
+
+def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
+                     inplace: bool = False, seqlen_offsets: Any = 0, cu_seqlens: Any = None,
+                     max_seqlen: Optional[int] = None) -> torch.Tensor:
+    """flash-attn's flash_attn.layers.rotary.apply_rotary_emb, computed by rotary (apply_cos_sin; differentiable).
+
+    x: [B, S, H, D], or [T, H, D] with cu_seqlens [N+1] (varlen). cos/sin: [max_pos, R/2] (R <= D; channels R..
+    pass through). interleaved: pairs (2i, 2i+1) instead of (i, i + R/2). seqlen_offsets: an int, or [B] ([N] for
+    varlen): each sequence's first position (KV-cache decoding). max_seqlen is accepted and not needed.
+    Unlike flash-attn, a position at or past max_pos raises ValueError instead of leaving x unrotated.
+    """
+    del max_seqlen  # rotary reads the sequence lengths from cu_seqlens
+    pairing = "interleaved" if interleaved else "half"
+    scalar = isinstance(seqlen_offsets, (int, np.integer)) or (
+        isinstance(seqlen_offsets, torch.Tensor) and seqlen_offsets.dim() == 0)
+    if cu_seqlens is not None:
+        if scalar:
+            return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="thd", pairing=pairing, inplace=inplace,
+                                 cu_seqlens=cu_seqlens)
+        return apply_cos_sin(x, cos, sin, None, layout="thd", pairing=pairing, inplace=inplace,
+                             cu_seqlens=cu_seqlens, seq_offsets=seqlen_offsets)
+    if scalar:
+        return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="bshd", pairing=pairing, inplace=inplace)
+    return apply_cos_sin(x, cos, sin, None, layout="bshd", pairing=pairing, inplace=inplace,
+                         batch_offsets=seqlen_offsets)
 
 
 def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = None

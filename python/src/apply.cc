@@ -80,29 +80,33 @@ void bind_apply(nb::module_& m) {
   m.def(
       "_apply_cos_sin",
       [](InArray cos, InArray sin, InArray q, std::optional<OutArray> q_out, std::optional<InArray> k,
-         std::optional<OutArray> k_out, std::optional<InArray> ids, const std::string& layout,
-         std::optional<std::string> pairing, bool inverse, int threads, const std::string& backend, bool bf16_bits,
-         bool table_bf16_bits) {
+         std::optional<OutArray> k_out, int64_t offset, std::optional<InArray> ids,
+         std::optional<InArray> cu_seqlens, std::optional<InArray> seq_offsets,
+         std::optional<InArray> batch_offsets, const std::string& layout, std::optional<std::string> pairing,
+         bool inverse, int threads, const std::string& backend, bool bf16_bits, bool table_bf16_bits) {
         CallArrays c =
             build_args(q, q_out, k, k_out, layout, pairing, inverse, std::nullopt, threads, backend, bf16_bits);
-        if (ids) c.args.positions = rotary::Positions::from_ids(to_view(*ids, "position_ids"));
+        set_positions(c.args, offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         rotary::TensorView cv = to_view(cos, "cos", table_bf16_bits);
         rotary::TensorView sv = to_view(sin, "sin", table_bf16_bits);
         nb::gil_scoped_release release;
         rotary::apply_cos_sin(cv, sv, c.args);
       },
       nb::arg("cos"), nb::arg("sin"), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(),
-      nb::arg("k").none() = nb::none(), nb::arg("k_out").none() = nb::none(), nb::arg("ids").none() = nb::none(),
+      nb::arg("k").none() = nb::none(), nb::arg("k_out").none() = nb::none(), nb::arg("offset") = 0,
+      nb::arg("ids").none() = nb::none(), nb::arg("cu_seqlens").none() = nb::none(),
+      nb::arg("seq_offsets").none() = nb::none(), nb::arg("batch_offsets").none() = nb::none(),
       nb::arg("layout") = "bshd", nb::arg("pairing").none() = nb::none(), nb::arg("inverse") = false,
       nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
       nb::arg("table_bf16_bits") = false,
-      "Private: rotation with caller cos/sin (rank 2 + ids, or rank 3 per token), ONNX semantics.");
+      "Private: rotary.apply_cos_sin/apply_qk_cos_sin after argument normalisation (rotary::apply_cos_sin: rank-2 "
+      "cos/sin indexed by any position scheme, or rank 3 per token). q_out None = in place.");
 
   m.def(
       "_onnx",
       [](InArray x, InArray cos, InArray sin, std::optional<InArray> position_ids, OutArray y, int64_t interleaved,
-         int64_t rotary_embedding_dim, int64_t num_heads, int threads, const std::string& backend, bool bf16_bits,
-         bool table_bf16_bits) {
+         int64_t rotary_embedding_dim, int64_t num_heads, bool inverse, int threads, const std::string& backend,
+         bool bf16_bits, bool table_bf16_bits) {
         rotary::OnnxRotaryArgs a;
         a.x = to_view(x, "X", bf16_bits);
         a.cos_cache = to_view(cos, "cos_cache", table_bf16_bits);
@@ -112,6 +116,7 @@ void bind_apply(nb::module_& m) {
         a.interleaved = interleaved;
         a.rotary_embedding_dim = rotary_embedding_dim;
         a.num_heads = num_heads;
+        a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
         a.backend = parse_backend(backend);
         nb::gil_scoped_release release;
@@ -119,7 +124,7 @@ void bind_apply(nb::module_& m) {
       },
       nb::arg("x"), nb::arg("cos"), nb::arg("sin"), nb::kw_only(), nb::arg("position_ids").none() = nb::none(),
       nb::arg("y"), nb::arg("interleaved") = 0, nb::arg("rotary_embedding_dim") = 0, nb::arg("num_heads") = 0,
-      nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
+      nb::arg("inverse") = false, nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,
       nb::arg("table_bf16_bits") = false,
       "Private: the ONNX RotaryEmbedding-23 operator (rotary::onnx_rotary_embedding).");
 

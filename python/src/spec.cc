@@ -91,29 +91,56 @@ std::string non_finite_field(nb::handle v, const std::string& path, int depth) {
   return "";
 }
 
-rotary::Spec spec_from_python_config(nb::handle config, std::optional<std::string> name) {
+/// A Python config as config.json text and its source name: a dict, a transformers config (to_dict), a path
+/// (str or os.PathLike, read by the core) or JSON text. `what` names the caller in the TypeError.
+struct ConfigSource {
+  std::string text;
+  std::string path;  ///< non-empty: read this file instead
+  std::string name;
+};
+
+ConfigSource python_config(nb::handle config, std::optional<std::string> name, const char* what) {
   nb::module_ json = nb::module_::import_("json");
   if (nb::isinstance<nb::str>(config)) {
     std::string text = fs_bytes(config);
     size_t first = text.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && text[first] == '{')
-      return rotary::spec_from_hf_config_json(text, name.value_or("config.json"));
-    return rotary::spec_from_hf_config_file(text);
+    if (first != std::string::npos && text[first] == '{') return {text, "", name.value_or("config.json")};
+    return {"", text, text};
   }
-  if (nb::hasattr(config, "__fspath__")) return rotary::spec_from_hf_config_file(fs_bytes(config));
+  if (nb::hasattr(config, "__fspath__")) {
+    std::string path = fs_bytes(config);
+    return {"", path, path};
+  }
   nb::object dict;
   if (nb::isinstance<nb::dict>(config)) dict = nb::borrow(config);
   else if (nb::hasattr(config, "to_dict")) dict = config.attr("to_dict")();  // transformers PretrainedConfig
   else
-    throw nb::type_error("[rotary_config] Spec.from_hf_config expects a dict, a transformers config, a path or "
-                         "JSON text");
+    throw nb::type_error((std::string("[rotary_config] ") + what +
+                          " expects a dict, a transformers config, a path or JSON text").c_str());
   const std::string bad = non_finite_field(dict, "", 0);
   if (!bad.empty())
     rotary::fail(rotary::Error::Kind::kInvalidArgument, "rotary_config",
                  name.value_or("config dict") + " field " + bad + " must be a finite number (JSON has no NaN or infinity)");
   nb::object builtins = nb::module_::import_("builtins");
   std::string text = nb::cast<std::string>(json.attr("dumps")(dict, nb::arg("default") = builtins.attr("str")));
-  return rotary::spec_from_hf_config_json(text, name.value_or("config dict"));
+  return {text, "", name.value_or("config dict")};
+}
+
+rotary::Spec spec_from_python_config(nb::handle config, std::optional<std::string> name) {
+  ConfigSource c = python_config(config, name, "Spec.from_hf_config");
+  if (!c.path.empty()) return rotary::spec_from_hf_config_file(c.path);
+  return rotary::spec_from_hf_config_json(c.text, c.name);
+}
+
+/// (nested, [(layer type, Spec or None)], layer_types) for rotary.LayerTypeSpecs.
+nb::tuple layer_type_specs_from_python_config(nb::handle config, std::optional<std::string> name) {
+  ConfigSource c = python_config(config, name, "LayerTypeSpecs.from_hf_config");
+  const rotary::LayerTypeSpecs l = c.path.empty() ? rotary::layer_type_specs_from_hf_config_json(c.text, c.name)
+                                                  : rotary::layer_type_specs_from_hf_config_file(c.path);
+  nb::list by_type;
+  for (const auto& e : l.by_type)
+    by_type.append(nb::make_tuple(e.layer_type, e.spec ? nb::cast(PySpec(*e.spec)) : nb::none()));
+  return nb::make_tuple(l.nested, by_type, nb::cast(l.layer_types));
 }
 
 /// Spec(head_dim, rotary_dim, base, *, pairing, rope_type, ...): Python's keyword names are the Spec fields'.
@@ -124,7 +151,8 @@ PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::s
                  std::optional<double> attention_factor, std::optional<std::vector<double>> short_factor,
                  std::optional<std::vector<double>> long_factor, double low_freq_factor, double high_freq_factor,
                  std::optional<std::vector<int64_t>> mrope_section, bool mrope_interleaved,
-                 double partial_rotary_factor, const std::string& name) {
+                 double partial_rotary_factor, const std::string& name, std::optional<double> alpha,
+                 std::optional<double> mixed_b) {
   rotary::Spec s;
   s.name = name;
   s.head_dim = head_dim;
@@ -148,6 +176,8 @@ PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::s
   s.scaling.high_freq_factor = high_freq_factor;
   if (mrope_section) s.mrope.section = *mrope_section;
   s.mrope.interleaved = mrope_interleaved;
+  s.scaling.alpha = alpha;
+  s.scaling.mixed_b = mixed_b;
   return PySpec(s);
 }
 
@@ -169,10 +199,12 @@ void bind_spec(nb::module_& m) {
           nb::arg("attention_factor") = nb::none(), nb::arg("short_factor") = nb::none(),
           nb::arg("long_factor") = nb::none(), nb::arg("low_freq_factor") = 1.0, nb::arg("high_freq_factor") = 4.0,
           nb::arg("mrope_section") = nb::none(), nb::arg("mrope_interleaved") = false,
-          nb::arg("partial_rotary_factor") = 1.0, nb::arg("name") = "",
+          nb::arg("partial_rotary_factor") = 1.0, nb::arg("name") = "", nb::arg("alpha") = nb::none(),
+          nb::arg("mixed_b") = nb::none(),
           "Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name "
-          "(default, linear, dynamic, yarn, longrope, llama3, proportional); scaling keywords follow HF's "
-          "rope_parameters. Raises ValueError naming the first invalid field.");
+          "(default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords "
+          "follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises "
+          "ValueError naming the first invalid field.");
 
   cls.def_static("from_hf_config",
                  [](nb::handle config, std::optional<std::string> name) {
@@ -207,11 +239,15 @@ void bind_spec(nb::module_& m) {
   cls.def_prop_ro("long_factor", [](const PySpec& s) { return s.spec().scaling.long_factor; });
   cls.def_prop_ro("low_freq_factor", [](const PySpec& s) { return s.spec().scaling.low_freq_factor; });
   cls.def_prop_ro("high_freq_factor", [](const PySpec& s) { return s.spec().scaling.high_freq_factor; });
+  cls.def_prop_ro("alpha", [](const PySpec& s) { return s.spec().scaling.alpha; },
+                  "dynamic: vLLM/Hunyuan NTK-alpha (a fixed base * alpha^(R/(R-2))); None = HF's dynamic NTK.");
+  cls.def_prop_ro("mixed_b", [](const PySpec& s) { return s.spec().scaling.mixed_b; },
+                  "ntk: vLLM's mixed NTK exponent; None = fixed NTK.");
   cls.def_prop_ro("mrope_section", [](const PySpec& s) { return s.spec().mrope.section; },
                   "M-RoPE (t, h, w) sections in frequency pairs; empty when off.");
   cls.def_prop_ro("mrope_interleaved", [](const PySpec& s) { return s.spec().mrope.interleaved; });
   cls.def_prop_ro("length_dependent", [](const PySpec& s) { return s.spec().length_dependent(); },
-                  "True for dynamic and longrope, whose frequencies depend on the sequence length.");
+                  "True for dynamic (without alpha) and longrope, whose frequencies depend on the sequence length.");
   cls.def_prop_ro("attention_factor",
                   [](const PySpec& s) { return rotary::compute_frequencies(s.spec()).attention_factor; },
                   "The factor multiplying cos and sin (HF attention_scaling); 1.0 for most types.");
@@ -262,6 +298,9 @@ void bind_spec(nb::module_& m) {
     return nb::make_tuple(nb::module_::import_("rotary").attr("_spec_from_dict"), nb::make_tuple(spec_to_dict(s.spec())));
   });
 
+  m.def("_layer_type_specs", &layer_type_specs_from_python_config, nb::arg("config"), nb::arg("name") = nb::none(),
+        "Private: rotary::layer_type_specs_from_hf_config_json as (nested, [(layer_type, Spec | None)], layer_types); "
+        "see rotary.LayerTypeSpecs.");
   m.def("presets", []() { return rotary::preset_names(); }, "Names of the built-in model presets.");
   m.def("preset_description", [](const std::string& name) { return rotary::preset_description(name); },
         nb::arg("name"), "One-line description of a preset.");

@@ -14,11 +14,14 @@ CASES = [
     {"n_dims": 64},
     {"freq_scale": 0.25, "ext_factor": 1.0, "n_ctx_orig": 4096, "beta_fast": 32.0, "beta_slow": 1.0},
     {"freq_scale": 0.5, "attn_factor": 1.3},
+    # ggml's own test suite (test-backend-ops test_rope): YaRN on with n_ctx_orig 0, corr dims [0, -inf].
+    {"freq_scale": 1.4245, "ext_factor": 0.7465, "attn_factor": 1.4245, "n_ctx_orig": 0, "beta_fast": 1.0,
+     "beta_slow": 1.0},
 ]
 
 
 @pytest.mark.parametrize("mode_name,mode", [("neox", 2), ("normal", 0)])
-@pytest.mark.parametrize("params", CASES, ids=["plain", "partial", "yarn", "linear-attn"])
+@pytest.mark.parametrize("params", CASES, ids=["plain", "partial", "yarn", "linear-attn", "yarn-no-context"])
 def test_ggml_frequencies_match_live_ggml(mode_name, mode, params):
     g = ggml_or_skip()
     rng = np.random.default_rng(3)

@@ -48,7 +48,18 @@ def _aliasing_qk(x):
 
 def _mrope_ids(x):
     s = spec(mrope_section=[2, 1, 1])
-    rotary.apply(x, np.zeros((2, 3), dtype=np.int64), s, out=x)
+    rotary.apply(x, np.zeros((2, 4), dtype=np.int64), s, out=x)  # neither [3, ...] nor [B, S] / [S]
+
+
+_GEMMA3 = {"head_dim": D, "layer_types": ["sliding_attention", "full_attention"],
+           "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                               "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}
+
+
+def _caller_table_packed(x):
+    xt = x.reshape(6, 2, D)
+    cos, sin = np.ones((4, D // 2), np.float32), np.zeros((4, D // 2), np.float32)
+    rotary.apply_cos_sin(xt, cos, sin, layout="thd", out=xt, cu_seqlens=np.array([0, 2, 6]), seq_offsets=1)
 
 
 def _onnx_past_table(x):
@@ -143,7 +154,27 @@ CASES = [
      ["positions.seq_offsets[0]", "-3"]),
     ("batch_offsets length", lambda x: rotary.apply(x, 0, spec(), out=x, batch_offsets=np.array([1, 2, 3])),
      ValueError, ["positions.batch_offsets", "[3]"]),
-    ("M-RoPE spec with [B,S] ids", _mrope_ids, ValueError, ["positions.ids must have shape [3,B,S]", "[2,3]"]),
+    ("M-RoPE spec with ids of no accepted shape", _mrope_ids, ValueError,
+     ["positions.ids must have shape [3,B,S]", "for text-only positions", "[2,4]"]),
+    ("M-RoPE [3,S] ids ambiguous at batch 3",
+     lambda x: rotary.apply(np.zeros((3, 3, 2, D), np.float32), np.zeros((3, 3), np.int64), spec(mrope_section=[2, 1, 1])),
+     ValueError, ["ambiguous with batch size 3", "[3,B,S] = [3,3,3]"]),
+    ("caller table past its rows (packed)", _caller_table_packed, ValueError, ["position 4", "4 rows"]),
+    ("caller table fractional ids",
+     lambda x: rotary.apply_cos_sin(x, np.ones((8, 4), np.float32), np.zeros((8, 4), np.float32), np.zeros(3), out=x),
+     TypeError, ["positions.ids dtype is f64", "fractional"]),
+    ("spec ntk without factor", lambda x: rotary.Spec(D, rope_type="ntk"), ValueError,
+     ["scaling.factor is required for rope_type ntk"]),
+    ("spec dynamic alpha below 1", lambda x: spec(rope_type="dynamic", alpha=0.5), ValueError,
+     ["scaling.alpha must be >= 1", "0.5"]),
+    ("spec ntk mixed_b 0", lambda x: spec(rope_type="ntk", factor=2.0, mixed_b=0.0), ValueError,
+     ["scaling.mixed_b must be > 0", "got 0"]),
+    ("config nested per layer type", lambda x: rotary.Spec.from_hf_config(_GEMMA3), NotImplementedError,
+     ["nested per layer type (full_attention, sliding_attention)", "rotary.LayerTypeSpecs.from_hf_config"]),
+    ("layer type unknown", lambda x: rotary.LayerTypeSpecs.from_hf_config(_GEMMA3)["global"], ValueError,
+     ["layer_type must be one of full_attention, sliding_attention", 'got "global"']),
+    ("layer types not strings", lambda x: rotary.LayerTypeSpecs.from_hf_config({"head_dim": D, "layer_types": [1]}),
+     ValueError, ["layer_types[0] must be a string", "got 1"]),
     ("q and k alias in place", _aliasing_qk, ValueError, ["overlap"]),
     ("k dtype differs", lambda x: rotary.apply_qk(x, x[:, :, :1].astype(np.float16), 0, spec()), TypeError,
      ["same dtype", "float16"]),

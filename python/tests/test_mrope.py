@@ -101,3 +101,35 @@ def test_mrope_section_assignment_is_transformers_own_in_float64(model, config_c
     want = x * np.cos(emb[:, :, None, :]) + rot * np.sin(emb[:, :, None, :])
     ours = rotary.apply(x, pos3, spec)
     np.testing.assert_allclose(ours, want, rtol=0, atol=2e-7)
+
+
+@pytest.mark.parametrize("model,config_cls,rope_cls,section,interleaved", CASES, ids=[c[0] for c in CASES])
+def test_text_only_positions_match_transformers(model, config_cls, rope_cls, section, interleaved):
+    """[B, S] ids for an M-RoPE spec: transformers expands them to [3, B, S] (text tokens, t = h = w); vLLM's
+    MRotaryEmbedding takes [T] the same way. rotary takes [B, S], [S] and (thd) [T] with that meaning."""
+    cfg_mod, mdl_mod = hf_model_modules(model)
+    config = _mrope_config(cfg_mod, config_cls, section, interleaved)
+    spec = rotary.Spec.from_hf_config(config)
+    B, S, H, D = 2, 9, 2, 128
+    r = np.random.default_rng(21)
+    pos2 = r.integers(0, 90, (B, S)).astype(np.int64)
+    emb = getattr(mdl_mod, rope_cls)(config)
+    cos, sin = emb(torch.zeros(1), torch.from_numpy(pos2))  # HF's own [B, S] path (expand(3, -1, -1))
+    q = torch.randn(B, H, S, D, generator=torch.Generator().manual_seed(5))
+    qh, _ = mdl_mod.apply_rotary_pos_emb(q, q, cos, sin)
+    ours = rotary.apply(q, torch.from_numpy(pos2), spec, layout="bhsd")
+    np.testing.assert_allclose(ours.numpy(), qh.numpy(), rtol=0, atol=3e-5)  # HF's f32 angles at p < 90
+    # the same as the expanded [3, B, S] ids, bit for bit, and as plain RoPE (text tokens)
+    expanded = rotary.apply(q, torch.from_numpy(np.broadcast_to(pos2, (3, B, S)).copy()), spec, layout="bhsd")
+    assert torch.equal(ours, expanded)
+    plain = rotary.apply(q, torch.from_numpy(pos2), spec.replace(mrope_section=None), layout="bhsd")
+    np.testing.assert_allclose(ours.numpy(), plain.numpy(), rtol=0, atol=1e-6)
+    # thd [T] (vLLM's 1-D positions) and [S] broadcast over the batch
+    x = r.standard_normal((B * S, H, D)).astype(np.float32)
+    np.testing.assert_array_equal(rotary.apply(x, pos2.reshape(-1), spec, layout="thd"),
+                                  rotary.apply(x, np.broadcast_to(pos2.reshape(-1), (3, B * S)).copy(), spec, layout="thd"))
+    xs = r.standard_normal((B, S, H, D)).astype(np.float32)
+    np.testing.assert_array_equal(rotary.apply(xs, pos2[0], spec),
+                                  rotary.apply(xs, np.broadcast_to(pos2[0], (3, B, S)).copy(), spec))
+    with pytest.raises(ValueError, match="ambiguous with batch size 3"):
+        rotary.apply(np.zeros((3, S, H, D), np.float32), pos2[:1].repeat(3, 0), spec)

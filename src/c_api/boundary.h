@@ -11,12 +11,17 @@
 
 #include "core/messages.h"
 #include "rotary/apply.h"
+#include "rotary/config.h"
 #include "rotary/multimodal.h"
 #include "rotary/rotary_c.h"
 #include "rotary/spec.h"
 
 struct rotary_spec_t {
   rotary::Spec spec;
+};
+
+struct rotary_layer_specs_t {
+  rotary::LayerTypeSpecs specs;
 };
 
 struct rotary_axis_freqs_t {

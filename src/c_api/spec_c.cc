@@ -1,5 +1,7 @@
 // The C API's specs: creation from presets, config.json and descriptors; description; frequencies; preset names.
 #include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -17,9 +19,14 @@ std::optional<double> unset_if_zero(double v) {
   return v;
 }
 
+/// The 0.1.0 layout of rotary_spec_desc_t ends at mrope_interleaved (alpha and mixed_b came later).
+constexpr size_t kDescV01Size = offsetof(rotary_spec_desc_t, alpha);
+
 rotary::Spec spec_from_desc(const rotary_spec_desc_t& d, const char* where) {
-  check_struct_size(d.struct_size, sizeof(rotary_spec_desc_t), where, "desc", "rotary_spec_desc_t",
-                    "rotary_spec_desc_init");
+  const bool v0_1_layout = d.struct_size == kDescV01Size;
+  if (!v0_1_layout)
+    check_struct_size(d.struct_size, sizeof(rotary_spec_desc_t), where, "desc", "rotary_spec_desc_t",
+                      "rotary_spec_desc_init");
   rotary::Spec s;
   if (d.name) s.name = d.name;
   s.head_dim = d.head_dim;
@@ -32,8 +39,8 @@ rotary::Spec spec_from_desc(const rotary_spec_desc_t& d, const char* where) {
   s.max_position_embeddings = d.max_position_embeddings;
   s.partial_rotary_factor = d.partial_rotary_factor;
   int type = static_cast<int>(d.rope_type);
-  if (type < 0 || type > static_cast<int>(rotary::RopeType::kProportional))
-    invalid(where, "desc->rope_type must be a rotary_rope_type_t value in [0, 6], got " + std::to_string(type));
+  if (type < 0 || type > static_cast<int>(rotary::RopeType::kNtk))
+    invalid(where, "desc->rope_type must be a rotary_rope_type_t value in [0, 7], got " + std::to_string(type));
   s.scaling.type = static_cast<rotary::RopeType>(type);
   s.scaling.factor = unset_if_zero(d.factor);
   s.scaling.original_max_position_embeddings = d.original_max_position_embeddings;
@@ -62,6 +69,10 @@ rotary::Spec spec_from_desc(const rotary_spec_desc_t& d, const char* where) {
   if (d.mrope_section_len > 0)
     s.mrope.section.assign(d.mrope_section, d.mrope_section + d.mrope_section_len);
   s.mrope.interleaved = d.mrope_interleaved != 0;
+  if (!v0_1_layout) {
+    s.scaling.alpha = unset_if_zero(d.alpha);
+    s.scaling.mixed_b = unset_if_zero(d.mixed_b);
+  }
   return s;
 }
 
@@ -178,7 +189,15 @@ rotary_status_t rotary_spec_describe(const rotary_spec_t* spec, rotary_spec_desc
     d.mrope_section = s.mrope.section.empty() ? nullptr : s.mrope.section.data();
     d.mrope_section_len = static_cast<int64_t>(s.mrope.section.size());
     d.mrope_interleaved = s.mrope.interleaved ? 1 : 0;
-    *desc = d;
+    d.alpha = s.scaling.alpha.value_or(0.0);
+    d.mixed_b = s.scaling.mixed_b.value_or(0.0);
+    // A caller built against 0.1.0 (struct_size of that layout) has no room for the later fields.
+    if (desc->struct_size == kDescV01Size) {
+      d.struct_size = kDescV01Size;
+      std::memcpy(static_cast<void*>(desc), &d, kDescV01Size);
+    } else {
+      *desc = d;
+    }
   });
 }
 

@@ -128,9 +128,16 @@ Hypotheses make_hypotheses(const Spec& spec, std::optional<int64_t> seq_len, con
       {
         Spec s = spec;
         s.base = base_f;
-        if (sc.type == RopeType::kDynamic) s.scaling.type = RopeType::kDefault;
+        if (sc.type == RopeType::kDynamic) {  // the fitted base is the data's whole base: plain frequencies
+          s.scaling.type = RopeType::kDefault;
+          s.scaling.alpha.reset();
+        }
         if (auto f = freqs_of(s, seq_len)) {
-          if (sc.type == RopeType::kDynamic) {
+          if (sc.type == RopeType::kDynamic && sc.alpha) {
+            add_freq("base_mismatch", "the frequencies follow base " + fmt(base_f) + " instead of the NTK-alpha base " +
+                     fmt(base_t) + " (rope_theta " + fmt(spec.base) + " * alpha " + fmt(*sc.alpha) + "^(R/(R-2)))",
+                     f->inv_freq);
+          } else if (sc.type == RopeType::kDynamic) {
             const double fct = sc.factor.value_or(1.0), mp = static_cast<double>(spec.max_position_embeddings);
             const double L = mp / fct * (std::pow(base_f / spec.base, static_cast<double>(R - 2) / static_cast<double>(R)) + fct - 1);
             std::string why = std::fabs(std::log(base_f / spec.base)) < 1e-4

@@ -9,13 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/config_parse.h"
 #include "rotary/config.h"
 
 namespace rotary {
 namespace {
 
 using json = nlohmann::json;
-constexpr const char* kWhere = "rotary_config";
+using detail::kConfigWhere;
+constexpr const char* kWhere = kConfigWhere;
 
 [[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
 
@@ -173,11 +175,11 @@ class Fields {
 };
 
 RopeType rope_type_from(const std::string& name, const std::string& field) {
-  for (int i = 0; i <= static_cast<int>(RopeType::kProportional); ++i) {
+  for (int i = 0; i <= static_cast<int>(RopeType::kNtk); ++i) {
     auto t = static_cast<RopeType>(i);
     if (name == rope_type_name(t)) return t;
   }
-  invalid(field + " must be one of default, linear, dynamic, yarn, longrope, llama3, proportional (or mrope), got " +
+  invalid(field + " must be one of default, linear, dynamic, yarn, longrope, llama3, proportional, ntk (or mrope), got " +
           quote_value(name));
 }
 
@@ -189,10 +191,66 @@ bool uses_text_config(const json& doc) {
   return true;
 }
 
-Spec parse(const json& doc, const std::string& source) {
+}  // namespace
+
+namespace detail {
+
+ConfigRoot config_root(const json& doc) {
   const bool nested = uses_text_config(doc);
-  const json& root = nested ? doc.at("text_config") : doc;
-  const Fields top(root, nested ? "text_config." : "");
+  return ConfigRoot{&doc, nested ? &doc.at("text_config") : &doc, nested ? "text_config." : ""};
+}
+
+json parse_config_text(std::string_view json_text, const std::string& source_name) {
+  check_depth(json_text, source_name);
+  json doc;
+  try {
+    doc = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::exception& e) {
+    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
+  }
+  if (!doc.is_object())
+    fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));
+  return doc;
+}
+
+std::string read_config_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
+  return ss.str();
+}
+
+// The dict of a config without rope_parameters / rope_scaling. At namespace scope, not a function-local static:
+// the latter's init guard is a lock that fork() could hold.
+const json kEmptyRopeDict = json::object();
+
+RopeDict rope_dict(const ConfigRoot& r) {
+  const Fields top(*r.root, r.prefix);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!top.has(key)) continue;
+    const json& v = r.root->at(key);
+    if (!v.is_object()) invalid(top.field(key) + " must be an object, got " + show(v));
+    return RopeDict{&v, top.field(key)};
+  }
+  return RopeDict{&kEmptyRopeDict, top.field("rope_scaling")};
+}
+
+std::string show_json(const json& v) { return show(v); }
+
+Spec normalized_in(const Spec& spec, const std::string& source_name) {
+  try {
+    return spec.normalized();
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string(e.what()) + " (in " + source_name + ")");
+  }
+}
+
+Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& dict_field, const std::string& source) {
+  const json& doc = *r.doc;
+  const json& root = *r.root;
+  const Fields top(root, r.prefix);
   const Fields outer(doc, "");
 
   Spec spec;
@@ -220,22 +278,8 @@ Spec parse(const json& doc, const std::string& source) {
             (top.has("head_dim") || top.has("qk_rope_head_dim") ? "" : " (hidden_size / num_attention_heads)"));
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
 
-  // --- the RoPE dict: v5 rope_parameters wins over v4 rope_scaling.
-  const json empty = json::object();  // not a function-local static: its init guard is a lock fork() could hold
-  const json* dict = &empty;
-  std::string dict_name = "rope_scaling";
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    if (!top.has(key)) continue;
-    const json& v = root.at(key);
-    if (!v.is_object()) invalid(top.field(key) + " must be an object, got " + show(v));
-    dict = &v;
-    dict_name = key;
-    break;
-  }
-  const Fields rp(*dict, top.field(dict_name) + ".");
-  if (dict->contains("full_attention") && dict->at("full_attention").is_object())
-    fail(Error::Kind::kUnsupported, kWhere,
-         top.field(dict_name) + " is nested per layer type; per-layer RoPE is not supported, got keys " + show(*dict));
+  // --- the RoPE dict (the caller chose it: rope_parameters, rope_scaling, or one layer type's entry).
+  const Fields rp(rope_dict, dict_field + ".");
 
   std::string type_name = "default";
   std::string type_field = rp.field("rope_type");
@@ -287,8 +331,17 @@ Spec parse(const json& doc, const std::string& source) {
     case RopeType::kDefault:
       break;
     case RopeType::kLinear:
-    case RopeType::kDynamic:
       sc.factor = rp.require(rp.number("factor"), "factor", tn);
+      break;
+    case RopeType::kDynamic:
+      // vLLM (get_rope) and HF's Hunyuan models: an alpha makes it NTK-alpha, a fixed base; factor is then unused.
+      sc.alpha = rp.number("alpha");
+      if (sc.alpha) sc.factor = rp.number("factor");
+      else sc.factor = rp.require(rp.number("factor"), "factor", tn);
+      break;
+    case RopeType::kNtk:  // vLLM's static NTK (NTKScalingRotaryEmbedding), optionally mixed
+      sc.factor = rp.require(rp.number("factor"), "factor", tn);
+      sc.mixed_b = rp.number("mixed_b");
       break;
     case RopeType::kYarn:
       if (!rp.has_key("factor")) invalid(rp.field("factor") + " is required for rope_type yarn, but it is missing");
@@ -326,33 +379,18 @@ Spec parse(const json& doc, const std::string& source) {
   return spec;
 }
 
-}  // namespace
+}  // namespace detail
 
 Spec spec_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
-  check_depth(json_text, source_name);
-  json doc;
-  try {
-    doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
-  }
-  if (!doc.is_object())
-    fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));
-  Spec spec = parse(doc, source_name);
-  try {
-    return spec.normalized();
-  } catch (const Error& e) {
-    throw Error(e.kind(), std::string(e.what()) + " (in " + source_name + ")");
-  }
+  const json doc = detail::parse_config_text(json_text, source_name);
+  const detail::ConfigRoot r = detail::config_root(doc);
+  const detail::RopeDict d = detail::rope_dict(r);
+  detail::reject_per_layer_type(r, d);
+  return detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
 }
 
 Spec spec_from_hf_config_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
-  return spec_from_hf_config_json(ss.str(), path);
+  return spec_from_hf_config_json(detail::read_config_file(path), path);
 }
 
 std::string spec_to_json(const Spec& spec, int indent) {
@@ -377,6 +415,8 @@ std::string spec_to_json(const Spec& spec, int indent) {
   rp["long_factor"] = sc.long_factor;
   rp["low_freq_factor"] = sc.low_freq_factor;
   rp["high_freq_factor"] = sc.high_freq_factor;
+  rp["alpha"] = optional(sc.alpha);
+  rp["mixed_b"] = optional(sc.mixed_b);
   rp["mrope_section"] = spec.mrope.section;
   rp["mrope_interleaved"] = spec.mrope.interleaved;
   ordered doc;

@@ -136,6 +136,29 @@ Frequencies proportional(const Spec& s) {
   return out;
 }
 
+/// vLLM's NTKScalingRotaryEmbedding (kexue.fm/archives/9706). Fixed: the default ladder of base * factor, every
+/// frequency divided by factor^(2/R), so theta_i = base^(-2i/R) * factor^(-(2i+2)/R): the highest frequency is
+/// divided by factor^(2/R), the lowest by exactly factor. Mixed (mixed_b = b): the default ladder of base divided by
+/// lambda_m = exp(a * m^b), m = i + 1, a = ln(factor) / (R/2)^b, so lambda runs from factor^((2/R)^b) to factor.
+Frequencies ntk(const Spec& s) {
+  const Scaling& sc = s.scaling;
+  const double factor = *sc.factor;
+  const double R = static_cast<double>(s.rotary_dim);
+  Frequencies out;
+  if (!sc.mixed_b) {
+    out.inv_freq = default_inv_freq(s.base * factor, s.rotary_dim);
+    const double shrink = std::pow(factor, 2.0 / R);
+    for (double& f : out.inv_freq) f /= shrink;
+    return out;
+  }
+  const double b = *sc.mixed_b;
+  const double a = std::log(factor) / std::pow(R / 2.0, b);
+  out.inv_freq = default_inv_freq(s.base, s.rotary_dim);
+  for (size_t i = 0; i < out.inv_freq.size(); ++i)
+    out.inv_freq[i] /= std::exp(a * std::pow(static_cast<double>(i + 1), b));
+  return out;
+}
+
 }  // namespace
 
 std::vector<double> default_inv_freq(double base, int64_t rotary_dim) {
@@ -157,10 +180,12 @@ Frequencies compute_frequencies(const Spec& spec, std::optional<int64_t> seq_len
 namespace detail {
 
 double dynamic_base(const Spec& s, std::optional<int64_t> seq_len) {
+  const double dim = static_cast<double>(s.rotary_dim);
+  // vLLM's DynamicNTKAlphaRotaryEmbedding / HF Hunyuan's ntk_alpha: one fixed base, whatever the length.
+  if (s.scaling.alpha) return s.base * std::pow(*s.scaling.alpha, dim / (dim - 2.0));
   const double max_pos = static_cast<double>(s.max_position_embeddings);
   const double len = seq_len ? std::max(static_cast<double>(*seq_len), max_pos) : max_pos;
   const double factor = *s.scaling.factor;
-  const double dim = static_cast<double>(s.rotary_dim);
   return s.base * std::pow((factor * len / max_pos) - (factor - 1.0), dim / (dim - 2.0));
 }
 
@@ -189,6 +214,9 @@ Frequencies frequencies_unchecked(const Spec& s, std::optional<int64_t> seq_len)
       break;
     case RopeType::kProportional:
       out = proportional(s);
+      break;
+    case RopeType::kNtk:
+      out = ntk(s);
       break;
   }
   return out;

@@ -19,7 +19,8 @@ constexpr int64_t kMaxSeqLen = int64_t(1) << 31;
 Frequencies frequencies_unchecked(const Spec& normalized, std::optional<int64_t> seq_len);
 
 /// The dynamic-NTK base at seq_len: base * (factor * L / max_pos - (factor - 1))^(R / (R - 2)),
-/// L = max(seq_len, max_position_embeddings). May overflow to inf (Spec::validate refuses such specs).
+/// L = max(seq_len, max_position_embeddings); with scaling.alpha (NTK-alpha) the fixed base * alpha^(R / (R - 2)).
+/// May overflow to inf (Spec::validate refuses such specs).
 double dynamic_base(const Spec& normalized, std::optional<int64_t> seq_len);
 
 }  // namespace rotary::detail

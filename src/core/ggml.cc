@@ -75,7 +75,11 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
   if (!std::isfinite(p.attn_factor)) invalid("attn_factor must be finite, got " + num(p.attn_factor));
   const bool yarn = p.ext_factor != 0.0;
   if (yarn) {
-    if (p.n_ctx_orig <= 0) invalid("n_ctx_orig must be > 0 when ext_factor != 0 (YaRN), got " + str(p.n_ctx_orig));
+    // n_ctx_orig 0 is what ggml's own tests pass: its correction dims become [0, -inf] (or [inf, n_dims - 1] for
+    // a base below 1), which ggml_yarn_corr_dims reproduces; a negative one would make them NaN.
+    if (p.n_ctx_orig < 0)
+      invalid("n_ctx_orig must be >= 0 when ext_factor != 0 (YaRN; 0 gives ggml's degenerate correction dims), got " +
+              str(p.n_ctx_orig));
     if (!std::isfinite(p.beta_fast) || p.beta_fast <= 0.0) invalid("beta_fast must be finite and > 0, got " + num(p.beta_fast));
     if (!std::isfinite(p.beta_slow) || p.beta_slow <= 0.0) invalid("beta_slow must be finite and > 0, got " + num(p.beta_slow));
   }

@@ -25,7 +25,7 @@ struct RopeTypeEntry {
 constexpr RopeTypeEntry kRopeTypes[] = {
     {RopeType::kDefault, "default"}, {RopeType::kLinear, "linear"},   {RopeType::kDynamic, "dynamic"},
     {RopeType::kYarn, "yarn"},       {RopeType::kLongRope, "longrope"}, {RopeType::kLlama3, "llama3"},
-    {RopeType::kProportional, "proportional"},
+    {RopeType::kProportional, "proportional"}, {RopeType::kNtk, "ntk"},
 };
 
 using detail::num;
@@ -100,12 +100,16 @@ std::string attention_factor_source(const Spec& s) {
 void check_frequencies(const Spec& s) {
   const Scaling& sc = s.scaling;
   std::vector<std::optional<int64_t>> lengths = {std::nullopt};
-  if (sc.type == RopeType::kDynamic) lengths.push_back(detail::kMaxSeqLen);
+  if (sc.type == RopeType::kDynamic && !sc.alpha) lengths.push_back(detail::kMaxSeqLen);  // NTK-alpha: fixed base
   if (sc.type == RopeType::kLongRope) lengths.push_back(detail::kMaxSeqLen);  // long factors if orig < 2^31
   for (const auto& len : lengths) {
     double dyn_base = s.base;  // dynamic NTK: the base at this length
     if (sc.type == RopeType::kDynamic) {
       dyn_base = detail::dynamic_base(s, len);
+      if (sc.alpha && (!std::isfinite(dyn_base) || !(dyn_base > 0)))
+        invalid("scaling.alpha " + num(*sc.alpha) + " gives the NTK-alpha base " + num(dyn_base) +
+                " (base * alpha^(R/(R-2)) with base " + num(s.base) + ", R " + std::to_string(s.rotary_dim) +
+                "); it must be finite and > 0");
       if (!std::isfinite(dyn_base) || !(dyn_base > 0))
         invalid("scaling.factor " + num(*sc.factor) + " gives the dynamic NTK base " + num(dyn_base) + " at seq_len " +
                 (len ? std::to_string(*len) : std::string("max_position_embeddings")) +
@@ -134,6 +138,8 @@ void check_frequencies(const Spec& s) {
                   num(ext[i]) + " gives " + what);
         }
       }
+      if (dyn_base != s.base && sc.alpha)
+        invalid("scaling.alpha " + num(*sc.alpha) + " gives the NTK-alpha base " + num(dyn_base) + ", and with it " + what);
       if (dyn_base != s.base)
         invalid("scaling.factor " + num(*sc.factor) + " gives the dynamic NTK base " + num(dyn_base) + " at seq_len " +
                 std::to_string(len.value_or(s.max_position_embeddings)) + ", and with it " + what);
@@ -200,9 +206,18 @@ void Spec::validate() const {
       check_factor(s, true);
       break;
     case RopeType::kDynamic:
-      check_factor(s, true);
-      require_max_pos("rope_type dynamic");
+      if (s.alpha) {  // vLLM / HF Hunyuan NTK-alpha: a fixed base, factor unused
+        require_finite("scaling.alpha", *s.alpha);
+        if (*s.alpha < 1.0) invalid("scaling.alpha must be >= 1 (1 = no scaling), got " + num(*s.alpha));
+      } else {
+        check_factor(s, true);
+        require_max_pos("rope_type dynamic");
+      }
       if (r <= 2) invalid("rotary_dim must be > 2 for rope_type dynamic (exponent R/(R-2)), got " + std::to_string(r));
+      break;
+    case RopeType::kNtk:
+      check_factor(s, true);
+      if (s.mixed_b) require_positive("scaling.mixed_b", *s.mixed_b);
       break;
     case RopeType::kYarn: {
       check_factor(s, false);

@@ -111,6 +111,7 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
               " before it is read (outputs must not share memory with any input)");
   }
   args.pairing = a.interleaved ? Pairing::kInterleaved : Pairing::kHalfSplit;
+  args.direction = a.direction;
   args.threads = a.threads;
   args.backend = a.backend;
   args.stream = a.stream;

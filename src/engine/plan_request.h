@@ -21,6 +21,9 @@ struct PlanRequest {
   /// axis the same position unless `axes_need_ids`.
   int n_axes = 1;
   bool axes_need_ids = false;  ///< n_axes > 1: positions must be ids (apply_axes)
+  /// n_axes > 1: ids of one axis ([B,S], [S], [T]: text-only positions, as transformers' and vLLM's M-RoPE take
+  /// them) are accepted too, meaning the same position on every axis (Rope with an M-RoPE spec).
+  bool axes_accept_single = false;
   const char* axes_what = "one row per position axis";  ///< how messages describe the axis rows
   /// Plan a device call even if args.backend is not kCuda (tests of the device planning without a GPU).
   /// Device calls (this, or backend kCuda) never read position values on the host.

@@ -51,6 +51,22 @@ void plan_offset(const Positions& pos, Plan& plan, PositionRange* range, bool sc
   }
 }
 
+/// True when ids for `n_axes` (> 1) axes hold one axis ([B,S], [1,S], [S]; thd [T], [1,T]): text-only positions. A
+/// rank-2 [n,S] that is both [n_axes,S] and [B,S] (batch size n_axes) is ambiguous and refused.
+bool single_axis_ids(const TensorView& ids, Layout layout, int n_axes, const Plan& plan) {
+  if (ids.rank == 1) return true;
+  if (ids.rank != 2) return false;
+  if (layout == Layout::kTHD) return ids.shape[0] == 1;  // [1,T]; [n_axes,T] otherwise
+  const bool as_grid = (ids.shape[0] == plan.B || ids.shape[0] == 1) && ids.shape[1] == plan.S;  // [1,S] broadcasts
+  const bool as_axes = ids.shape[0] == n_axes && ids.shape[1] == plan.S;
+  if (as_grid && as_axes)
+    invalid("positions.ids shape " + shape_str(ids) + " is ambiguous with batch size " + str(plan.B) + " and " +
+            str(n_axes) + " position axes: [" + str(n_axes) + ",S] (one row per axis, broadcast over batch) or [B,S] "
+            "(text-only, the same position on every axis); pass ids of shape [" + str(n_axes) + ",B,S] = [" +
+            str(n_axes) + "," + str(plan.B) + "," + str(plan.S) + "]");
+  return as_grid;
+}
+
 void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan& plan, PositionRange* range,
               bool scan, bool device) {
   const TensorView& ids = pos.ids;
@@ -58,7 +74,6 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   const bool thd = layout == Layout::kTHD;
   const char* grid = thd ? "T" : "B,S";
   const bool multi = req.n_axes > 1;
-  const std::string axes = multi ? str(req.n_axes) + "," : "";
   if (ids.rank < 1 || ids.rank > 3) invalid(std::string(name) + " must have rank 1, 2 or 3, got rank " + str(ids.rank));
   check_view(ids, name, /*allow_broadcast_zero=*/true);
   const bool frac = ids.dtype == DType::kF32 || ids.dtype == DType::kF64;
@@ -72,12 +87,19 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   pp.kind = PlanPositions::Kind::kIds;
   pp.ids = ids.data;
   pp.ids_dtype = ids.dtype;
+  // Several axes and ids of one ([B,S] / [S] / [T]): text-only positions, the same on every axis (ids_sa = 0).
+  const bool single = multi && req.axes_accept_single && single_axis_ids(ids, layout, req.n_axes, plan);
+  const int shape_axes = single ? 1 : req.n_axes;
+  const std::string axes = shape_axes > 1 ? str(shape_axes) + "," : "";
   // Dims after the leading axis dim (several axes): [B,S] / [S] (bshd/bhsd), [T] / [1,T] (thd).
   int first = 0;
-  if (multi) {
+  if (multi && !single) {
     if (ids.rank < 2 || ids.shape[0] != req.n_axes)
       invalid(std::string(name) + " must have shape " + expected_ids_shape(layout, req.n_axes, plan) + " (" + req.axes_what +
-              "), got " + shape_str(ids));
+              ")" + (req.axes_accept_single ? ", or " + expected_ids_shape(layout, 1, plan) +
+                                                  " for text-only positions (the same on every axis)"
+                                            : std::string()) +
+              ", got " + shape_str(ids));
     pp.ids_sa = ids.strides[0];
     first = 1;
   } else {
@@ -94,11 +116,11 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   } else if (rest == 1) {
     if (ids.shape[first] != plan.S)
       invalid(std::string(name) + " shape " + shape_str(ids) + " does not match " + (thd ? "T = " : "S = ") + str(plan.S) +
-              " (expected " + expected_ids_shape(layout, req.n_axes, plan) + (thd ? "" : " broadcast over batch") + ")");
+              " (expected " + expected_ids_shape(layout, shape_axes, plan) + (thd ? "" : " broadcast over batch") + ")");
     pp.ids_sb = 0;
     pp.ids_ss = ids.strides[first];
   } else {
-    invalid(std::string(name) + " must have shape " + expected_ids_shape(layout, req.n_axes, plan) + ", got " + shape_str(ids));
+    invalid(std::string(name) + " must have shape " + expected_ids_shape(layout, shape_axes, plan) + ", got " + shape_str(ids));
   }
 
   range->fractional = frac;
@@ -108,13 +130,13 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
   }
   if (!scan) return;
   const int64_t scan_b = pp.ids_sb == 0 ? std::min<int64_t>(plan.B, 1) : plan.B;  // broadcast rows: read once
-  for (int a = 0; a < pp.n_axes; ++a)
+  for (int a = 0; a < (single ? 1 : pp.n_axes); ++a)
     for (int64_t b = 0; b < scan_b; ++b)
       for (int64_t s = 0; s < plan.S; ++s) {
         const int64_t idx = a * pp.ids_sa + b * pp.ids_sb + s * pp.ids_ss;
         auto label = [&] {
           std::string l = std::string(name) + "[";
-          if (multi) l += str(a) + ",";
+          if (multi && !single) l += str(a) + ",";
           if (!thd && rest == 2) l += str(b) + ",";
           return l + str(s) + "]";
         };

@@ -121,6 +121,7 @@ void Rope::apply(const ApplyArgs& args) {
   if (spec.mrope.enabled()) {
     req.n_axes = 3;
     req.axes_what = "t, h, w position per token for an M-RoPE spec";
+    req.axes_accept_single = true;  // [B,S] / [S] / [T]: text-only, the same position on t, h and w
   }
   PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);

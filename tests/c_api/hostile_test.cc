@@ -166,6 +166,18 @@ std::vector<CCase> c_cases() {
       {"config longrope original_max_position_embeddings 1", [](CCall&) { const char t[] = R"({"head_dim": 8, "max_position_embeddings": 2, "rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1], "long_factor": [1, 1, 1, 1], "original_max_position_embeddings": 1}})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"scaling.original_max_position_embeddings 1", "attention_factor inf"}},
       {"inv_freq seq_len 2^40", [](CCall& c) { int64_t n = 0; return rotary_spec_inv_freq(c.spec, int64_t(1) << 40, nullptr, 0, &n); }, ROTARY_ERROR_OUT_OF_RANGE, {"seq_len must be in [0, 2^31]", "1099511627776"}},
       {"apply seq_len 2^40", [](CCall& c) { c.a.seq_len = int64_t(1) << 40; return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"seq_len must be <= 2^31", "1099511627776"}},
+      {"desc rope_type 8", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = 8; d.rope_type = 8; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"desc->rope_type", "[0, 7], got 8"}},
+      {"desc ntk mixed_b -1", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = 8; d.rope_type = ROTARY_ROPE_NTK; d.factor = 2; d.mixed_b = -1; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"scaling.mixed_b must be > 0", "-1"}},
+      {"config nested per layer type", [](CCall&) { const char t[] = R"({"head_dim": 8, "layer_types": ["a"], "rope_parameters": {"a": {"rope_theta": 5}}})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_UNSUPPORTED, {"rope_parameters is nested per layer type (a)", "rotary_layer_specs_from_config_json"}},
+      {"layer specs unknown layer type", [](CCall&) {
+         const char t[] = R"({"head_dim": 8, "layer_types": ["a"], "rope_parameters": {"a": {"rope_theta": 5}}})";
+         rotary_layer_specs_t* l = nullptr;
+         EXPECT_EQ(rotary_layer_specs_from_config_json(t, sizeof t - 1, &l), ROTARY_OK);
+         const rotary_status_t st = rotary_layer_specs_get(l, "b", &g_unused);
+         rotary_layer_specs_free(l);
+         return st; }, ROTARY_ERROR_INVALID_ARGUMENT, {"[rotary_config] layer_type must be one of a, got \"b\""}},
+      {"layer specs entry not an object", [](CCall&) { const char t[] = R"({"head_dim": 8, "layer_types": ["a"], "rope_parameters": {"a": 5}})"; rotary_layer_specs_t* l = nullptr; return rotary_layer_specs_from_config_json(t, sizeof t - 1, &l); }, ROTARY_ERROR_INVALID_ARGUMENT, {"rope_parameters.a must be an object or null, got 5"}},
+      {"layer specs NULL out", [](CCall&) { return rotary_layer_specs_from_config_file("x.json", nullptr); }, ROTARY_ERROR_INVALID_ARGUMENT, {"[rotary_layer_specs_from_config_file] out must not be NULL"}},
   };
 }
 

@@ -39,6 +39,13 @@ std::vector<Case> every_rope_type() {
       {"proportional", from_json(R"({"head_dim": 64, "max_position_embeddings": 8192, "rope_theta": 10000,
                                      "rope_parameters": {"rope_type": "proportional", "rope_theta": 10000,
                                                          "partial_rotary_factor": 0.25}})")},
+      // vLLM's extensions (docs/scaling.md): static NTK, mixed NTK, dynamic NTK-alpha (Hunyuan).
+      {"ntk", from_json(R"({"head_dim": 64, "max_position_embeddings": 8192, "rope_theta": 10000,
+                            "rope_scaling": {"rope_type": "ntk", "factor": 4}})")},
+      {"ntk_mixed", from_json(R"({"head_dim": 64, "max_position_embeddings": 8192, "rope_theta": 10000,
+                                  "rope_scaling": {"rope_type": "ntk", "factor": 4, "mixed_b": 0.625}})")},
+      {"dynamic_alpha", from_json(R"({"head_dim": 64, "max_position_embeddings": 8192, "rope_theta": 10000,
+                                      "rope_scaling": {"type": "dynamic", "alpha": 100, "factor": 1}})")},
   };
 }
 
@@ -223,8 +230,13 @@ TEST(CheckDiagnoses, BaseMismatchRotaryDimPairingAndPrecisionForEveryRopeType) {
     // Wrong rope_theta (an engine defaulting to 10000, or 5e5 for a 1e4 model).
     Spec b = spec;
     b.base = spec.base == 10000.0 ? 500000.0 : 10000.0;
-    if (c.spec.scaling.type != RopeType::kDynamic)
+    if (c.spec.scaling.type != RopeType::kDynamic || c.spec.scaling.alpha)  // NTK-alpha: a fixed base, base_mismatch
       expect_only(spec, raw_table(rows, freqs(b, rows).inv_freq, t.attention_factor), "base_mismatch");
+    if (c.spec.scaling.alpha) {  // an engine that ignores alpha (plain rope_theta frequencies)
+      Spec no_alpha = spec;
+      no_alpha.scaling = Scaling{};
+      expect_only(spec, raw_table(rows, freqs(no_alpha, rows).inv_freq, 1.0), "base_mismatch");
+    }
     // bf16 inv_freq (HF #29496, sglang-jax #1472): as data, and as the source of an f32 table.
     std::vector<double> inv16 = t.inv_freq;
     for (double& v : inv16) v = bf16(static_cast<float>(v));

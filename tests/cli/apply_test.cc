@@ -466,6 +466,8 @@ TEST_F(CliApply, ErrorsExitOneOrTwoWithAMessageNamingTheProblem) {
   npy_save(path("x3.npy"), make_f32(std::vector<float>(x.begin(), x.begin() + 48), {3, 2, 8}));
   npy_save(path("p.npy"), make_int(std::vector<int64_t>{0, 1, 2, 3, 4, 5}, {2, 3}));
   npy_save(path("p_bad.npy"), make_int(std::vector<int64_t>{0, 1, 2, 3}, {2, 2}));
+  // Two rows of [B,S] ids: neither M-RoPE's [3,B,S] nor text-only [B,S] (which M-RoPE accepts).
+  npy_save(path("p_2ax.npy"), make_int(std::vector<int64_t>(12, 1), {2, 2, 3}));
   npy_save(path("p_neg.npy"), make_int(std::vector<int64_t>{0, 1, -2, 3, 4, 5}, {2, 3}));
   npy_save(path("p_f32.npy"), make_f32({0, 1, 2, 3, 4, 5}, {2, 3}));
   npy_save(path("x_i32.npy"), make_int(std::vector<int32_t>(96, 1), {2, 3, 2, 8}));
@@ -511,7 +513,9 @@ TEST_F(CliApply, ErrorsExitOneOrTwoWithAMessageNamingTheProblem) {
       {cfg + io + "--seq-len abc", "--seq-len must be an integer"},
       {cfg + io + "--seq-len 0", "--seq-len must be > 0"},
       {cfg + io + "--mrope-section 4,x", "--mrope-section"},
-      {cfg + io + "--mrope-section 2,1,1", "[3,2,3]"},
+      {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p_2ax.npy") + "' --output '" + path("y.npy") +
+           "' --mrope-section 2,1,1",
+       "[3,2,3]"},
       {io, "--config FILE or --preset NAME"},
       {"--preset no-such-model " + io, "no-such-model"},
       {"--config '" + path("nothere.json") + "' " + io, "nothere.json"},

@@ -205,7 +205,7 @@ TEST(SpecValidation, UnknownRopeType) {
   EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
   EXPECT_STREQ(e.what(),
                "[rotary_spec] rope_type must be one of default, linear, dynamic, yarn, longrope, llama3, "
-               "proportional, got \"ntk-by-parts\"");
+               "proportional, ntk, got \"ntk-by-parts\"");
   e = error_of([] { rotary::parse_rope_type("Yarn", "scaling.type"); });
   EXPECT_NE(std::string(e.what()).find("scaling.type must be one of"), std::string::npos);
   for (RopeType t : {RopeType::kDefault, RopeType::kLinear, RopeType::kDynamic, RopeType::kYarn,
@@ -297,9 +297,9 @@ TEST(ConfigValidation, TypeErrorNamesField) {
 TEST(ConfigValidation, UnknownRopeTypeNamesField) {
   expect_config_error(R"({"head_dim": 64, "rope_scaling": {"type": "su", "factor": 2}})",
                       "[rotary_config] rope_scaling.type must be one of");
-  expect_config_error(R"({"head_dim": 64, "rope_parameters": {"rope_type": "ntk"}})",
+  expect_config_error(R"({"head_dim": 64, "rope_parameters": {"rope_type": "ntk-by-parts"}})",
                       "rope_parameters.rope_type must be one of default, linear, dynamic, yarn, longrope, llama3, "
-                      "proportional (or mrope), got \"ntk\"");
+                      "proportional, ntk (or mrope), got \"ntk-by-parts\"");
 }
 
 TEST(ConfigValidation, MissingRequiredKeys) {

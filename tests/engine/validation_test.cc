@@ -162,7 +162,7 @@ std::vector<HostileCase> cases() {
       {"attention factor inf", [](Fx& f) { f.freqs.attention_factor = INFINITY; }, K::kInvalidArgument, {"freqs.attention_factor", "inf"}},
       {"byte size overflow", [](Fx& f) { f.a.k = {}; f.a.q.shape[0] = int64_t(1) << 40; f.a.q.shape[1] = int64_t(1) << 20; f.a.q.strides[0] = int64_t(1) << 25; }, K::kInvalidArgument, {"q", "overflows int64"}},
       {"seq_len non-positive", [](Fx& f) { f.a.seq_len = 0; }, K::kInvalidArgument, {"seq_len must be > 0", "got 0"}},
-      {"M-RoPE ids need 3 axes", [](Fx& f) { f.via = Via::kRope; f.spec.mrope.section = {2, 1, 1}; f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 3})); }, K::kInvalidArgument, {"positions.ids must have shape [3,B,S]", "[2,3]"}},
+      {"M-RoPE ids need 3 axes (or one)", [](Fx& f) { f.via = Via::kRope; f.spec.mrope.section = {2, 1, 1}; f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 2})); }, K::kInvalidArgument, {"positions.ids must have shape [3,B,S]", "[2,2]"}},
       {"Rope table mode with fractional ids", [](Fx& f) { f.via = Via::kRope; f.rope_options.mode = CosSinMode::kTable; f.a.positions = Positions::from_ids(TensorView::contiguous(f.f64.data(), DType::kF64, {2, 3})); }, K::kInvalidArgument, {"positions.ids", "fractional"}},
       {"Rope table mode past the limit", [](Fx& f) { f.via = Via::kRope; f.rope_options.mode = CosSinMode::kTable; f.rope_options.table.max_positions = 50; f.a.positions = Positions::contiguous(60); }, K::kOutOfRange, {"position 62", "max_positions is 50"}},
   };

@@ -167,6 +167,9 @@ std::vector<Case> cases() {
       {"cos half-width 5 for head_dim 8", [](Call& c) { c.entry = Entry::kCosSin; c.cos_v = TensorView::contiguous(c.cos.data(), DType::kF32, {3, 5}); c.sin_v = TensorView::contiguous(c.sin.data(), DType::kF32, {3, 5}); }, K::kInvalidArgument, {"rotary_dim must be <= head_dim 8", "got 10"}},
       {"cos half-width 2^62 (2*w overflows)", [](Call& c) { c.entry = Entry::kCosSin; c.cos_v = raw_view(c.cos.data(), DType::kF32, {1, int64_t(1) << 62}, {1, 1}); c.sin_v = c.cos_v; }, K::kInvalidArgument, {"cos last dim", "4611686018427387904"}},
       {"spec rotary_dim odd", [](Call& c) { c.spec.rotary_dim = 5; }, K::kInvalidArgument, {"rotary_dim must be even", "5"}},
+      {"spec ntk without factor", [](Call& c) { c.spec.scaling.type = RopeType::kNtk; }, K::kInvalidArgument, {"scaling.factor is required for rope_type ntk"}},
+      {"spec ntk mixed_b nan", [](Call& c) { c.spec.scaling.type = RopeType::kNtk; c.spec.scaling.factor = 2.0; c.spec.scaling.mixed_b = std::nan(""); }, K::kInvalidArgument, {"scaling.mixed_b must be a finite number", "nan"}},
+      {"spec dynamic alpha 0.5", [](Call& c) { c.spec.scaling.type = RopeType::kDynamic; c.spec.scaling.alpha = 0.5; }, K::kInvalidArgument, {"scaling.alpha must be >= 1", "0.5"}},
       // ---- positions
       {"offset negative", [](Call& c) { c.a.positions = Positions::contiguous(-1); }, K::kInvalidArgument, {"positions.offset must be >= 0", "-1"}},
       {"offset INT64_MAX", [](Call& c) { c.a.positions = Positions::contiguous(kI64Max); }, K::kOutOfRange, {"positions.offset", "9223372036854775807"}},
@@ -194,6 +197,8 @@ std::vector<Case> cases() {
       {"mrope negative section", [](Call& c) { c.spec.mrope.section = {-1, 3, 2}; }, K::kInvalidArgument, {"mrope.section[0]", "-1"}},
       {"mrope sections overflow int64 sum", [](Call& c) { c.spec.mrope.section = {kI64Max, kI64Max, 6}; }, K::kInvalidArgument, {"mrope.section", "9223372036854775807"}},
       {"mrope ids [3,T] with wrong T", [](Call& c) { c.spec.mrope.section = {2, 1, 1}; c.thd(); c.ids_i64(std::vector<int64_t>(15, 0), {3, 5}); }, K::kInvalidArgument, {"positions.ids", "[3,5]"}},
+      {"mrope [3,S] ids ambiguous at batch 3", [](Call& c) { c.spec.mrope.section = {2, 1, 1}; c.a.k = {}; c.a.q = TensorView::contiguous(c.q.data(), DType::kF32, {3, 3, 2, 8}); c.ids_i64(std::vector<int64_t>(9, 0), {3, 3}); }, K::kInvalidArgument, {"positions.ids shape [3,3] is ambiguous", "[3,B,S] = [3,3,3]"}},
+      {"mrope ids of no accepted shape", [](Call& c) { c.spec.mrope.section = {2, 1, 1}; c.ids_i64(std::vector<int64_t>(8, 0), {2, 4}); }, K::kInvalidArgument, {"positions.ids must have shape [3,B,S]", "for text-only positions", "got [2,4]"}},
       {"mrope h-axis id past table limit", [](Call& c) { c.spec.mrope.section = {2, 1, 1}; c.rope_options.mode = CosSinMode::kTable; c.rope_options.table.max_positions = 16; std::vector<int64_t> v(18, 0); v[7] = 40; c.ids_i64(v, {3, 2, 3}); }, K::kOutOfRange, {"position 40", "max_positions is 16"}},
       // ---- null pointers
       {"null q data", [](Call& c) { c.a.q.data = nullptr; }, K::kInvalidArgument, {"q data is null", "192 elements"}},

@@ -206,6 +206,18 @@ std::vector<GgmlCall> cases() {
   c.sections[0] = 8; c.sections[1] = 8; c.sections[2] = 8;
   for (int i = 0; i < 24; ++i) c.ff.push_back(1.0f + 0.125f * static_cast<float>(i % 5));
   v.push_back(c);
+  // ggml's own test suite (tests/test-backend-ops.cpp, test_rope): n_ctx_orig 0 with YaRN on, beta_fast =
+  // beta_slow = 1, freq_scale and attn_factor 1.4245, ext_factor 0.7465: corr dims [0, -inf].
+  for (int mode : {0, 2, 8, 24, 40}) {
+    c = GgmlCall{}; c.mode = mode; c.n_ctx_orig = 0; c.freq_scale = 1.4245f; c.ext_factor = 0.7465f;
+    c.attn_factor = 1.4245f; c.beta_fast = 1.0f; c.beta_slow = 1.0f;
+    c.n_dims = mode == 24 ? 32 : 60; c.ne0 = mode == 24 ? 64 : 60;
+    if (mode == 24) { c.sections[0] = 16; c.sections[1] = 16; }       // n_dims/4 x2 of the test's head 64
+    if (mode == 8 || mode == 40) c.sections[0] = c.sections[1] = c.sections[2] = 20;
+    v.push_back(c);
+  }
+  c = GgmlCall{}; c.mode = 2; c.n_dims = 32; c.ne0 = 32; c.freq_base = 0.5f;   // base < 1: corr dims [inf, n_dims-1]
+  c.n_ctx_orig = 0; c.ext_factor = 0.5f; c.freq_scale = 0.5f; v.push_back(c);
   return v;
 }
 
@@ -357,6 +369,31 @@ TEST(Ggml, YarnCorrDimsMatchGgml) {
   EXPECT_GT(r[1], r[0]);
 }
 
+// n_ctx_orig 0 (ggml's own tests): corr dims [0, -inf], so ggml's ramp (i0/2 - 0) / max(0.001, -inf) is 0 for
+// pair 0 (mixed by ext_factor) and >= 1000 for the rest (interpolated); the magnitude keeps 1 + 0.1 ln(1/fs).
+TEST(Ggml, DegenerateYarnWithoutContextIsGgmlsFormula) {
+  const auto dims = ggml_yarn_corr_dims(64, 0, 10000.0, 1.0, 1.0);
+  EXPECT_EQ(dims[0], 0.0);
+  EXPECT_TRUE(std::isinf(dims[1]) && dims[1] < 0);
+  GgmlRopeParams p;
+  p.mode = GgmlRopeMode::kNeox;
+  p.n_dims = 64;
+  p.n_ctx_orig = 0;
+  p.freq_scale = 1.4245;
+  p.ext_factor = 0.7465;
+  p.attn_factor = 1.4245;
+  p.beta_fast = 1;
+  p.beta_slow = 1;
+  const AxisFrequencies f = ggml_frequencies(p);
+  ASSERT_EQ(f.freqs.inv_freq.size(), 32u);
+  for (std::size_t j = 0; j < 32; ++j) {
+    const double theta = std::pow(10000.0, -2.0 * static_cast<double>(j) / 64.0);
+    const double mix = j == 0 ? 0.7465 : 0.0;
+    EXPECT_NEAR(f.freqs.inv_freq[j], theta * (1.4245 * (1 - mix) + mix), 1e-15 * theta) << j;
+  }
+  EXPECT_NEAR(f.freqs.attention_factor, 1.4245 * (1 + 0.1 * std::log(1 / 1.4245)), 1e-15);
+}
+
 TEST(Ggml, RejectsBadParameters) {
   auto expect_error = [](GgmlRopeParams p, const std::string& needle) {
     try {
@@ -373,7 +410,8 @@ TEST(Ggml, RejectsBadParameters) {
   GgmlRopeParams p = ok; p.n_dims = 63; expect_error(p, "n_dims must be even");
   p = ok; p.mode = static_cast<GgmlRopeMode>(3); expect_error(p, "mode must be");
   p = ok; p.freq_scale = 0; expect_error(p, "freq_scale");
-  p = ok; p.ext_factor = 1; expect_error(p, "n_ctx_orig must be > 0");
+  p = ok; p.ext_factor = 1; p.n_ctx_orig = -1; expect_error(p, "n_ctx_orig must be >= 0");
+  p = ok; p.ext_factor = 1; p.beta_fast = 0; expect_error(p, "beta_fast must be finite and > 0");
   p = ok; p.sections = {1, 0, 0, 0}; expect_error(p, "sections are only used");
   p = ok; p.mode = GgmlRopeMode::kMrope; expect_error(p, "must not all be 0");
   p = ok; p.mode = GgmlRopeMode::kMrope; p.sections = {40, 40, 0, 0}; expect_error(p, "sum(sections) must be <= 64");

@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
 #include "multimodal/mm_testing.h"
 #include "npy.h"
 #include "rotary/rotary.h"
+#include "rotary/rotary_c.h"
 #include "testing/tolerances.h"
 
 namespace rotary {
@@ -190,6 +192,115 @@ TEST(Mrope, RopeMatchesHfFormulaForEveryLayoutAndIdsShape) {
   }
 }
 
+// ---------------------------------------------------------------- text-only positions for an M-RoPE spec
+
+// transformers (Qwen2-VL's text model expands [B,S] ids to [3,B,S]) and vLLM (MRotaryEmbedding takes [T] as
+// well as [3,T]) give text tokens one position on every axis: [B,S] / [S] / [T] ids mean exactly that.
+TEST(Mrope, TextOnlyIdsAreTheSamePositionOnEveryAxis) {
+  const int64_t B = 2, S = 5, H = 2, D = 32;
+  const std::vector<int64_t> section = {4, 6, 6};
+  std::vector<int64_t> ids = {7, 0, 3, 4000, 12, 1, 1, 9, 70000, 2};  // [B,S]
+  const auto x = testing::randn(static_cast<std::size_t>(B * S * H * D), 8);
+  for (bool interleaved : {false, true}) {
+    Spec spec;
+    spec.head_dim = D;
+    spec.base = 1e6;
+    spec.mrope = {section, interleaved};
+    Rope rope(spec);
+    // Expanded ids [3,B,S] (each row the same): the meaning transformers gives [B,S].
+    std::vector<int64_t> ids3;
+    for (int a = 0; a < 3; ++a) ids3.insert(ids3.end(), ids.begin(), ids.end());
+    for (int form = 0; form < 4; ++form) {  // 0 bshd [B,S], 1 bhsd [B,S], 2 bshd [S] (batch 0's ids), 3 thd [T]
+      SCOPED_TRACE(std::string(interleaved ? "interleaved " : "sectioned ") + std::to_string(form));
+      const bool thd = form == 3, bhsd = form == 1;
+      std::vector<float> q = x, want = x;
+      ApplyArgs a, w;
+      a.layout = w.layout = thd ? Layout::kTHD : bhsd ? Layout::kBHSD : Layout::kBSHD;
+      auto view = [&](std::vector<float>& v) {
+        return thd ? TensorView::contiguous(v.data(), DType::kF32, {B * S, H, D})
+                   : bhsd ? TensorView::contiguous(v.data(), DType::kF32, {B, H, S, D})
+                          : TensorView::contiguous(v.data(), DType::kF32, {B, S, H, D});
+      };
+      a.q = view(q);
+      w.q = view(want);
+      a.positions = Positions::from_ids(form == 2 ? TensorView::contiguous(ids.data(), DType::kI64, {S})
+                                        : thd     ? TensorView::contiguous(ids.data(), DType::kI64, {B * S})
+                                                  : TensorView::contiguous(ids.data(), DType::kI64, {B, S}));
+      w.positions = Positions::from_ids(form == 2 ? TensorView::strided(ids3.data(), DType::kI64, {3, S}, {B * S, 1})
+                                        : thd     ? TensorView::contiguous(ids3.data(), DType::kI64, {3, B * S})
+                                                  : TensorView::contiguous(ids3.data(), DType::kI64, {3, B, S}));
+      rope.apply(a);
+      rope.apply(w);
+      EXPECT_EQ(q, want);
+      // And against HF's formula with t = h = w (fp64), for the bshd [B,S] form.
+      if (form == 0)
+        for (int64_t t = 0; t < B * S; ++t)
+          for (int64_t h = 0; h < H; ++h) {
+            const long double p = static_cast<long double>(ids[static_cast<std::size_t>(t)]);
+            const long double pos[3] = {p, p, p};
+            std::vector<double> head(x.begin() + (t * H + h) * D, x.begin() + (t * H + h + 1) * D);
+            const auto tr = hf_mrope_head(head, D, section, interleaved, pos, 1e6L);
+            for (int64_t d = 0; d < D; ++d) ASSERT_NEAR(q[(t * H + h) * D + d], tr[d], testing::kAccuracyContractF32);
+          }
+    }
+  }
+  // Batch 3 makes [3,S] both forms: refused, naming the unambiguous [3,B,S].
+  Spec spec;
+  spec.head_dim = D;
+  spec.mrope = {section, false};
+  Rope rope(spec);
+  std::vector<float> q3 = testing::randn(static_cast<std::size_t>(3 * S * H * D), 1), q0 = q3;
+  std::vector<int64_t> amb(3 * S, 1);
+  ApplyArgs a;
+  a.q = TensorView::contiguous(q3.data(), DType::kF32, {3, S, H, D});
+  a.positions = Positions::from_ids(TensorView::contiguous(amb.data(), DType::kI64, {3, S}));
+  const std::string msg = error_of([&] { rope.apply(a); });
+  EXPECT_NE(msg.find("positions.ids shape [3,5] is ambiguous with batch size 3 and 3 position axes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[3,B,S] = [3,3,5]"), std::string::npos) << msg;
+  EXPECT_EQ(q3, q0);
+  // A wrong shape names both accepted forms.
+  std::vector<int64_t> bad(7, 0);
+  a.q = TensorView::contiguous(q3.data(), DType::kF32, {1, S, H, D});
+  a.positions = Positions::from_ids(TensorView::contiguous(bad.data(), DType::kI64, {1, 7}));
+  const std::string m2 = error_of([&] { rope.apply(a); });
+  EXPECT_NE(m2.find("or [B,S] = [1,5] or [S] = [5] for text-only positions (the same on every axis)"), std::string::npos) << m2;
+  // apply_axes (several axes with their own meaning: vision rows/cols, ggml rows) keeps requiring [n_axes, ...].
+  const AxisFrequencies af = mrope_frequencies(spec);
+  a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {S}));
+  EXPECT_NE(error_of([&] { apply_axes(af, a); }).find("positions.ids must have shape [3,B,S]"), std::string::npos);
+}
+
+// The C API's rope apply takes the same text-only ids.
+TEST(Mrope, CApiTakesTextOnlyIds) {
+  const int64_t S = 4, H = 1, D = 16;
+  const int64_t section[3] = {2, 3, 3};
+  rotary_spec_desc_t d;
+  rotary_spec_desc_init(&d);
+  d.head_dim = D;
+  d.mrope_section = section;
+  d.mrope_section_len = 3;
+  rotary_spec_t* spec = nullptr;
+  rotary_rope_t* rope = nullptr;
+  ASSERT_EQ(rotary_spec_create(&d, &spec), ROTARY_OK) << rotary_last_error();
+  ASSERT_EQ(rotary_rope_create(spec, nullptr, &rope), ROTARY_OK) << rotary_last_error();
+  std::vector<float> q = testing::randn(static_cast<std::size_t>(S * H * D), 2), want = q;
+  std::vector<int64_t> ids = {5, 0, 300, 2}, ids3;
+  for (int k = 0; k < 3; ++k) ids3.insert(ids3.end(), ids.begin(), ids.end());
+  for (auto [buf, pos, rank] : {std::tuple{&q, &ids, 1}, std::tuple{&want, &ids3, 2}}) {
+    rotary_apply_args_t a;
+    rotary_apply_args_init(&a);
+    const int64_t xs[3] = {S, H, D}, ps1[1] = {S}, ps2[2] = {3, S};
+    ASSERT_EQ(rotary_tensor_contiguous(&a.q, buf->data(), ROTARY_DTYPE_F32, 3, xs), ROTARY_OK);
+    a.layout = ROTARY_LAYOUT_THD;
+    a.positions.kind = ROTARY_POSITIONS_IDS;
+    ASSERT_EQ(rotary_tensor_contiguous(&a.positions.ids, pos->data(), ROTARY_DTYPE_I64, rank, rank == 1 ? ps1 : ps2), ROTARY_OK);
+    ASSERT_EQ(rotary_rope_apply(rope, &a), ROTARY_OK) << rotary_last_error();
+  }
+  EXPECT_EQ(q, want);
+  rotary_rope_free(rope);
+  rotary_spec_free(spec);
+}
+
 // ---------------------------------------------------------------- CLI reads mrope_section / mrope_interleaved from configs
 
 TEST(Mrope, CliReadsSectionsFromQwenConfigs) {
@@ -250,18 +361,48 @@ TEST(Mrope, CliReadsSectionsFromQwenConfigs) {
       }
     EXPECT_LE(worst, testing::kAccuracyContractF32);
   }
-  // Positions without the leading 3 are rejected for an M-RoPE config.
+  // Text-only ids [B,S] (the first axis' rows) are the same position on t, h and w (transformers' text-only path).
+  const Cfg& last = cfgs.back();  // config.json holds it
   NpyArray p2 = pa;
   p2.shape = {B, S};
   p2.data.resize(static_cast<std::size_t>(B * S * 8));
   npy_save((dir / "p2.npy").string(), p2);
   std::string out;
-  EXPECT_NE(testing::run_command("'" + cli + "' apply --config '" + (dir / "config.json").string() + "' --input '" +
+  ASSERT_EQ(testing::run_command("'" + cli + "' apply --config '" + (dir / "config.json").string() + "' --input '" +
                                      (dir / "x.npy").string() + "' --positions '" + (dir / "p2.npy").string() +
                                      "' --output '" + (dir / "y.npy").string() + "' --layout bshd",
                                  &out, true),
+            0)
+      << out;
+  {
+    const NpyArray y = npy_load((dir / "y.npy").string());
+    const long double base = last.interleaved ? 5000000.0L : 1000000.0L;
+    double worst = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s) {
+        const long double t = static_cast<long double>(ids[b * S + s]);
+        const long double pos[3] = {t, t, t};
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t off = ((b * S + s) * H + h) * D;
+          std::vector<double> head(x.begin() + off, x.begin() + off + D);
+          const auto want = hf_mrope_head(head, D, last.section, last.interleaved, pos, base);
+          for (int64_t d = 0; d < D; ++d) worst = std::max(worst, std::fabs(double(y.as<float>()[off + d]) - want[d]));
+        }
+      }
+    EXPECT_LE(worst, testing::kAccuracyContractF32);
+  }
+  // Ids of two axes ([2,B,S]) are neither form: refused, naming the [3,B,S] shape.
+  NpyArray p3 = pa;
+  p3.shape = {2, B, S};
+  p3.data.resize(static_cast<std::size_t>(2 * B * S * 8));
+  npy_save((dir / "p3.npy").string(), p3);
+  EXPECT_NE(testing::run_command("'" + cli + "' apply --config '" + (dir / "config.json").string() + "' --input '" +
+                                     (dir / "x.npy").string() + "' --positions '" + (dir / "p3.npy").string() +
+                                     "' --output '" + (dir / "y3.npy").string() + "' --layout bshd",
+                                 &out, true),
             0);
-  EXPECT_NE(out.find("3"), std::string::npos) << out;
+  EXPECT_NE(out.find("[3,2,5]"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "y3.npy"));
   std::filesystem::remove_all(dir);
 }
 

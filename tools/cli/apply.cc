@@ -12,7 +12,7 @@ namespace rotary::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "rotary apply (--config FILE | --preset NAME) --input X.npy --positions P.npy --output Y.npy "
+    "rotary apply (--config FILE [--layer-type NAME] | --preset NAME) --input X.npy --positions P.npy --output Y.npy "
     "[--layout bshd|bhsd|thd] [--pairing half|interleaved] [--inverse] [--seq-len N] "
     "[--mrope-section T,H,W] [--mrope-interleaved] [--backend auto|cpu|reference] [--threads N]\n"
     "       rotary apply --vision qwen2vl|ggml-vision|pixtral [--base B] --input X.npy --positions P.npy "
@@ -115,7 +115,7 @@ int apply_and_save(Files& f, ApplyArgs& args, Apply apply) {
 
 /// --vision: 2-D vision RoPE (rotary::vision_frequencies) on the fly, positions (2, B, S), (2, S) or (2, T).
 int run_vision(const Flags& flags) {
-  for (const char* f : {"config", "preset", "mrope-section", "seq-len"})
+  for (const char* f : {"config", "preset", "mrope-section", "seq-len", "layer-type"})
     if (flags.has(f)) throw UsageError(std::string("--") + f + " cannot be combined with --vision");
   if (flags.has("mrope-interleaved")) throw UsageError("--mrope-interleaved cannot be combined with --vision");
   VisionSpec vs;
@@ -141,6 +141,7 @@ int run_vision(const Flags& flags) {
 
 const Options kOptions = {
     config_option(),
+    layer_type_option(),
     preset_option(),
     {"input", "X.npy", "the tensor to rotate: float32, float16 or float64, C or Fortran order", "required"},
     {"positions", "P.npy", "int32/int64 position ids: (B, S) or (S,) [bshd/bhsd], (T,) [thd]; (3, ...) for M-RoPE, "

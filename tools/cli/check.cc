@@ -10,7 +10,7 @@ namespace rotary::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "rotary check (--config FILE | --preset NAME) (--inv-freq F | --cos-sin F | --cos F --sin F | "
+    "rotary check (--config FILE [--layer-type NAME] | --preset NAME) (--inv-freq F | --cos-sin F | --cos F --sin F | "
     "--rotated Y --input X --positions P) --layout hf|vllm|flashinfer|te|ggml|onnx|raw [--max-pos N] [--json]";
 
 /// Reads a .npy or .safetensors file; .pt needs torch, so it is left to the Python API.
@@ -33,6 +33,7 @@ void add_role(TensorFile& into, const std::string& path, const std::string& role
 
 const Options kOptions = {
     config_option(),
+    layer_type_option(),
     preset_option(),
     {"layout", "hf|vllm|flashinfer|te|ggml|onnx|raw", "the engine layout of the files (docs/parity.md)", "required"},
     {"inv-freq", "F", "audit an inv_freq (ggml: its parameters) from a .npy/.safetensors file", "none"},

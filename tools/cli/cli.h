@@ -106,9 +106,12 @@ inline std::string cut_for_message(const std::string& token) {
 /// The --config/--preset options of the commands that take a spec (`default_preset` is shown as the default).
 Option config_option();
 Option preset_option(const char* fallback = "none");
+Option layer_type_option();
 
 /// --config FILE | --preset NAME (exactly one; neither: `default_preset` if non-empty, else UsageError).
-/// An unknown preset name is a UsageError with a suggestion.
+/// An unknown preset name is a UsageError with a suggestion. --layer-type NAME (with --config, for commands whose
+/// table has layer_type_option()) picks one layer type's Spec of a config whose rope parameters differ per layer
+/// type (rotary::LayerTypeSpecs).
 Spec spec_from_flags(const Flags& flags, const std::string& default_preset = "");
 
 /// Prints a progress line to stderr ("\r[label] i/n") only when stderr is a terminal.

@@ -11,7 +11,7 @@ namespace rotary::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "rotary export (--config FILE | --preset NAME) --layout hf|vllm|flashinfer|te|ggml|onnx|raw "
+    "rotary export (--config FILE [--layer-type NAME] | --preset NAME) --layout hf|vllm|flashinfer|te|ggml|onnx|raw "
     "(--out FILE.safetensors|FILE.npy | --cos A.npy --sin B.npy) [--what cos-sin|inv-freq] [--dtype f32|f16|bf16] "
     "[--max-pos N]";
 
@@ -27,6 +27,7 @@ std::string ext_of(const std::string& path) { return std::filesystem::path(path)
 
 const Options kOptions = {
     config_option(),
+    layer_type_option(),
     preset_option(),
     {"layout", "hf|vllm|flashinfer|te|ggml|onnx|raw", "the engine layout to write (docs/parity.md)", "required"},
     {"out", "FILE", "one .safetensors or .npy file for every tensor (ggml: .safetensors)", "none"},

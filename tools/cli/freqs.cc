@@ -12,7 +12,8 @@
 namespace rotary::cli {
 namespace {
 
-constexpr const char* kUsage = "rotary freqs (--config FILE | --preset NAME) [--seq-len N] [--json]";
+constexpr const char* kUsage =
+    "rotary freqs (--config FILE [--layer-type NAME] | --preset NAME) [--seq-len N] [--json]";
 
 /// One line: the spec's rope_type, dims and base, then inv_freq and attention_factor (fields: docs/cli.md).
 void print_json(const Spec& spec, const Frequencies& f) {
@@ -49,6 +50,8 @@ void print_table(const Spec& spec, const Frequencies& f, std::optional<int64_t> 
       line += " low_freq_factor " + format_double(sc.low_freq_factor) + " high_freq_factor " +
               format_double(sc.high_freq_factor);
     if (sc.type == RopeType::kProportional) line += " partial_rotary_factor " + format_double(spec.partial_rotary_factor);
+    if (sc.type == RopeType::kDynamic && sc.alpha) line += " alpha " + format_double(*sc.alpha);
+    if (sc.type == RopeType::kNtk && sc.mixed_b) line += " mixed_b " + format_double(*sc.mixed_b);
     std::printf("%s\n", line.c_str());
   }
   if (spec.max_position_embeddings > 0)
@@ -87,6 +90,7 @@ void print_table(const Spec& spec, const Frequencies& f, std::optional<int64_t> 
 
 const Options kOptions = {
     config_option(),
+    layer_type_option(),
     preset_option(),
     {"seq-len", "N", "the sequence length that length-dependent scaling (dynamic, longrope) sees", "none: the "
      "config's own length"},

@@ -94,9 +94,20 @@ Option preset_option(const char* fallback) {
   return {"preset", "NAME", "a built-in model preset (`rotary presets` lists them)", fallback};
 }
 
+Option layer_type_option() {
+  return {"layer-type", "NAME",
+          "with --config: the layer type whose RoPE to use, for configs with rope parameters per layer type "
+          "(e.g. Gemma 3's sliding_attention)",
+          "none"};
+}
+
 Spec spec_from_flags(const Flags& flags, const std::string& default_preset) {
   bool has_config = flags.has("config"), has_preset = flags.has("preset");
   if (has_config && has_preset) throw UsageError("give either --config or --preset, not both");
+  if (auto layer_type = flags.get("layer-type")) {
+    if (!has_config) throw UsageError("--layer-type needs --config (a config with rope parameters per layer type)");
+    return layer_type_specs_from_hf_config_file(*flags.get("config")).spec_for(*layer_type);
+  }
   if (has_config) return spec_from_hf_config_file(*flags.get("config"));
   const std::string name = has_preset ? *flags.get("preset") : default_preset;
   if (name.empty()) throw UsageError("one of --config FILE or --preset NAME is required");

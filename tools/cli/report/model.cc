@@ -17,7 +17,7 @@ constexpr double kTwoPi = 2.0 * std::numbers::pi;
 double wavelength_of(double theta) { return theta > 0 ? kTwoPi / theta : INFINITY; }
 
 std::optional<int64_t> scaled_seq_len(const Spec& s, int64_t L) {
-  if (s.scaling.type == RopeType::kDynamic && s.max_position_embeddings > 0)
+  if (s.scaling.type == RopeType::kDynamic && !s.scaling.alpha && s.max_position_embeddings > 0)
     return int64_t(std::llround(s.scaling.factor.value_or(1.0) * double(s.max_position_embeddings)));
   if (s.scaling.type == RopeType::kLongRope) return std::max<int64_t>(s.max_position_embeddings, L + 1);
   return std::nullopt;
@@ -131,6 +131,12 @@ std::string type_explanation(const ModelView& m) {
         << ", so every pair is interpolated.";
       break;
     case RopeType::kDynamic:
+      if (sc.alpha) {
+        o << "dynamic NTK-alpha (vLLM, Hunyuan): one fixed base rope_theta * alpha^(R/(R-2)) with alpha "
+          << format_double(*sc.alpha) << ", whatever the sequence length: pair 0 keeps theta, later pairs are scaled "
+          << "progressively more (blended), the last by " << fmt("%.4g", m.full_factor) << " (interpolated).";
+        break;
+      }
       o << "dynamic NTK: beyond max_position_embeddings the base grows with the sequence length; shown at seq_len "
         << m.seq_len.value_or(0) << " (factor x max_position_embeddings): pair 0 keeps theta, later pairs are "
         << "scaled progressively more (blended), the last by the full NTK ratio " << fmt("%.4g", m.full_factor)
@@ -155,6 +161,15 @@ std::string type_explanation(const ModelView& m) {
     case RopeType::kProportional:
       o << "proportional (Gemma-style): frequencies use head_dim as denominator, zero beyond the partial rotary "
         << "part; compared with the same type at factor 1.";
+      break;
+    case RopeType::kNtk:
+      if (sc.mixed_b)
+        o << "mixed NTK (vLLM, mixed_b " << format_double(*sc.mixed_b) << "): pair i is divided by factor^(((i+1)/(R/2))^b), "
+          << "from nearly 1 (blended) up to factor " << format_double(m.nominal_factor) << " for the last pair (interpolated).";
+      else
+        o << "static NTK (vLLM): the base is multiplied by factor " << format_double(m.nominal_factor)
+          << " and every theta divided by factor^(2/R): pair i is divided by factor^((2i+2)/R), the last pair by the "
+          << "full factor (interpolated), the others less (blended).";
       break;
   }
   return o.str();

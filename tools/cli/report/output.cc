@@ -35,6 +35,8 @@ void print_spec(const ModelView& m, const std::string& description) {
   if (sc.type == RopeType::kLlama3)
     std::printf(", low_freq_factor %s, high_freq_factor %s", format_double(sc.low_freq_factor).c_str(),
                 format_double(sc.high_freq_factor).c_str());
+  if (sc.type == RopeType::kDynamic && sc.alpha) std::printf(", alpha %s (NTK-alpha, vLLM)", format_double(*sc.alpha).c_str());
+  if (sc.type == RopeType::kNtk && sc.mixed_b) std::printf(", mixed_b %s", format_double(*sc.mixed_b).c_str());
   if (sc.attention_factor) std::printf(", attention_factor (explicit) %s", format_double(*sc.attention_factor).c_str());
   std::printf("\n");
   auto print_factors = [](const char* name, const std::vector<double>& v) {

@@ -1,0 +1,233 @@
+"""Caller cos/sin tables as a first-class path: rotary.apply_cos_sin / apply_qk_cos_sin, rotary.torch.apply_cos_sin
+and the flash-attn drop-in rotary.torch.apply_rotary_emb (in place, varlen cu_seqlens + per-sequence offsets, both
+pairings, autograd), vs flash-attn's own reference formula transcribed in float64 torch, torch autograd and
+onnxruntime (the ONNX operator's inverse)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rotary
+
+torch = pytest.importorskip("torch")
+import rotary.torch as rt  # noqa: E402
+
+# f32 outputs vs the float64 reference: one f32 rounding of |y| <= ~4, plus the f32 cos/sin values (exact inputs).
+F32_ABS_TOL = 4e-6
+# float64 end to end (cos/sin held in f32 by the kernel's caller path: the reference uses the same f32 values).
+F64_ABS_TOL = 1e-12
+
+
+# ---- flash-attn's reference (flash_attn/layers/rotary.py, tests/test_rotary.py), transcribed for float64 torch
+def _rotate_half(x, interleaved):
+    if not interleaved:
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    x1, x2 = x[..., ::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+def _fa_apply_rotary_emb_torch(x, cos, sin, interleaved=False):
+    """x: (B, S, H, D); cos/sin: (S, R/2) or (B, S, R/2)."""
+    ro_dim = cos.shape[-1] * 2
+    if interleaved:
+        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+    else:
+        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat([x[..., :ro_dim] * cos + _rotate_half(x[..., :ro_dim], interleaved) * sin, x[..., ro_dim:]],
+                     dim=-1)
+
+
+def _fa_index_cos_sin(cos, sin, seqlen_offsets, seqlen):
+    if isinstance(seqlen_offsets, torch.Tensor):
+        idx = seqlen_offsets[:, None] + torch.arange(seqlen)[None]
+        return cos[idx], sin[idx]
+    return cos[seqlen_offsets:seqlen_offsets + seqlen], sin[seqlen_offsets:seqlen_offsets + seqlen]
+
+
+def _cos_sin(rows, rotary_dim, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    angle = torch.rand(rows, rotary_dim // 2, generator=g, dtype=torch.float64) * 2 * np.pi
+    return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+
+
+def _offsets(kind, B, S):
+    if kind == "zero":
+        return 0
+    if kind == "int":
+        return 7
+    return torch.tensor([0, S, 3][:B], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("offsets_kind", ["zero", "int", "tensor"])
+@pytest.mark.parametrize("rotary_fraction", [1.0, 0.5])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_flash_attn_apply_rotary_emb(inplace, interleaved, rotary_fraction, offsets_kind):
+    """flash-attn's test_rotary_emb_func, on CPU: output and x.grad vs its reference formula (float64 autograd)."""
+    B, S, H, D = 3, 21, 4, 32
+    R = int(rotary_fraction * D)
+    torch.manual_seed(1)
+    base = torch.randn(B, S, H, D)
+    x = base.clone().requires_grad_()
+    x_in = x * 1.0 if inplace else x  # flash-attn's in-place form rotates a non-leaf tensor
+    cos, sin = _cos_sin(2 * S, R)
+    offs = _offsets(offsets_kind, B, S)
+    out = rt.apply_rotary_emb(x_in, cos, sin, interleaved=interleaved, inplace=inplace, seqlen_offsets=offs)
+    if inplace:
+        assert out is x_in
+    x_pt = base.double().requires_grad_()
+    cos_pt, sin_pt = _fa_index_cos_sin(cos.double(), sin.double(), offs, S)
+    out_pt = _fa_apply_rotary_emb_torch(x_pt, cos_pt, sin_pt, interleaved)
+    torch.testing.assert_close(out.double(), out_pt.detach(), atol=F32_ABS_TOL, rtol=0)
+    g = torch.randn_like(out)
+    out.backward(g)
+    out_pt.backward(g.double())
+    torch.testing.assert_close(x.grad.double(), x_pt.grad, atol=F32_ABS_TOL, rtol=0)
+    if not inplace:
+        assert torch.equal(x.detach(), base)
+
+
+@pytest.mark.parametrize("offsets_kind", ["zero", "int", "tensor"])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_flash_attn_varlen(inplace, interleaved, offsets_kind):
+    """flash-attn's test_rotary_emb_varlen_func: unpadded [T, H, D] with cu_seqlens, vs the padded reference."""
+    B, S, H, D = 3, 13, 2, 16
+    lengths = torch.tensor([13, 4, 9])
+    torch.manual_seed(2)
+    xp = torch.randn(B, S, H, D)
+    mask = torch.arange(S)[None] < lengths[:, None]
+    x_unpad = xp[mask].clone().requires_grad_()  # [T, H, D], sequences back to back
+    cu = torch.cat((torch.zeros(1, dtype=torch.int32), lengths.cumsum(0).to(torch.int32)))
+    cos, sin = _cos_sin(2 * S, D, seed=3)
+    offs = _offsets(offsets_kind, B, S)
+    x_in = x_unpad * 1.0 if inplace else x_unpad
+    out_unpad = rt.apply_rotary_emb(x_in, cos, sin, interleaved=interleaved, inplace=inplace, seqlen_offsets=offs,
+                                    cu_seqlens=cu, max_seqlen=int(lengths.max()))
+    x_pt = xp.double().requires_grad_()
+    cos_pt, sin_pt = _fa_index_cos_sin(cos.double(), sin.double(), offs, S)
+    out_pt = _fa_apply_rotary_emb_torch(x_pt, cos_pt, sin_pt, interleaved)
+    torch.testing.assert_close(out_unpad.double(), out_pt[mask].detach(), atol=F32_ABS_TOL, rtol=0)
+    g = torch.randn_like(out_unpad)
+    out_unpad.backward(g)
+    g_pad = torch.zeros(B, S, H, D, dtype=torch.float64)
+    g_pad[mask] = g.double()
+    out_pt.backward(g_pad)
+    torch.testing.assert_close(x_unpad.grad.double(), x_pt.grad[mask], atol=F32_ABS_TOL, rtol=0)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
+def test_autograd_gradcheck_both_pairings(layout, pairing):
+    """rotary.torch.apply_cos_sin is differentiable in x (torch.autograd.gradcheck in float64), both pairings."""
+    shape = {"bshd": (2, 5, 3, 8), "bhsd": (2, 3, 5, 8), "thd": (5, 3, 8)}[layout]
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    cos, sin = _cos_sin(12, 6)  # partial: R = 6 of D = 8
+    ids = torch.tensor([3, 0, 11, 7, 2])
+    fn = lambda t: rt.apply_cos_sin(t, cos, sin, ids, layout=layout, pairing=pairing)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x,), eps=1e-6, atol=1e-7)
+    assert torch.autograd.gradgradcheck(fn, (x,), eps=1e-6, atol=1e-7)
+
+
+def _np_truth(x, cos, sin, rows, pairing, inverse):
+    """Rotation of x [..., D] by table rows `rows` (broadcastable to x's token axes), float64."""
+    c, s = cos[rows].astype(np.float64), sin[rows].astype(np.float64)
+    if inverse:
+        s = -s
+    h = c.shape[-1]
+    y = x.astype(np.float64).copy()
+    if pairing == "half":
+        x0, x1 = y[..., :h].copy(), y[..., h:2 * h].copy()
+        y[..., :h], y[..., h:2 * h] = x0 * c - x1 * s, x0 * s + x1 * c
+    else:
+        x0, x1 = y[..., 0:2 * h:2].copy(), y[..., 1:2 * h:2].copy()
+        y[..., 0:2 * h:2], y[..., 1:2 * h:2] = x0 * c - x1 * s, x0 * s + x1 * c
+    return y
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("inverse", [False, True])
+def test_numpy_every_position_scheme_and_layout(pairing, inverse):
+    r = np.random.default_rng(4)
+    cos, sin = (a.numpy() for a in _cos_sin(40, 8, seed=9))
+    B, S, H, D = 2, 6, 3, 12
+    x = r.standard_normal((B, S, H, D)).astype(np.float32)
+    kw = dict(pairing=pairing, inverse=inverse)
+    # int offset, [B] batch offsets, [S] and [B, S] ids
+    s = np.arange(S)
+    cases = [(5, {}, 5 + s[None, :, None]),
+             (0, {"batch_offsets": np.array([2, 30])}, np.array([2, 30])[:, None, None] + s[None, :, None]),
+             (np.array([9, 1, 0, 4, 4, 39]), {}, np.array([9, 1, 0, 4, 4, 39])[None, :, None]),
+             (np.arange(12).reshape(2, 6) * 3, {}, (np.arange(12).reshape(2, 6) * 3)[:, :, None])]
+    for pos, extra, rows in cases:
+        y = rotary.apply_cos_sin(x, cos, sin, pos, **kw, **extra)
+        np.testing.assert_allclose(y, _np_truth(x, cos, sin, np.broadcast_to(rows, (B, S, H)), pairing, inverse),
+                                   atol=F32_ABS_TOL, rtol=0)
+    # bhsd view of the same data, out= in place
+    xb = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+    yb = rotary.apply_cos_sin(xb, cos, sin, 5, layout="bhsd", out=xb, **kw)
+    assert yb is xb
+    np.testing.assert_allclose(xb.transpose(0, 2, 1, 3), _np_truth(x, cos, sin, np.broadcast_to(5 + s[None, :, None], (B, S, H)),
+                                                                    pairing, inverse), atol=F32_ABS_TOL, rtol=0)
+    # thd packed: cu_seqlens with an int start or per-sequence starts
+    xt = x.reshape(B * S, H, D)
+    cu = np.array([0, 4, 4, 12])
+    for so, starts in ((3, [3, 3, 3]), (np.array([0, 7, 20]), [0, 7, 20])):
+        y = rotary.apply_cos_sin(xt, cos, sin, layout="thd", cu_seqlens=cu, seq_offsets=so, **kw)
+        rows = np.concatenate([np.arange(cu[n + 1] - cu[n]) + starts[n] for n in range(3)])
+        np.testing.assert_allclose(y, _np_truth(xt, cos, sin, np.broadcast_to(rows[:, None], (B * S, H)), pairing, inverse),
+                                   atol=F32_ABS_TOL, rtol=0)
+    y = rotary.apply_cos_sin(xt, cos, sin, 3, layout="thd", cu_seqlens=cu, **kw)  # an int positions = each start
+    np.testing.assert_allclose(y, rotary.apply_cos_sin(xt, cos, sin, layout="thd", cu_seqlens=cu, seq_offsets=3, **kw))
+
+
+def test_fused_qk_in_place_gqa_and_float64():
+    r = np.random.default_rng(5)
+    cos, sin = (a.numpy() for a in _cos_sin(20, 16, seed=1))
+    qkv = r.standard_normal((2, 7, 4 + 2 * 2, 16))
+    q, k = qkv[:, :, :4], qkv[:, :, 4:6]
+    q0, k0, v0 = q.copy(), k.copy(), qkv[:, :, 6:].copy()
+    rq, rk = rotary.apply_qk_cos_sin(q, k, cos, sin, 3, pairing="interleaved", inplace=True)
+    assert rq is q and rk is k
+    rows = np.broadcast_to(3 + np.arange(7)[None, :, None], (2, 7, 4))
+    np.testing.assert_allclose(q, _np_truth(q0, cos, sin, rows, "interleaved", False), atol=F64_ABS_TOL, rtol=0)
+    np.testing.assert_allclose(k, _np_truth(k0, cos, sin, rows[:, :, :2], "interleaved", False), atol=F64_ABS_TOL, rtol=0)
+    np.testing.assert_array_equal(qkv[:, :, 6:], v0)
+    # Past the table: an error, never the identity (flash-attn leaves such rows unrotated).
+    with pytest.raises(ValueError, match="out of range for cos/sin with 20 rows"):
+        rotary.apply_qk_cos_sin(q, k, cos, sin, 14)
+    with pytest.raises(TypeError, match="fractional"):
+        rotary.apply_cos_sin(q0, cos, sin, np.zeros(7, dtype=np.float32))
+
+
+def test_onnx_inverse_is_the_operator_with_negated_sin():
+    """onnx_rotary_embedding(inverse=True) == the ONNX operator run by onnxruntime with -sin, and undoes forward."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    r = np.random.default_rng(6)
+    x = r.standard_normal((2, 3, 5, 16)).astype(np.float32)  # [B, N, S, H]
+    ang = np.arange(32)[:, None] * (1.0 / 10000 ** (np.arange(0, 16, 2) / 16))[None]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    pos = r.integers(0, 32, (2, 5)).astype(np.int64)
+    for interleaved in (0, 1):
+        node = helper.make_node("RotaryEmbedding", ["X", "cos_cache", "sin_cache", "position_ids"], ["Y"],
+                                interleaved=interleaved)
+        f = TensorProto.FLOAT
+        graph = helper.make_graph([node], "rope", [helper.make_tensor_value_info("X", f, list(x.shape)),
+                                                   helper.make_tensor_value_info("cos_cache", f, list(cos.shape)),
+                                                   helper.make_tensor_value_info("sin_cache", f, list(cos.shape)),
+                                                   helper.make_tensor_value_info("position_ids", TensorProto.INT64,
+                                                                                 list(pos.shape))],
+                                  [helper.make_tensor_value_info("Y", f, list(x.shape))])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        peer = sess.run(None, {"X": x, "cos_cache": cos, "sin_cache": -sin, "position_ids": pos})[0]
+        ours = rotary.onnx_rotary_embedding(x, cos, sin, pos, interleaved=interleaved, inverse=True)
+        np.testing.assert_allclose(ours, peer, atol=F32_ABS_TOL, rtol=0)
+        fwd = rotary.onnx_rotary_embedding(x, cos, sin, pos, interleaved=interleaved)
+        back = rotary.onnx_rotary_embedding(fwd, cos, sin, pos, interleaved=interleaved, inverse=True)
+        np.testing.assert_allclose(back, x, atol=2 * F32_ABS_TOL, rtol=0)

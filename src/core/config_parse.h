@@ -1,0 +1,51 @@
+// Internal: the pieces of config.json parsing shared by the one-Spec reader and the per-layer-type reader (core only).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rotary/spec.h"
+
+namespace rotary::detail {
+
+inline constexpr const char* kConfigWhere = "rotary_config";
+
+/// The document and the object holding the language model's settings: the document itself, or its
+/// `text_config` for VL models (Qwen3-VL). `prefix` names fields of `root` in messages ("" or "text_config.").
+struct ConfigRoot {
+  const nlohmann::json* doc = nullptr;
+  const nlohmann::json* root = nullptr;
+  std::string prefix;
+};
+
+/// A RoPE dict of the root and its name in messages (e.g. "rope_parameters", "rope_parameters.full_attention").
+struct RopeDict {
+  const nlohmann::json* dict = nullptr;
+  std::string field;
+};
+
+/// Parses config.json text (kIo naming `source_name` for malformed JSON or a non-object document).
+nlohmann::json parse_config_text(std::string_view json_text, const std::string& source_name);
+/// Reads a file's text (kIo if unreadable).
+std::string read_config_file(const std::string& path);
+ConfigRoot config_root(const nlohmann::json& doc);
+/// v5 rope_parameters, else v4 rope_scaling, else an empty object.
+RopeDict rope_dict(const ConfigRoot& r);
+/// A short rendering of a JSON value for messages.
+std::string show_json(const nlohmann::json& v);
+
+/// A Spec from the model-wide fields of `r` and one RoPE dict (not yet normalized). The dict's own
+/// rope_theta / partial_rotary_factor win over the top level's, as in HF's standardize_rope_params.
+Spec parse_spec(const ConfigRoot& r, const nlohmann::json& rope_dict, const std::string& dict_field,
+                const std::string& source);
+/// spec.normalized(), with " (in SOURCE)" appended to a validation message.
+Spec normalized_in(const Spec& spec, const std::string& source_name);
+
+/// Throws kUnsupported when the config's RoPE parameters differ per layer type (a dict nested per layer
+/// type, or Gemma 3's legacy rope_local_base_freq): one Spec cannot describe it (src/core/layer_types.cc).
+void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);
+
+}  // namespace rotary::detail

@@ -1,0 +1,172 @@
+// RoPE per layer type (transformers v5 nested rope_parameters, Gemma 3's legacy form): config.json -> LayerTypeSpecs.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/config_parse.h"
+#include "core/messages.h"
+#include "rotary/config.h"
+
+namespace rotary {
+namespace {
+
+using json = nlohmann::json;
+using detail::kConfigWhere;
+
+[[noreturn]] void invalid(const std::string& message) { detail::invalid(kConfigWhere, message); }
+
+/// config.layer_types (empty if absent or null); must be a list of strings.
+std::vector<std::string> read_layer_types(const detail::ConfigRoot& r) {
+  std::vector<std::string> out;
+  const json& root = *r.root;
+  if (!root.contains("layer_types") || root.at("layer_types").is_null()) return out;
+  const json& v = root.at("layer_types");
+  const std::string field = r.prefix + "layer_types";
+  if (!v.is_array()) invalid(field + " must be a list of strings, got " + detail::show_json(v));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_string()) invalid(field + "[" + std::to_string(i) + "] must be a string, got " + detail::show_json(v[i]));
+    out.push_back(v[i].get<std::string>());
+  }
+  return out;
+}
+
+/// The keys of `dict` that are layer types: those layer_types lists (HF nested_rope_parameter_keys), or,
+/// without layer_types, those whose values are objects (a flat RoPE dict holds none). Sorted (json order).
+std::vector<std::string> nested_keys(const json& dict, const std::vector<std::string>& layer_types) {
+  std::vector<std::string> keys;
+  for (auto it = dict.begin(); it != dict.end(); ++it) {
+    const bool listed = std::find(layer_types.begin(), layer_types.end(), it.key()) != layer_types.end();
+    if (layer_types.empty() ? it.value().is_object() : listed) keys.push_back(it.key());
+  }
+  return keys;
+}
+
+/// Gemma 3's legacy config.json form: a top-level rope_local_base_freq next to a flat rope dict.
+bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
+  return keys.empty() && r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
+}
+
+double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
+  const json& root = *r.root;
+  if (!root.contains(key) || root.at(key).is_null()) return fallback;
+  const json& v = root.at(key);
+  if (!v.is_number()) invalid(r.prefix + key + " must be a number, got " + detail::show_json(v));
+  return v.get<double>();
+}
+
+/// transformers' Gemma 3 default when layer_types is absent: every sliding_window_pattern-th layer is full.
+std::vector<std::string> gemma3_layer_types(const detail::ConfigRoot& r) {
+  const json& root = *r.root;
+  auto int_at = [&](const char* key) -> int64_t {
+    if (!root.contains(key) || root.at(key).is_null()) return 0;
+    const json& v = root.at(key);
+    if (!v.is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + detail::show_json(v));
+    return v.get<int64_t>();
+  };
+  const int64_t layers = int_at("num_hidden_layers");
+  const int64_t pattern = int_at("sliding_window_pattern");
+  std::vector<std::string> out;
+  if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
+  for (int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
+  const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
+  if (!keys.empty()) {
+    std::string names;
+    for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         d.field + " is nested per layer type (" + names +
+             "): one Spec cannot describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, "
+             "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
+             "got keys " + show_json(*d.dict));
+  }
+  if (legacy_gemma3(r, keys))
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         r.prefix + "rope_local_base_freq gives sliding-window layers their own base (Gemma 3): one Spec cannot "
+             "describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, C "
+             "rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
+             "got rope_local_base_freq " + show_json(r.root->at("rope_local_base_freq")));
+}
+
+}  // namespace detail
+
+const Spec& LayerTypeSpecs::spec_for(std::string_view layer_type) const {
+  const LayerTypeSpec* hit = nullptr;
+  for (const auto& e : by_type)
+    if (e.layer_type == layer_type) hit = &e;
+  if (hit == nullptr && !nested && by_type.size() == 1 && by_type[0].layer_type.empty()) hit = &by_type[0];
+  if (hit == nullptr) invalid("layer_type must be one of " + type_names() + ", got " + quote_value(layer_type));
+  if (!hit->spec)
+    invalid("layer_type " + quote_value(layer_type) + " has no RoPE (its rope_parameters entry is null), got a "
+            "request for its Spec");
+  return *hit->spec;
+}
+
+const Spec& LayerTypeSpecs::spec_for_layer(int64_t layer) const {
+  if (layer < 0) invalid("layer must be >= 0, got " + std::to_string(layer));
+  if (!nested && layer_types.empty() && !by_type.empty()) return spec_for(by_type.front().layer_type);
+  if (layer >= static_cast<int64_t>(layer_types.size()))
+    invalid("layer must be < the number of layer_types " + std::to_string(layer_types.size()) + ", got " +
+            std::to_string(layer));
+  return spec_for(layer_types[static_cast<size_t>(layer)]);
+}
+
+std::string LayerTypeSpecs::type_names() const {
+  std::string names;
+  for (const auto& e : by_type) names += (names.empty() ? "" : ", ") + (e.layer_type.empty() ? "\"\"" : e.layer_type);
+  return names;
+}
+
+LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
+  const json doc = detail::parse_config_text(json_text, source_name);
+  const detail::ConfigRoot r = detail::config_root(doc);
+  const detail::RopeDict d = detail::rope_dict(r);
+  LayerTypeSpecs out;
+  out.layer_types = read_layer_types(r);
+  const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
+  auto add = [&](const std::string& type, const json& dict, const std::string& field) {
+    const std::string name = source_name + "#" + type;
+    if (dict.is_null()) {
+      out.by_type.push_back({type, std::nullopt});
+      return;
+    }
+    if (!dict.is_object()) invalid(field + " must be an object or null, got " + detail::show_json(dict));
+    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, dict, field, name), name)});
+  };
+  if (!keys.empty()) {
+    out.nested = true;
+    for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + k);
+  } else if (legacy_gemma3(r, keys)) {
+    // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict): the global dict gets rope_scaling and
+    // rope_theta (default 1e6), the sliding one rope_local_base_freq with default frequencies.
+    out.nested = true;
+    json full = *d.dict;
+    if (!full.contains("rope_theta") || full.at("rope_theta").is_null())
+      full["rope_theta"] = number_at(r, "rope_theta", 1000000.0);
+    json sliding = json::object();
+    sliding["rope_type"] = "default";
+    sliding["rope_theta"] = number_at(r, "rope_local_base_freq", 10000.0);
+    add("full_attention", full, d.field);
+    add("sliding_attention", sliding, r.prefix + "rope_local_base_freq");
+    if (out.layer_types.empty()) out.layer_types = gemma3_layer_types(r);
+  } else {
+    const Spec shared = detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
+    for (const auto& t : out.layer_types)
+      if (std::none_of(out.by_type.begin(), out.by_type.end(), [&](const LayerTypeSpec& e) { return e.layer_type == t; }))
+        out.by_type.push_back({t, shared});
+    if (out.by_type.empty()) out.by_type.push_back({"", shared});
+  }
+  return out;
+}
+
+LayerTypeSpecs layer_type_specs_from_hf_config_file(const std::string& path) {
+  return layer_type_specs_from_hf_config_json(detail::read_config_file(path), path);
+}
+
+}  // namespace rotary
