@@ -122,6 +122,8 @@ TEST(VllmTypes, FieldErrorsAreNamed) {
       {R"({"head_dim": 8, "rope_scaling": {"type": "dynamic", "alpha": 0}})", "scaling.alpha must be >= 1"},
       {R"({"head_dim": 8, "rope_scaling": {"type": "dynamic", "alpha": [2]}})", "rope_scaling.alpha must be a number, got [2]"},
       {R"({"head_dim": 2, "rope_scaling": {"type": "dynamic", "alpha": 2}})", "rotary_dim must be > 2 for rope_type dynamic"},
+      // Spec::validate evaluates the NTK-alpha base: base * alpha^(R/(R-2)) overflowing is refused, naming alpha.
+      {R"({"head_dim": 8, "rope_scaling": {"type": "dynamic", "alpha": 1e300}})", "scaling.alpha 1e+300 gives the NTK-alpha base inf"},
       {R"({"head_dim": 8, "max_position_embeddings": 64, "rope_scaling": {"type": "dynamic"}})", "rope_scaling.factor is required for rope_type dynamic"},
       {R"({"head_dim": 8, "rope_scaling": {"type": "ntk-alpha"}})", "must be one of default, linear, dynamic, yarn, longrope, llama3, proportional, ntk"},
   };

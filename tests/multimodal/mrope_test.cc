@@ -210,7 +210,8 @@ TEST(Mrope, TextOnlyIdsAreTheSamePositionOnEveryAxis) {
     // Expanded ids [3,B,S] (each row the same): the meaning transformers gives [B,S].
     std::vector<int64_t> ids3;
     for (int a = 0; a < 3; ++a) ids3.insert(ids3.end(), ids.begin(), ids.end());
-    for (int form = 0; form < 4; ++form) {  // 0 bshd [B,S], 1 bhsd [B,S], 2 bshd [S] (batch 0's ids), 3 thd [T]
+    // 0 bshd [B,S], 1 bhsd [B,S], 2 bshd [S] (batch 0's ids), 3 thd [T], 4 bshd [1,S] (batch 0's ids, broadcast)
+    for (int form = 0; form < 5; ++form) {
       SCOPED_TRACE(std::string(interleaved ? "interleaved " : "sectioned ") + std::to_string(form));
       const bool thd = form == 3, bhsd = form == 1;
       std::vector<float> q = x, want = x;
@@ -224,9 +225,10 @@ TEST(Mrope, TextOnlyIdsAreTheSamePositionOnEveryAxis) {
       a.q = view(q);
       w.q = view(want);
       a.positions = Positions::from_ids(form == 2 ? TensorView::contiguous(ids.data(), DType::kI64, {S})
+                                        : form == 4 ? TensorView::contiguous(ids.data(), DType::kI64, {1, S})
                                         : thd     ? TensorView::contiguous(ids.data(), DType::kI64, {B * S})
                                                   : TensorView::contiguous(ids.data(), DType::kI64, {B, S}));
-      w.positions = Positions::from_ids(form == 2 ? TensorView::strided(ids3.data(), DType::kI64, {3, S}, {B * S, 1})
+      w.positions = Positions::from_ids(form == 2 || form == 4 ? TensorView::strided(ids3.data(), DType::kI64, {3, S}, {B * S, 1})
                                         : thd     ? TensorView::contiguous(ids3.data(), DType::kI64, {3, B * S})
                                                   : TensorView::contiguous(ids3.data(), DType::kI64, {3, B, S}));
       rope.apply(a);
