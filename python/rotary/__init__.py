@@ -334,8 +334,8 @@ def apply_cos_sin(
     cv, sv, cbf16 = _table_arrays(cos, sin)
     offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
     _apply_cos_sin(cv, sv, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
-                           batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
-                           threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+                   batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                   threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return out
 
 
@@ -386,8 +386,8 @@ def apply_qk_cos_sin(
     cv, sv, cbf16 = _table_arrays(cos, sin)
     offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
     _apply_cos_sin(cv, sv, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu,
-                           seq_offsets=so, batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
-                           threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+                   seq_offsets=so, batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                   threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return q_out, k_out
 
 
