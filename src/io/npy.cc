@@ -411,7 +411,7 @@ NpyArray npy_load(const std::string& path) {
   if (sized) {
     check_data_size(file_size - pre.data_start, nbytes, path);
     a.data.resize(static_cast<size_t>(nbytes));
-    std::memcpy(a.data.data(), head + got - data_in_head, data_in_head);
+    if (data_in_head > 0) std::memcpy(a.data.data(), head + got - data_in_head, data_in_head);  // data() may be null
     const size_t n = read_some(f.fd, a.data.data() + data_in_head, a.data.size() - data_in_head, path);
     if (data_in_head + n < a.data.size())  // the file shrank while being read
       io_fail(path, "truncated data: shape needs " + std::to_string(nbytes) + " bytes, file has " +
