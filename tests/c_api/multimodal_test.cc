@@ -51,6 +51,40 @@ TEST(MultimodalCApi, AxisFrequenciesMatchTheCppApi) {
   EXPECT_NE(std::string(rotary_last_error()).find("struct_size"), std::string::npos);
 }
 
+// ggml's own test suite calls ggml_rope_ext with YaRN on and n_ctx_orig 0 (corr dims [0, -inf]): the C adapter
+// accepts it and gives ggml's formula (pair 0 mixed by ext_factor, the others interpolated; docs/multimodal.md);
+// a negative n_ctx_orig (NaN in ggml) stays an error.
+TEST(MultimodalCApi, GgmlDegenerateYarnWithoutContext) {
+  rotary_ggml_params_t p;
+  rotary_ggml_params_init(&p);
+  p.mode = ROTARY_GGML_NEOX;
+  p.n_dims = 64;
+  p.n_ctx_orig = 0;
+  p.freq_scale = 1.4245;
+  p.ext_factor = 0.7465;
+  p.attn_factor = 1.4245;
+  p.beta_fast = 1;
+  p.beta_slow = 1;
+  rotary_axis_freqs_t* f = nullptr;
+  ASSERT_EQ(rotary_ggml_frequencies(&p, &f), ROTARY_OK) << rotary_last_error();
+  int64_t pairs = 0;
+  double af = 0;
+  ASSERT_EQ(rotary_axis_freqs_describe(f, &pairs, nullptr, nullptr, &af), ROTARY_OK);
+  ASSERT_EQ(pairs, 32);
+  std::vector<double> inv(32);
+  ASSERT_EQ(rotary_axis_freqs_get(f, inv.data(), nullptr, 32), ROTARY_OK);
+  rotary_axis_freqs_free(f);
+  for (int j = 0; j < 32; ++j) {
+    const double theta = std::pow(10000.0, -2.0 * j / 64.0);
+    const double mix = j == 0 ? 0.7465 : 0.0;
+    EXPECT_NEAR(inv[j], theta * (1.4245 * (1 - mix) + mix), 1e-15 * theta) << j;
+  }
+  EXPECT_NEAR(af, 1.4245 * (1 + 0.1 * std::log(1 / 1.4245)), 1e-15);
+  p.n_ctx_orig = -1;
+  EXPECT_EQ(rotary_ggml_frequencies(&p, &f), ROTARY_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(rotary_last_error()).find("n_ctx_orig must be >= 0"), std::string::npos) << rotary_last_error();
+}
+
 TEST(MultimodalCApi, ApplyAxesWithSpecMropeEqualsRopeApply) {
   rotary_spec_desc_t d;
   rotary_spec_desc_init(&d);

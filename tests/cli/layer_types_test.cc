@@ -1,9 +1,11 @@
-// The CLI on configs with rope parameters per layer type: `freqs --layer-type`, `report` per type, refusals.
+// The CLI on configs with rope parameters per layer type (`freqs --layer-type`, `report` per type, refusals) and on
+// vLLM's rope types (ntk, dynamic + alpha) read from config.json.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <tuple>
@@ -115,6 +117,36 @@ TEST(CliLayerTypes, ReportShowsEveryLayerType) {
   ASSERT_TRUE(f.good());
   const json rep = json::parse(f);
   EXPECT_EQ(rep.at("layers"), json::array({2}));
+}
+
+// vLLM's extensions through `rotary freqs --config`: the fp64 formulas of docs/scaling.md (vLLM's classes).
+TEST(CliVllmTypes, FreqsReadsNtkAndDynamicAlpha) {
+  if (cli_path().empty()) GTEST_SKIP() << "rotary CLI not built";
+  Tmp t;
+  const double base = 10000.0, f = 4.0, b = 0.5, alpha = 1000.0, R = 32.0;
+  struct Case {
+    std::string scaling;
+    std::function<double(int)> want;
+  } cases[] = {
+      {R"({"rope_type": "ntk", "factor": 4.0})",
+       [&](int i) { return std::pow(base * f, -2.0 * i / R) / std::pow(f, 2.0 / R); }},
+      {R"({"rope_type": "ntk", "factor": 4.0, "mixed_b": 0.5})",
+       [&](int i) { return std::pow(base, -2.0 * i / R) / std::exp(std::log(f) / std::pow(R / 2, b) * std::pow(i + 1.0, b)); }},
+      {R"({"type": "dynamic", "factor": 1.0, "alpha": 1000.0})",
+       [&](int i) { return std::pow(base * std::pow(alpha, R / (R - 2)), -2.0 * i / R); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.scaling);
+    const fs::path cfg = t.dir() / "vllm.json";
+    std::ofstream(cfg) << R"({"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "rope_theta": 10000.0,
+      "max_position_embeddings": 4096, "rope_scaling": )" + c.scaling + "}";
+    int rc = -1;
+    const std::string out = cli("freqs --config '" + cfg.string() + "' --json", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const auto inv = json::parse(out).at("inv_freq").get<std::vector<double>>();
+    ASSERT_EQ(inv.size(), 16u);
+    for (int i = 0; i < 16; ++i) EXPECT_NEAR(inv[i], c.want(i), 1e-14 * c.want(i)) << i;
+  }
 }
 
 }  // namespace
