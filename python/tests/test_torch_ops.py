@@ -365,6 +365,21 @@ def test_rope_module_on_empty_inputs():
         assert y.shape == shape and y.dtype == torch.float32
 
 
+def test_empty_calls_are_validated_like_the_others():
+    """13.15: an empty call with a wrong head_dim, an integer dtype or a negative offset is refused like a
+    non-empty one (the operators used to return before validating anything)."""
+    spec = rotary.Spec(8)
+    rt.apply(torch.zeros(0, 3, 2, 8), 0, spec)  # valid and empty: nothing to do
+    with pytest.raises(ValueError, match="head_dim"):
+        rt.apply(torch.zeros(0, 3, 2, 7), 0, spec)
+    with pytest.raises(ValueError, match="offset"):
+        rt.apply(torch.zeros(1, 0, 2, 8), -5, spec)
+    with pytest.raises(TypeError):
+        rt.apply(torch.zeros(0, 3, 2, 8, dtype=torch.int32), 0, spec)
+    with pytest.raises(ValueError, match="head_dim"):
+        rt.apply_qk(torch.zeros(0, 3, 2, 8), torch.zeros(0, 3, 2, 6), 0, spec)
+
+
 # ----------------------------------------------------------------------------------------------- threads
 
 
