@@ -82,7 +82,7 @@ temporary folder.
 
 ORDER = ["C++", "C", "CLI", "Python"]
 TITLES = {
-    "C++": "C++ API (`Rope::apply`, `apply_table`, `apply_frequencies`, `apply_cos_sin`, `Spec`)",
+    "C++": "C++ API (`Rope::apply`, `apply_table`, `apply_frequencies`, `apply_cos_sin`, `Spec`, `prologue`, `rerotate_cache`)",
     "C": "C API (`rotary_c.h`)",
     "CLI": "CLI (`rotary apply`, `rotary check`, `rotary export`)",
     "Python": "Python (`rotary.apply`, `apply_qk`, `onnx_rotary_embedding`, `Spec`)",
@@ -100,6 +100,7 @@ def main():
     env = dict(os.environ, ROTARY_ERRORS_DOC=rows_path)
     for exe, flt in (("hostile_cpp_hostile_test", "HostileCpp.EveryCase*"),
                      ("hostile_cpp_limits_hostile_test", "HostileCpp.EveryCase*"),
+                     ("prologue_prologue_errors_test", "HostilePrologue.EveryCase*"),
                      ("c_api_hostile_test", "HostileC.EveryCase*"),
                      ("cli_hostile_test", "*"), ("cli_check_hostile_test", "CheckCli.Hostile*")):
         subprocess.run([os.path.join(build, "tests", exe), f"--gtest_filter={flt}"], env=env,

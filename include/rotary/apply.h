@@ -90,6 +90,10 @@ struct RopeOptions {
   TableOptions table;
 };
 
+namespace detail {
+struct RopeAccess;  // internal (src/engine/rope_access.h): the prologue's view of a Rope's tables
+}  // namespace detail
+
 /// A RoPE module: a Spec plus lazily grown cos/sin tables, applying with the right frequencies
 /// for the sequence length (dynamic NTK / LongRoPE switch like HF's forward).
 /// Thread-safe: apply() may be called concurrently from many threads.
@@ -114,6 +118,7 @@ class ROTARY_API Rope {
   CosSinTable& table();
 
  private:
+  friend struct detail::RopeAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

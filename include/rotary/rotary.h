@@ -16,3 +16,4 @@
 #include "rotary/convert_weights.h"
 #include "rotary/safetensors.h"
 #include "rotary/parity.h"
+#include "rotary/prologue.h"

@@ -53,7 +53,10 @@ enum {
   ROTARY_DTYPE_BF16 = 2, /* bfloat16 */
   ROTARY_DTYPE_F64 = 3,
   ROTARY_DTYPE_I32 = 4,  /* positions / cu_seqlens only */
-  ROTARY_DTYPE_I64 = 5
+  ROTARY_DTYPE_I64 = 5,
+  ROTARY_DTYPE_I8 = 6,     /* int8 KV cache with an f32 scale per (token, head) (rotary_prologue) */
+  ROTARY_DTYPE_F8E4M3 = 7, /* fp8 e4m3fn with an f32 per-tensor scale: KV cache, apply outputs */
+  ROTARY_DTYPE_F8E5M2 = 8  /* fp8 e5m2 with an f32 per-tensor scale */
 };
 
 /* Which channels form a rotated pair (R = rotary_dim; channels >= R pass through unchanged). */
@@ -292,6 +295,68 @@ ROTARY_API rotary_status_t rotary_rope_apply(rotary_rope_t* rope, const rotary_a
  * backward pass) and in/out of place as for rotary_rope_apply. */
 ROTARY_API rotary_status_t rotary_apply_cos_sin(const rotary_tensor_t* cos, const rotary_tensor_t* sin,
                                                 const rotary_apply_args_t* args);
+
+/* ------------------------------------------------------------------ attention prologue (C mirror of rotary/prologue.h;
+ * docs/prologue.md): q/k RMSNorm, RoPE and the KV-cache write in one pass; re-rotation of cached keys */
+
+typedef int32_t rotary_cache_layout_t;
+enum {
+  ROTARY_CACHE_NHD = 0,  /* paged [num_blocks, block_size, Hkv, D], rows by slot_mapping (-1 = skip) */
+  ROTARY_CACHE_HND = 1,  /* paged [num_blocks, Hkv, block_size, D] */
+  ROTARY_CACHE_BSHD = 2, /* contiguous [B, S_max, Hkv, D], rows from cache_positions[sequence] */
+  ROTARY_CACHE_BHSD = 3  /* contiguous [B, Hkv, S_max, D] (Hugging Face StaticCache) */
+};
+
+/* A frequency source: a rope (spec + tables) and the length its dynamic/longrope scaling sees. */
+typedef struct rotary_frequency_source_t {
+  rotary_rope_t* rope;
+  int64_t seq_len; /* -1 = max(position) + 1 over the tokens using it */
+} rotary_frequency_source_t;
+
+/* Mirror of rotary::PrologueArgs (field meanings there). Tensors with data == NULL are absent. */
+typedef struct rotary_prologue_args_t {
+  size_t struct_size;            /* = sizeof(rotary_prologue_args_t), set by rotary_prologue_args_init */
+  rotary_tensor_t q, k, v;       /* [T,H,D] (layout THD, the default) / [B,S,H,D] / [B,H,S,D]; f32, f16, bf16 */
+  rotary_tensor_t q_out;         /* absent or q: in place */
+  rotary_tensor_t k_out;         /* without a cache only (absent: k in place) */
+  rotary_positions_t positions;  /* default OFFSET 0 */
+  rotary_layout_t layout;        /* default THD */
+  const rotary_frequency_source_t* sources; /* n_sources entries; 0 = no rotation */
+  int64_t n_sources;
+  rotary_tensor_t source_index;  /* optional i32/i64 [N sequences] */
+  rotary_cache_layout_t cache_layout; /* default NHD */
+  rotary_tensor_t k_cache, v_cache;   /* rank 4; f32/f16/bf16/i8/f8e4m3/f8e5m2 */
+  rotary_tensor_t slot_mapping;       /* paged: i32/i64 [T] ([B,S] for BSHD/BHSD inputs) */
+  rotary_tensor_t cache_positions;    /* contiguous: i32/i64 [N] (absent: 0) */
+  rotary_tensor_t k_scale, v_scale;   /* f32: i8 caches [cache dims but the last] (written); fp8 one element */
+  rotary_tensor_t q_norm_weight, k_norm_weight; /* [D], any floating dtype; absent = no norm */
+  double norm_eps;               /* default 1e-6 */
+  double norm_offset;            /* default 0 (1 = Gemma's x * (1 + w)) */
+  int32_t threads;               /* 0 = all cores */
+  rotary_backend_t backend;      /* AUTO, CPU or REFERENCE (CUDA: UNSUPPORTED) */
+} rotary_prologue_args_t;
+
+ROTARY_API void rotary_prologue_args_init(rotary_prologue_args_t* args);
+/* One pass per token: RMSNorm (optional), RoPE, q in place / to q_out, k and v into the cache. Every
+ * argument is checked before anything is written ("[rotary_prologue] ..."). */
+ROTARY_API rotary_status_t rotary_prologue(const rotary_prologue_args_t* args);
+
+/* Mirror of rotary::RerotateArgs. */
+typedef struct rotary_rerotate_args_t {
+  size_t struct_size;            /* = sizeof(rotary_rerotate_args_t), set by rotary_rerotate_args_init */
+  rotary_tensor_t k_cache;       /* rotated in place */
+  rotary_cache_layout_t cache_layout;
+  rotary_tensor_t k_scale;       /* i8: read and rewritten; fp8: one element */
+  rotary_tensor_t slots;         /* i32/i64 [N]: paged block * block_size + offset; contiguous b * S_max + s; -1 skip */
+  rotary_tensor_t from_positions, to_positions; /* i32/i64 [N] */
+  rotary_frequency_source_t from, to;           /* to.rope NULL: from.rope */
+  int32_t threads;
+  rotary_backend_t backend;
+} rotary_rerotate_args_t;
+
+ROTARY_API void rotary_rerotate_args_init(rotary_rerotate_args_t* args);
+/* Rotates cached keys from (from, from_positions) to (to, to_positions) by the exact difference angle. */
+ROTARY_API rotary_status_t rotary_rerotate_cache(const rotary_rerotate_args_t* args);
 
 
 /* ------------------------------------------------------------------ multimodal and cross-framework variants

@@ -13,7 +13,9 @@
 namespace rotary {
 
 /// Element types. Floating types are rotated (math always in f32, f64 for kF64);
-/// integer types are only used for positions and cu_seqlens.
+/// integer types are only used for positions and cu_seqlens. The 8-bit types are storage formats of
+/// quantised outputs only (KV caches of rotary::prologue, fp8 outputs of apply; docs/prologue.md):
+/// they are never rotated as inputs except by rerotate_cache, which dequantises them first.
 enum class DType : int {
   kF32 = 0,
   kF16 = 1,   ///< IEEE binary16
@@ -21,20 +23,26 @@ enum class DType : int {
   kF64 = 3,   ///< reference and gradient checks
   kI32 = 4,
   kI64 = 5,
+  kI8 = 6,      ///< int8 with an f32 scale per (token, head): symmetric, round half to even
+  kF8E4M3 = 7,  ///< fp8 e4m3fn (OCP, no infinities, max 448) with an f32 per-tensor scale, saturating
+  kF8E5M2 = 8,  ///< fp8 e5m2 (max finite 57344) with an f32 per-tensor scale, saturating
 };
 
-ROTARY_API const char* dtype_name(DType dtype);  ///< "f32", "f16", "bf16", "f64", "i32", "i64"
+ROTARY_API const char* dtype_name(DType dtype);  ///< "f32", "f16", "bf16", "f64", "i32", "i64", "i8", "f8e4m3", "f8e5m2"
 /// Bytes per element (0 for a value that is not a DType).
 inline std::size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: return 2;
     case DType::kF64: case DType::kI64: return 8;
+    case DType::kI8: case DType::kF8E4M3: case DType::kF8E5M2: return 1;
   }
   return 0;
 }
 inline bool is_floating(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64; }
 inline bool is_integer(DType d) { return d == DType::kI32 || d == DType::kI64; }
+/// The fp8 storage types (quantised with a per-tensor scale).
+inline bool is_fp8(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; }
 
 /// Which channels form a rotated 2-D pair (R = rotary_dim, channels >= R pass through).
 ///

@@ -50,6 +50,11 @@ class PySpec {
 rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits = false);
 rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits = false);
 
+/// The same for arrays whose elements are the raw bits of another rotary dtype (`bits_as`, a rotary::DType
+/// value, or -1): ml_dtypes bfloat16 / float8 numpy arrays and torch float8 tensors arrive as uint16 / uint8.
+rotary::TensorView to_view_as(const InArray& a, const char* what, int bits_as);
+rotary::TensorView to_view_as(const OutArray& a, const char* what, int bits_as);
+
 // Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument).
 using rotary::parse_backend;
 using rotary::parse_layout;
@@ -62,5 +67,6 @@ void bind_multimodal(nb::module_& m);  // multimodal.cc
 void bind_check(nb::module_& m);       // check.cc
 void bind_torch_entry(nb::module_& m);  // torch_entry.cc
 void bind_numpy_entry(nb::module_& m);  // numpy_entry.cc
+void bind_prologue(nb::module_& m);    // prologue.cc
 
 }  // namespace rotary_py

@@ -38,13 +38,16 @@ void register_errors() {
 namespace {
 
 template <class Array>
-rotary::TensorView view_impl(const Array& a, const char* what, bool bf16_bits) {
+rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
   rotary::TensorView v;
   const auto dt = a.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
   bool ok = dt.lanes == 1;
   if (ok) {
-    if (bf16_bits && code == nb::dlpack::dtype_code::UInt && dt.bits == 16) v.dtype = rotary::DType::kBF16;
+    if (bits_as >= 0 && code == nb::dlpack::dtype_code::UInt &&
+        dt.bits == 8 * rotary::dtype_size(static_cast<rotary::DType>(bits_as)))
+      v.dtype = static_cast<rotary::DType>(bits_as);
+    else if (code == nb::dlpack::dtype_code::Int && dt.bits == 8) v.dtype = rotary::DType::kI8;
     else if (code == nb::dlpack::dtype_code::Float && dt.bits == 32) v.dtype = rotary::DType::kF32;
     else if (code == nb::dlpack::dtype_code::Float && dt.bits == 16) v.dtype = rotary::DType::kF16;
     else if (code == nb::dlpack::dtype_code::Float && dt.bits == 64) v.dtype = rotary::DType::kF64;
@@ -57,7 +60,7 @@ rotary::TensorView view_impl(const Array& a, const char* what, bool bf16_bits) {
     throw nb::type_error((std::string("[rotary] ") + what +
                           " has an unsupported dtype (code " + std::to_string(int(dt.code)) + ", " +
                           std::to_string(int(dt.bits)) + " bits); expected float32, float16, bfloat16, float64 "
-                          "(or int32/int64 for positions)").c_str());
+                          "(int32/int64 for positions; int8, float8_e4m3fn, float8_e5m2 for caches and fp8 outputs)").c_str());
   }
   if (a.ndim() > static_cast<size_t>(rotary::kMaxRank)) {
     throw nb::value_error((std::string("[rotary] ") + what + " must have rank <= " +
@@ -74,8 +77,10 @@ rotary::TensorView view_impl(const Array& a, const char* what, bool bf16_bits) {
 
 }  // namespace
 
-rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
-rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits); }
+rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits ? 2 : -1); }
+rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits ? 2 : -1); }
+rotary::TensorView to_view_as(const InArray& a, const char* what, int bits_as) { return view_impl(a, what, bits_as); }
+rotary::TensorView to_view_as(const OutArray& a, const char* what, int bits_as) { return view_impl(a, what, bits_as); }
 
 }  // namespace rotary_py
 
@@ -93,4 +98,5 @@ NB_MODULE(_rotary, m) {
   rotary_py::bind_check(m);
   rotary_py::bind_torch_entry(m);
   rotary_py::bind_numpy_entry(m);
+  rotary_py::bind_prologue(m);
 }

@@ -43,8 +43,8 @@ rotary::TensorView to_view(const rotary_tensor_t& t, const char* where, const st
   if (t.rank < 1 || t.rank > 4)
     invalid(where, name + ".rank must be in [1, 4], got " + std::to_string(t.rank));
   int dt = static_cast<int>(t.dtype);
-  if (dt < 0 || dt > static_cast<int>(rotary::DType::kI64))
-    invalid(where, name + ".dtype must be a rotary_dtype_t value in [0, 5], got " + std::to_string(dt));
+  if (dt < 0 || dt > static_cast<int>(rotary::DType::kF8E5M2))
+    invalid(where, name + ".dtype must be a rotary_dtype_t value in [0, 8], got " + std::to_string(dt));
   v.data = t.data;
   v.dtype = static_cast<rotary::DType>(dt);
   v.rank = t.rank;
@@ -54,8 +54,6 @@ rotary::TensorView to_view(const rotary_tensor_t& t, const char* where, const st
   }
   return v;
 }
-
-namespace {
 
 rotary::Positions to_positions(const rotary_positions_t& p, const char* where) {
   rotary::Positions out;
@@ -70,8 +68,6 @@ rotary::Positions to_positions(const rotary_positions_t& p, const char* where) {
   out.seq_offsets = to_view(p.seq_offsets, where, "args->positions.seq_offsets");
   return out;
 }
-
-}  // namespace
 
 rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where) {
   require_non_null(a, where, "args");

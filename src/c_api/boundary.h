@@ -78,6 +78,9 @@ void check_struct_size(size_t got, size_t expected, const char* where, const cha
 /// A C tensor as a TensorView (absent when data is NULL); checks rank and dtype values.
 rotary::TensorView to_view(const rotary_tensor_t& t, const char* where, const std::string& name);
 
+/// C positions as Positions (kind checked, messages name `args->positions.*`).
+rotary::Positions to_positions(const rotary_positions_t& p, const char* where);
+
 /// C apply arguments as ApplyArgs (enum values checked, messages name `args->field`).
 rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where);
 

@@ -16,6 +16,9 @@ const char* dtype_name(DType dtype) {
     case DType::kF64: return "f64";
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
+    case DType::kI8: return "i8";
+    case DType::kF8E4M3: return "f8e4m3";
+    case DType::kF8E5M2: return "f8e5m2";
   }
   return "unknown";
 }

@@ -240,4 +240,8 @@ void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool posit
   }
 }
 
+bool activations_overlap(const TensorView& a, const TensorView& out, Layout layout) {
+  return elements_overlap(grid_of(a, layout), grid_of(out, layout));
+}
+
 }  // namespace rotary::detail

@@ -31,4 +31,8 @@ struct NamedInput {
 void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool positions,
                                 std::initializer_list<NamedInput> extra = {});
 
+/// Exact test: does an element of activation `a` share a byte with an element of activation `out`
+/// (both of `layout`; `out` passed check_no_self_overlap)? Costs O(rows of a) when their ranges meet.
+bool activations_overlap(const TensorView& a, const TensorView& out, Layout layout);
+
 }  // namespace rotary::detail

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
 #include "engine/overlap.h"
+#include "engine/rope_access.h"
 #include "engine/run_plan.h"
 #include "engine/tensor_checks.h"
 #include "plan/dtype_scalar.h"
@@ -215,3 +217,33 @@ void Rope::cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, 
 }
 
 }  // namespace rotary
+
+namespace rotary::detail {
+
+void RopeAccess::attach(Rope& rope, const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens,
+                        Plan& plan, std::deque<Frequencies>& storage) {
+  Rope::Impl& im = *rope.impl_;
+  Source src;
+  im.choose(range, seq_len, tokens, &src);
+  if (src.table) {
+    attach_table(plan, *src.table, range, seq_len);
+  } else if (src.freqs == &src.local) {
+    storage.push_back(std::move(src.local));
+    attach_on_the_fly(plan, storage.back());
+  } else {
+    attach_on_the_fly(plan, *src.freqs);
+  }
+  plan.cs.axis_of_freq = im.axis_of_freq;
+}
+
+const Frequencies& RopeAccess::frequencies(Rope& rope, std::optional<int64_t> seq_len, int64_t max_position,
+                                           std::deque<Frequencies>& storage) {
+  Rope::Impl& im = *rope.impl_;
+  if (!im.spec.length_dependent()) return im.base;
+  Frequencies f = compute_frequencies(im.spec, seq_len ? *seq_len : max_position + 1);
+  if (same_frequencies(f, im.base)) return im.base;
+  storage.push_back(std::move(f));
+  return storage.back();
+}
+
+}  // namespace rotary::detail

@@ -10,7 +10,7 @@ namespace {
 [[noreturn]] void invalid(const std::string& msg) { detail::invalid(kApplyWhere, msg); }
 [[noreturn]] void invalid_type(const std::string& msg) { detail::invalid_dtype(kApplyWhere, msg); }
 
-bool valid_dtype(DType d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) <= 5; }
+bool valid_dtype(DType d) { return static_cast<int>(d) >= 0 && static_cast<int>(d) <= static_cast<int>(DType::kF8E5M2); }
 
 }  // namespace
 

@@ -196,6 +196,7 @@ const char* descr_of(const NpyArray& a) {
     case DType::kI32: return "<i4";
     case DType::kI64: return "<i8";
     case DType::kBF16: return "<u2";  // bf16 has no npy type: stored as raw uint16 bit patterns
+    case DType::kI8: case DType::kF8E4M3: case DType::kF8E5M2: break;  // quantised storage: not a tensor file type
   }
   fail(Error::Kind::kInvalidArgument, "npy", "unknown dtype " + std::to_string(static_cast<int>(a.dtype)));
 }

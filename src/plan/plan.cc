@@ -24,8 +24,9 @@ void gather_caller(const TensorView& v, int64_t row_offset, int64_t half, float*
 }
 }  // namespace
 
-int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
-  const PlanPositions& p = plan.pos;
+int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) { return token_position(plan.pos, b, s, axis); }
+
+int64_t token_position(const PlanPositions& p, int64_t b, int64_t s, int axis) {
   switch (p.kind) {
     case PlanPositions::Kind::kOffset: return p.offset + batch_offset(p, b) + s;
     case PlanPositions::Kind::kIds: {
@@ -50,29 +51,36 @@ int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis) {
   return 0;
 }
 
-double token_position_f(const Plan& plan, int64_t b, int64_t s, int axis) {
-  const PlanPositions& p = plan.pos;
+namespace {
+double position_f(const PlanPositions& p, int64_t b, int64_t s, int axis) {
   if (p.kind == PlanPositions::Kind::kIds) return load_index(p.ids, p.ids_dtype, id_index(p, b, s, axis));
-  return static_cast<double>(token_position(plan, b, s, axis));
+  return static_cast<double>(token_position(p, b, s, axis));
 }
+}  // namespace
+
+double token_position_f(const Plan& plan, int64_t b, int64_t s, int axis) { return position_f(plan.pos, b, s, axis); }
 
 void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, const float** cos_row,
                      const float** sin_row) {
-  const PlanCosSin& cs = plan.cs;
-  const int64_t h = plan.half;
+  resolve_cos_sin(plan.pos, plan.cs, plan.half, b, s, scratch, cos_row, sin_row);
+}
+
+void resolve_cos_sin(const PlanPositions& pos, const PlanCosSin& cs, int64_t half, int64_t b, int64_t s,
+                     float* scratch, const float** cos_row, const float** sin_row) {
+  const int64_t h = half;
   const bool mrope = !cs.axis_of_freq.empty();
   *cos_row = scratch;
   *sin_row = scratch + h;
   switch (cs.kind) {
     case PlanCosSin::Kind::kTable: {
       if (!mrope) {
-        const float* row = cs.table + token_position(plan, b, s) * 2 * h;
+        const float* row = cs.table + token_position(pos, b, s) * 2 * h;
         *cos_row = row;
         *sin_row = row + h;
         return;
       }
       int64_t p[kMaxPositionAxes] = {0, 0, 0, 0};
-      for (int a = 0; a < plan.pos.n_axes; ++a) p[a] = token_position(plan, b, s, a);
+      for (int a = 0; a < pos.n_axes; ++a) p[a] = token_position(pos, b, s, a);
       for (int64_t j = 0; j < h; ++j) {
         const float* row = cs.table + p[cs.axis_of_freq[static_cast<std::size_t>(j)]] * 2 * h;
         scratch[j] = row[j];
@@ -82,11 +90,11 @@ void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, con
     }
     case PlanCosSin::Kind::kOnTheFly: {
       if (!mrope) {
-        compute_cos_sin_row(cs.inv_freq, h, cs.attention_factor, token_position_f(plan, b, s), scratch, scratch + h);
+        compute_cos_sin_row(cs.inv_freq, h, cs.attention_factor, position_f(pos, b, s, 0), scratch, scratch + h);
         return;
       }
       double p[kMaxPositionAxes] = {0, 0, 0, 0};
-      for (int a = 0; a < plan.pos.n_axes; ++a) p[a] = token_position_f(plan, b, s, a);
+      for (int a = 0; a < pos.n_axes; ++a) p[a] = position_f(pos, b, s, a);
       for (int64_t j = 0; j < h; ++j)
         compute_cos_sin_row(cs.inv_freq + j, 1, cs.attention_factor, p[cs.axis_of_freq[static_cast<std::size_t>(j)]],
                             scratch + j, scratch + h + j);
@@ -95,9 +103,9 @@ void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, con
     case PlanCosSin::Kind::kCaller: {
       int64_t co, so;
       if (cs.cos.rank == 2) {
-        const int64_t pos = token_position(plan, b, s);
-        co = pos * cs.cos.strides[0];
-        so = pos * cs.sin.strides[0];
+        const int64_t p0 = token_position(pos, b, s);
+        co = p0 * cs.cos.strides[0];
+        so = p0 * cs.sin.strides[0];
       } else {
         const int64_t bb = cs.cos.shape[0] == 1 ? 0 : b;
         co = bb * cs.cos.strides[0] + s * cs.cos.strides[1];

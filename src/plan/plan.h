@@ -100,6 +100,12 @@ struct Plan {
 /// Shared by every CPU-side backend; cheap for the table source (no copy).
 void resolve_cos_sin(const Plan& plan, int64_t b, int64_t s, float* scratch, const float** cos_row,
                      const float** sin_row);
+/// The same with the positions, cos/sin source and half spelled out (a prologue call has one source per
+/// sequence over one set of positions).
+void resolve_cos_sin(const PlanPositions& pos, const PlanCosSin& cs, int64_t half, int64_t b, int64_t s,
+                     float* scratch, const float** cos_row, const float** sin_row);
+/// Integer position of token (b, s) on axis `axis` of `pos`.
+int64_t token_position(const PlanPositions& pos, int64_t b, int64_t s, int axis = 0);
 
 /// Integer position of token (b, s) on axis `axis` (kOffset / kIds-integer / kPerToken).
 int64_t token_position(const Plan& plan, int64_t b, int64_t s, int axis = 0);

@@ -31,6 +31,9 @@ std::string npy_dtype_name(const NpyArray& a) {
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
     case DType::kBF16: return "bfloat16";
+    case DType::kI8: return "int8";
+    case DType::kF8E4M3: return "float8_e4m3fn";
+    case DType::kF8E5M2: return "float8_e5m2";
   }
   return "unknown";
 }

@@ -1,0 +1,121 @@
+// Binds the prologue family (rotary::prologue, rerotate_cache) for rotary/_prologue.py; the GIL is released in kernels.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "rotary/prologue.h"
+
+namespace rotary_py {
+
+namespace {
+
+template <class A>
+rotary::TensorView opt_view(const std::optional<A>& a, const char* what, int bits_as = -1) {
+  return a ? to_view_as(*a, what, bits_as) : rotary::TensorView{};
+}
+
+/// Frequency sources from Specs (each's shared Rope) and per-source lengths.
+std::vector<rotary::FrequencySource> sources_of(const nb::list& specs, const std::vector<std::optional<int64_t>>& seq_lens) {
+  std::vector<rotary::FrequencySource> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const PySpec& s = nb::cast<const PySpec&>(specs[i]);
+    rotary::FrequencySource f;
+    f.rope = &s.rope();
+    if (i < seq_lens.size()) f.seq_len = seq_lens[i];
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_prologue(nb::module_& m) {
+  m.def(
+      "_prologue",
+      [](std::optional<InArray> q, InArray k, std::optional<InArray> v, std::optional<OutArray> q_out,
+         std::optional<OutArray> k_out, int64_t offset, std::optional<InArray> ids, std::optional<InArray> cu_seqlens,
+         std::optional<InArray> seq_offsets, std::optional<InArray> batch_offsets, nb::list specs,
+         std::vector<std::optional<int64_t>> seq_lens, std::optional<InArray> source_index, const std::string& cache_layout,
+         std::optional<OutArray> k_cache, std::optional<OutArray> v_cache, std::optional<InArray> slot_mapping,
+         std::optional<InArray> cache_positions, std::optional<OutArray> k_scale, std::optional<OutArray> v_scale,
+         std::optional<InArray> q_norm_weight, std::optional<InArray> k_norm_weight, double norm_eps, double norm_offset,
+         const std::string& layout, int threads, const std::string& backend, int act_bits, int cache_bits, int weight_bits) {
+        rotary::PrologueArgs a;
+        a.q = opt_view(q, "q", act_bits);
+        a.k = to_view_as(k, "k", act_bits);
+        a.v = opt_view(v, "v", act_bits);
+        a.q_out = opt_view(q_out, "q_out", act_bits);
+        a.k_out = opt_view(k_out, "k_out", act_bits);
+        if (cu_seqlens) {
+          a.positions = rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"), opt_view(seq_offsets, "seq_offsets"));
+        } else if (ids) {
+          a.positions = rotary::Positions::from_ids(to_view(*ids, "positions"));
+        } else {
+          a.positions = rotary::Positions::contiguous(offset);
+          a.positions.batch_offsets = opt_view(batch_offsets, "batch_offsets");
+        }
+        a.layout = parse_layout(layout);
+        a.sources = sources_of(specs, seq_lens);
+        a.source_index = opt_view(source_index, "spec_index");
+        a.cache_layout = rotary::parse_cache_layout(cache_layout);
+        a.k_cache = opt_view(k_cache, "k_cache", cache_bits);
+        a.v_cache = opt_view(v_cache, "v_cache", cache_bits);
+        a.slot_mapping = opt_view(slot_mapping, "slot_mapping");
+        a.cache_positions = opt_view(cache_positions, "cache_positions");
+        a.k_scale = opt_view(k_scale, "k_scale");
+        a.v_scale = opt_view(v_scale, "v_scale");
+        a.q_norm_weight = opt_view(q_norm_weight, "q_norm_weight", weight_bits);
+        a.k_norm_weight = opt_view(k_norm_weight, "k_norm_weight", weight_bits);
+        a.norm_eps = norm_eps;
+        a.norm_offset = norm_offset;
+        a.threads = threads;
+        a.backend = parse_backend(backend);
+        nb::gil_scoped_release release;
+        rotary::prologue(a);
+      },
+      nb::arg("q").none(), nb::arg("k"), nb::arg("v").none(), nb::kw_only(), nb::arg("q_out").none() = nb::none(),
+      nb::arg("k_out").none() = nb::none(), nb::arg("offset") = 0, nb::arg("ids").none() = nb::none(),
+      nb::arg("cu_seqlens").none() = nb::none(), nb::arg("seq_offsets").none() = nb::none(),
+      nb::arg("batch_offsets").none() = nb::none(), nb::arg("specs"), nb::arg("seq_lens"),
+      nb::arg("source_index").none() = nb::none(), nb::arg("cache_layout") = "nhd", nb::arg("k_cache").none() = nb::none(),
+      nb::arg("v_cache").none() = nb::none(), nb::arg("slot_mapping").none() = nb::none(),
+      nb::arg("cache_positions").none() = nb::none(), nb::arg("k_scale").none() = nb::none(),
+      nb::arg("v_scale").none() = nb::none(), nb::arg("q_norm_weight").none() = nb::none(),
+      nb::arg("k_norm_weight").none() = nb::none(), nb::arg("norm_eps") = 1e-6, nb::arg("norm_offset") = 0.0,
+      nb::arg("layout") = "thd", nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("act_bits") = -1,
+      nb::arg("cache_bits") = -1, nb::arg("weight_bits") = -1,
+      "Private: rotary.prologue after argument normalisation (rotary::prologue).");
+
+  m.def(
+      "_rerotate_cache",
+      [](OutArray k_cache, InArray slots, InArray from_positions, InArray to_positions, const PySpec& spec,
+         std::optional<std::reference_wrapper<const PySpec>> to_spec, std::optional<int64_t> from_seq_len,
+         std::optional<int64_t> to_seq_len, const std::string& cache_layout, std::optional<OutArray> k_scale, int threads,
+         const std::string& backend, int cache_bits) {
+        rotary::RerotateArgs r;
+        r.k_cache = to_view_as(k_cache, "k_cache", cache_bits);
+        r.cache_layout = rotary::parse_cache_layout(cache_layout);
+        r.k_scale = opt_view(k_scale, "k_scale");
+        r.slots = to_view(slots, "slots");
+        r.from_positions = to_view(from_positions, "from_positions");
+        r.to_positions = to_view(to_positions, "to_positions");
+        r.from = {&spec.rope(), from_seq_len};
+        r.to = {to_spec ? &to_spec->get().rope() : nullptr, to_seq_len};
+        r.threads = threads;
+        r.backend = parse_backend(backend);
+        nb::gil_scoped_release release;
+        rotary::rerotate_cache(r);
+      },
+      nb::arg("k_cache"), nb::arg("slots"), nb::arg("from_positions"), nb::arg("to_positions"), nb::arg("spec"),
+      nb::kw_only(), nb::arg("to_spec").none() = nb::none(), nb::arg("from_seq_len").none() = nb::none(),
+      nb::arg("to_seq_len").none() = nb::none(), nb::arg("cache_layout") = "nhd", nb::arg("k_scale").none() = nb::none(),
+      nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("cache_bits") = -1,
+      "Private: rotary.rerotate_cache after argument normalisation (rotary::rerotate_cache).");
+}
+
+}  // namespace rotary_py

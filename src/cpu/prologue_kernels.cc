@@ -1,0 +1,227 @@
+// CPU SIMD kernels of the prologue family (Highway, compiled per ISA target): the token walk, the cache writes, re-rotation.
+//
+// foreach_target.h re-includes this file once per target, and with it prologue_rows-inl.h (load, norm,
+// rotate, store of one head row) and quantize-inl.h (int8 / fp8 rows). The switch over the input dtype and
+// pairing is RunPrologue; each row's output storage (q's dtype, a cache's dtype) is chosen by StoreRow.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/prologue_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cpu/bf16_native-inl.h"
+#include "cpu/elements-inl.h"
+#include "cpu/prologue_kernels.h"
+#include "cpu/prologue_rows-inl.h"
+#include "cpu/quantize-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::detail::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+/// Per-thread f32 scratch.
+inline float* PrologueScratch(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+/// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
+/// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
+template <Elem EI, Pairing P>
+HWY_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
+                          const RowRotation& rot, const float* w, float eps, float* tmp) {
+  switch (dt) {
+    case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps); return 1.0f;
+    case DType::kF16: Row<EI, Elem::kF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps); return 1.0f;
+    case DType::kBF16:
+#if ROTARY_BF16_NATIVE
+      if (NativeBF16()) {
+        Row<EI, Elem::kBF16Native, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps);
+        return 1.0f;
+      }
+#endif
+      Row<EI, Elem::kBF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps);
+      return 1.0f;
+    default: break;
+  }
+  Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps);
+  if (dt == DType::kI8) return StoreRowI8(tmp, D, static_cast<int8_t*>(out));
+  if (dt == DType::kF8E4M3) StoreRowFp8<true>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
+  else StoreRowFp8<false>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
+  return tensor_scale;
+}
+
+/// Writes row (slot, head) of a cache from `in`.
+template <Elem EI, Pairing P>
+HWY_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
+                         const float* w, float eps, float* tmp) {
+  const size_t es = dtype_size(c.dtype);
+  void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
+  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, static_cast<size_t>(c.dim), rot, w, eps, tmp);
+  if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
+}
+
+/// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
+template <Elem EI, Pairing P>
+void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
+  using T = Storage<EI>;
+  const Plan& rp = p.rope;
+  const size_t D = static_cast<size_t>(rp.head_dim), h = static_cast<size_t>(rp.half);
+  const size_t R = static_cast<size_t>(rp.rotary_dim);
+  float* scratch = PrologueScratch(2 * h + 2 * R + std::max<size_t>(D, static_cast<size_t>(p.v_dim)) + 48);
+  float* resolved = scratch;
+  float* cd = scratch + 2 * h + 16;
+  float* sd = cd + R;
+  float* tmp = sd + R + 16;
+  RowRotation rot;
+  rot.R = p.rotate ? R : 0;
+  rot.h = h;
+  const RowRotation none;
+  const DType qdt = rp.dtype;
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t b = g / rp.S, s = g % rp.S;
+    if (p.rotate) {
+      const float* c;
+      const float* sn;
+      resolve_cos_sin(rp.pos, p.source_of(g), rp.half, b, s, resolved, &c, &sn);
+      if constexpr (P == Pairing::kHalfSplit) {
+        rot.c = c;
+        rot.s = sn;
+      } else {
+        for (size_t i = 0; i < h; ++i) {
+          cd[2 * i] = cd[2 * i + 1] = c[i];
+          sd[2 * i] = -sn[i];
+          sd[2 * i + 1] = sn[i];
+        }
+        rot.c = cd;
+        rot.s = sd;
+      }
+    }
+    const int64_t slot = p.slots != nullptr ? p.slots[g] : -1;
+    if (p.q_index >= 0) {
+      const PlanTensor& t = rp.t[p.q_index];
+      const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
+      T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+      for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
+        StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp);
+    }
+    if (p.k_index >= 0) {
+      const PlanTensor& t = rp.t[p.k_index];
+      const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
+      if (p.k_cache.present()) {
+        for (int64_t head = 0; slot >= 0 && head < t.heads; ++head, in += t.in_sh)
+          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp);
+      } else {
+        T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+        for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
+          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp);
+      }
+    }
+    if (p.has_v && slot >= 0) {
+      const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
+      for (int64_t head = 0; head < p.v.heads; ++head, in += p.v.in_sh)
+        CacheRow<EI, P>(in, p.v_cache, slot, head, none, nullptr, 0.0f, tmp);
+    }
+  }
+}
+
+template <Elem EI>
+void RunPrologueE(const ProloguePlan& p, int64_t g0, int64_t g1) {
+  if (p.rope.pairing == Pairing::kInterleaved && p.rotate) return RunTokensT<EI, Pairing::kInterleaved>(p, g0, g1);
+  RunTokensT<EI, Pairing::kHalfSplit>(p, g0, g1);
+}
+
+/// The one switch over the prologue's input dtype (loads of bf16 are the same with or without AVX512-BF16).
+void RunPrologue(const ProloguePlan& p, int64_t g0, int64_t g1) {
+  switch (p.rope.dtype) {
+    case DType::kF16: return RunPrologueE<Elem::kF16>(p, g0, g1);
+    case DType::kBF16: return RunPrologueE<Elem::kBF16>(p, g0, g1);
+    default: return RunPrologueE<Elem::kF32>(p, g0, g1);
+  }
+}
+
+/// Rows [i0, i1) of a re-rotation: each row's difference cos/sin, then each head dequantised, rotated
+/// and stored back (i8 with a fresh scale).
+template <Pairing P>
+void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
+  const PlanRows& r = p.rows;
+  const size_t D = static_cast<size_t>(r.dim), h = static_cast<size_t>(p.half), R = static_cast<size_t>(p.rotary_dim);
+  float* scratch = PrologueScratch(2 * h + 2 * R + 2 * D + 64);
+  float* c = scratch;
+  float* s = c + h + 8;
+  float* cd = s + h + 8;
+  float* sd = cd + R;
+  float* tmp = sd + R + 16;
+  RowRotation rot;
+  rot.R = R;
+  rot.h = h;
+  const size_t es = dtype_size(r.dtype);
+  int64_t last = -1;
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t slot = p.slots[static_cast<size_t>(i)];
+    if (slot < 0) continue;
+    // Consecutive rows with the same positions (a shift of a whole range by one amount is common) share cos/sin.
+    if (last < 0 || p.from_pos[static_cast<size_t>(i)] != p.from_pos[static_cast<size_t>(last)] ||
+        p.to_pos[static_cast<size_t>(i)] != p.to_pos[static_cast<size_t>(last)]) {
+      rerotate_cos_sin(p, i, c, s);
+      if constexpr (P == Pairing::kHalfSplit) {
+        rot.c = c;
+        rot.s = s;
+      } else {
+        for (size_t j = 0; j < h; ++j) {
+          cd[2 * j] = cd[2 * j + 1] = c[j];
+          sd[2 * j] = -s[j];
+          sd[2 * j + 1] = s[j];
+        }
+        rot.c = cd;
+        rot.s = sd;
+      }
+    }
+    last = i;
+    for (int64_t head = 0; head < r.heads; ++head) {
+      void* row = static_cast<char*>(r.data) + r.row_offset(slot, head) * static_cast<int64_t>(es);
+      switch (r.dtype) {
+        case DType::kF32: StoreRow<Elem::kF32, P>(static_cast<const float*>(row), row, r.dtype, 1.0f, D, rot, nullptr, 0.0f, tmp); break;
+        case DType::kF16: StoreRow<Elem::kF16, P>(static_cast<const uint16_t*>(row), row, r.dtype, 1.0f, D, rot, nullptr, 0.0f, tmp); break;
+        case DType::kBF16: StoreRow<Elem::kBF16, P>(static_cast<const uint16_t*>(row), row, r.dtype, 1.0f, D, rot, nullptr, 0.0f, tmp); break;
+        default: {
+          float* x = tmp + D + 16;
+          if (r.dtype == DType::kI8) LoadRowI8(static_cast<const int8_t*>(row), D, r.scales[r.scale_offset(slot, head)], x);
+          else LoadRowFp8(static_cast<const uint8_t*>(row), D, r.dtype, r.tensor_scale, x);
+          const float scale = StoreRow<Elem::kF32, P>(x, row, r.dtype, r.tensor_scale, D, rot, nullptr, 0.0f, tmp);
+          if (r.dtype == DType::kI8) r.scales[r.scale_offset(slot, head)] = scale;
+        }
+      }
+    }
+  }
+}
+
+void RunRerotate(const RerotatePlan& p, int64_t i0, int64_t i1) {
+  if (p.pairing == Pairing::kInterleaved) return RunRerotateT<Pairing::kInterleaved>(p, i0, i1);
+  RunRerotateT<Pairing::kHalfSplit>(p, i0, i1);
+}
+
+}  // namespace rotary::detail::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace rotary::detail::cpu {
+
+HWY_EXPORT(RunPrologue);
+HWY_EXPORT(RunRerotate);
+
+void run_prologue_tokens(const ProloguePlan& plan, int64_t g0, int64_t g1) {
+  HWY_DYNAMIC_DISPATCH(RunPrologue)(plan, g0, g1);
+}
+
+void run_rerotate_rows(const RerotatePlan& plan, int64_t i0, int64_t i1) {
+  HWY_DYNAMIC_DISPATCH(RunRerotate)(plan, i0, i1);
+}
+
+}  // namespace rotary::detail::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,134 @@
+// Per-target rows of the prologue family: load (any float storage), RMSNorm, rotation and store in one pass over a head.
+//
+// A Highway "-inl.h" piece, re-included per target by prologue_kernels.cc. One row body for every input and
+// output element type (LoadX/StoreX of elements-inl.h), both pairings, with or without the norm; the rotation
+// steps are those of the apply kernels (same f32 operations, so the same results), fed by normalised inputs.
+#if defined(ROTARY_CPU_PROLOGUE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
+#ifdef ROTARY_CPU_PROLOGUE_ROWS_INL_H_
+#undef ROTARY_CPU_PROLOGUE_ROWS_INL_H_
+#else
+#define ROTARY_CPU_PROLOGUE_ROWS_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu/elements-inl.h"
+#include "cpu/rows_general-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace rotary::detail::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+/// A token's rotation as a row needs it: half-split, cos c[h] and signed sin s[h]; interleaved, the
+/// per-channel rows c = [c0 c0 c1 c1 ..] and s = [-s0 s0 -s1 s1 ..] of R values. R = 0: no rotation.
+struct RowRotation {
+  const float* c = nullptr;
+  const float* s = nullptr;
+  size_t R = 0, h = 0;
+};
+
+/// RMSNorm factor of a row: 1 / sqrt(fl32(sum of squares / D) + eps), in f32 (four partial sums).
+template <Elem E>
+HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float eps) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
+  size_t i = 0;
+  for (; i + 4 * N <= D; i += 4 * N) {
+    const auto x0 = LoadX<E>(d, in + i), x1 = LoadX<E>(d, in + i + N);
+    const auto x2 = LoadX<E>(d, in + i + 2 * N), x3 = LoadX<E>(d, in + i + 3 * N);
+    a0 = hn::MulAdd(x0, x0, a0);
+    a1 = hn::MulAdd(x1, x1, a1);
+    a2 = hn::MulAdd(x2, x2, a2);
+    a3 = hn::MulAdd(x3, x3, a3);
+  }
+  for (; i + N <= D; i += N) {
+    const auto x = LoadX<E>(d, in + i);
+    a0 = hn::MulAdd(x, x, a0);
+  }
+  float ss = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+  const hn::CappedTag<float, 1> d1;
+  for (; i < D; ++i) {
+    const float x = hn::GetLane(LoadX<E>(d1, in + i));
+    ss += x * x;
+  }
+  return 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
+}
+
+/// One head row: in (EI) -> optional RMSNorm (weight+offset `w`, kNorm) -> rotation of the first rot.R
+/// channels -> out (EO). Channels past R are normalised and/or converted, or copied (out of place), or
+/// left alone (in place, same type, no norm). `in` and `out` are the same row or do not overlap.
+template <Elem EI, Elem EO, Pairing P, bool kNorm>
+HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot,
+                              const float* w, float eps) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  float r = 1.0f;
+  if constexpr (kNorm) r = RmsFactor<EI>(in, D, eps);
+  auto load = [&](auto dc, size_t i) {
+    auto x = LoadX<EI>(dc, in + i);
+    if constexpr (kNorm) x = hn::Mul(hn::Mul(x, hn::Set(dc, r)), hn::LoadU(dc, w + i));
+    return x;
+  };
+  size_t done = 0;
+  if (rot.R != 0) {
+    if constexpr (P == Pairing::kHalfSplit) {
+      const size_t h = rot.h;
+      auto step = [&](auto dc, size_t i) {
+        const auto x0 = load(dc, i), x1 = load(dc, h + i);
+        const auto vc = hn::LoadU(dc, rot.c + i), vs = hn::LoadU(dc, rot.s + i);
+        StoreX<EO, false>(dc, hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), out + i);
+        StoreX<EO, false>(dc, hn::MulAdd(x0, vs, hn::Mul(x1, vc)), out + h + i);
+      };
+      size_t i = 0;
+      for (; i + N <= h; i += N) step(d, i);
+      if (i < h) Remainder<8, 1>(i, h, step);
+    } else {
+#if HWY_TARGET == HWY_SCALAR
+      for (size_t j = 0; j < rot.R; j += 2) {  // one-lane vectors cannot hold a pair
+        const auto x0 = load(d, j), x1 = load(d, j + 1);
+        const auto c = hn::LoadU(d, rot.c + j);
+        StoreX<EO, false>(d, hn::MulAdd(x1, hn::LoadU(d, rot.s + j), hn::Mul(x0, c)), out + j);
+        StoreX<EO, false>(d, hn::MulAdd(x0, hn::LoadU(d, rot.s + j + 1), hn::Mul(x1, c)), out + j + 1);
+      }
+#else
+      auto step = [&](auto dc, size_t j) {
+        const auto x = load(dc, j);
+        const auto y = hn::MulAdd(hn::Reverse2(dc, x), hn::LoadU(dc, rot.s + j), hn::Mul(x, hn::LoadU(dc, rot.c + j)));
+        StoreX<EO, false>(dc, y, out + j);
+      };
+      size_t j = 0;
+      for (; j + N <= rot.R; j += N) step(d, j);
+      if (j < rot.R) Remainder<8, 2>(j, rot.R, step);
+#endif
+    }
+    done = rot.R;
+  }
+  if (done == D) return;
+  if constexpr (!kNorm && (EI == EO || (IsBF16(EI) && IsBF16(EO)))) {
+    if (static_cast<const void*>(in) != static_cast<const void*>(out))
+      std::memcpy(out + done, in + done, (D - done) * sizeof(Storage<EI>));
+  } else {
+    auto step = [&](auto dc, size_t i) { StoreX<EO, false>(dc, load(dc, i), out + i); };
+    size_t i = done;
+    for (; i + N <= D; i += N) step(d, i);
+    if (i < D) Remainder<8, 1>(i, D, step);
+  }
+}
+
+/// NormRotateRow with the norm chosen at run time (w null: none).
+template <Elem EI, Elem EO, Pairing P>
+HWY_INLINE void Row(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot, const float* w, float eps) {
+  if (w != nullptr) return NormRotateRow<EI, EO, P, true>(in, out, D, rot, w, eps);
+  NormRotateRow<EI, EO, P, false>(in, out, D, rot, nullptr, eps);
+}
+
+}  // namespace rotary::detail::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ROTARY_CPU_PROLOGUE_ROWS_INL_H_

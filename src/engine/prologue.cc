@@ -1,0 +1,345 @@
+// rotary::prologue: validates every argument into a ProloguePlan (q/k/positions through the apply checks), then runs a backend.
+#include "rotary/prologue.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/messages.h"
+#include "engine/build_plan.h"
+#include "engine/overlap.h"
+#include "engine/position_checks.h"
+#include "engine/prologue_checks.h"
+#include "engine/rope_access.h"
+#include "engine/tensor_checks.h"
+#include "plan/dtype_scalar.h"
+
+namespace rotary {
+namespace detail {
+namespace {
+
+constexpr const char* kWhere = kPrologueWhere;
+
+[[noreturn]] void invalid(const std::string& msg) { detail::invalid(kWhere, msg); }
+
+/// Sequences of the token grid: a batch row (bshd/bhsd), a packed segment, or the whole call (thd).
+struct Sequences {
+  int64_t count = 1;
+  std::vector<int64_t> of_token;  ///< sequence of token g = b * S + s (packed only; else b)
+  std::vector<int64_t> first;     ///< packed: first token of each sequence
+};
+
+Sequences sequences(const PrologueArgs& a, const Plan& plan) {
+  Sequences q;
+  if (a.layout != Layout::kTHD) {
+    q.count = plan.B;
+  } else if (a.positions.kind == Positions::Kind::kPacked) {  // cu_seqlens validated by build_plan
+    const TensorView& cu = a.positions.cu_seqlens;
+    q.count = cu.shape[0] - 1;
+    q.of_token.assign(static_cast<size_t>(plan.S), 0);
+    q.first.resize(static_cast<size_t>(q.count));
+    for (int64_t n = 0; n < q.count; ++n) {
+      const int64_t b = load_int_index(cu.data, cu.dtype, n * cu.strides[0]);
+      const int64_t e = load_int_index(cu.data, cu.dtype, (n + 1) * cu.strides[0]);
+      q.first[static_cast<size_t>(n)] = b;
+      for (int64_t t = b; t < e; ++t) q.of_token[static_cast<size_t>(t)] = n;
+    }
+  }
+  return q;
+}
+
+int64_t seq_of(const Sequences& q, const Plan& plan, int64_t g) {
+  if (!q.of_token.empty()) return q.of_token[static_cast<size_t>(g)];
+  return q.count == 1 ? 0 : g / plan.S;
+}
+
+int64_t index_in_seq(const Sequences& q, const Plan& plan, int64_t g) {
+  if (!q.of_token.empty()) return g - q.first[static_cast<size_t>(q.of_token[static_cast<size_t>(g)])];
+  return g % plan.S;
+}
+
+/// The token grid of a validated plan as a slot-mapping shape: "[T] = [5]" or "[B,S] = [2,3]".
+std::string grid_text(Layout layout, const Plan& plan) {
+  if (layout == Layout::kTHD) return "[T] = [" + str(plan.S) + "]";
+  return "[B,S] = [" + str(plan.B) + "," + str(plan.S) + "]";
+}
+
+/// Cos/sin sources: one per frequency source, each over the positions of the tokens using it.
+void attach_sources(const PrologueArgs& a, const Sequences& seqs, const PositionRange& range, ProloguePlan& p) {
+  Plan& rp = p.rope;
+  const int64_t tokens = rp.B * rp.S;
+  const auto nsrc = static_cast<int64_t>(a.sources.size());
+  std::vector<int64_t> seq_source;
+  if (!absent(a.source_index)) {
+    read_indices(a.source_index, "source_index", seqs.count, "[N] = [" + str(seqs.count) + "] (one entry per sequence)",
+                 kWhere, &seq_source);
+    for (int64_t n = 0; n < seqs.count; ++n)
+      if (seq_source[static_cast<size_t>(n)] < 0 || seq_source[static_cast<size_t>(n)] >= nsrc)
+        out_of_range(kWhere, "source_index[" + str(n) + "] must be in [0, " + str(nsrc) + ") (the number of sources), got " +
+                                 str(seq_source[static_cast<size_t>(n)]));
+  }
+  if (nsrc > 255) invalid("sources must hold at most 255 frequency sources, got " + str(nsrc));
+  std::vector<PositionRange> ranges(static_cast<size_t>(nsrc));
+  std::vector<int64_t> counts(static_cast<size_t>(nsrc), 0);
+  if (nsrc == 1 || seq_source.empty()) {
+    ranges[0] = range;
+    counts[0] = tokens;
+  } else {
+    p.token_source.resize(static_cast<size_t>(tokens));
+    for (int64_t g = 0; g < tokens; ++g) {
+      const auto src = seq_source[static_cast<size_t>(seq_of(seqs, rp, g))];
+      p.token_source[static_cast<size_t>(g)] = static_cast<uint8_t>(src);
+      PositionRange& r = ranges[static_cast<size_t>(src)];
+      ++counts[static_cast<size_t>(src)];
+      for (int axis = 0; axis < rp.pos.n_axes; ++axis) {
+        if (rp.pos.fractional()) {
+          const double v = load_index(rp.pos.ids, rp.pos.ids_dtype,
+                                      axis * rp.pos.ids_sa + (g / rp.S) * rp.pos.ids_sb + (g % rp.S) * rp.pos.ids_ss);
+          r.any = true;
+          r.fractional = true;
+          r.max_f = std::max(r.max_f, v);
+          r.max_int = std::max(r.max_int, static_cast<int64_t>(v));
+        } else {
+          note_position(&r, token_position(rp.pos, g / rp.S, g % rp.S, axis));
+        }
+      }
+    }
+  }
+  p.sources.resize(static_cast<size_t>(nsrc));
+  for (int64_t i = 0; i < nsrc; ++i) {
+    const FrequencySource& fs = a.sources[static_cast<size_t>(i)];
+    RopeAccess::attach(*fs.rope, ranges[static_cast<size_t>(i)], fs.seq_len, std::max<int64_t>(1, counts[static_cast<size_t>(i)]),
+                       rp, p.freq_storage);
+    p.sources[static_cast<size_t>(i)] = std::move(rp.cs);
+    rp.cs = PlanCosSin{};
+  }
+}
+
+/// Cache rows, scales and the slot of every token.
+void plan_cache(const PrologueArgs& a, const Sequences& seqs, ProloguePlan& p) {
+  Plan& rp = p.rope;
+  const int ci = static_cast<int>(a.cache_layout);
+  if (ci < 0 || ci > 3) invalid("cache_layout must be nhd, hnd, bshd or bhsd, got " + str(ci));
+  const int64_t hkv = p.hkv, D = rp.head_dim;
+  int64_t major = 0, v_major = 0;
+  p.k_cache = cache_rows(a.k_cache, a.cache_layout, "k_cache", hkv, D, kWhere, &major);
+  if (p.has_v) {
+    p.v_cache = cache_rows(a.v_cache, a.cache_layout, "v_cache", hkv, p.v_dim, kWhere, &v_major);
+    if (a.v_cache.dtype != a.k_cache.dtype)
+      invalid_dtype(kWhere, std::string("v_cache dtype must equal k_cache dtype ") + dtype_name(a.k_cache.dtype) + ", got " +
+                                dtype_name(a.v_cache.dtype));
+    if (v_major != major || p.v_cache.minor_count != p.k_cache.minor_count)
+      invalid("v_cache must have k_cache's first three dims with its own D (" + str(p.v_dim) + "), got k_cache " +
+              shape_str(a.k_cache) + " and v_cache " + shape_str(a.v_cache));
+  }
+  attach_scale(p.k_cache, a.k_scale, a.k_cache, a.cache_layout, "k_scale", "k_cache", kWhere);
+  if (p.has_v) attach_scale(p.v_cache, a.v_scale, a.v_cache, a.cache_layout, "v_scale", "v_cache", kWhere);
+  else if (!absent(a.v_scale)) invalid("v_scale is given but v_cache is absent, got v_scale shape " + shape_str(a.v_scale));
+
+  const int64_t tokens = rp.B * rp.S;
+  const int64_t minor = p.k_cache.minor_count;
+  if (is_paged(a.cache_layout)) {
+    if (!absent(a.cache_positions))
+      invalid(std::string("cache_positions addresses contiguous caches (bshd, bhsd); cache_layout ") +
+              cache_layout_name(a.cache_layout) + " takes slot_mapping, got cache_positions shape " + shape_str(a.cache_positions));
+    if (absent(a.slot_mapping))
+      invalid(std::string("slot_mapping must be given for a paged cache (cache_layout ") + cache_layout_name(a.cache_layout) +
+              "), got none");
+    const TensorView& sm = a.slot_mapping;
+    if (sm.dtype == DType::kI64 && sm.rank == 1 && sm.shape[0] == tokens && (sm.strides[0] == 1 || tokens == 1) &&
+        a.layout == Layout::kTHD && sm.data != nullptr) {
+      p.slots = static_cast<const int64_t*>(sm.data);  // the caller's own array, read in place
+    } else {
+      read_indices(sm, "slot_mapping", tokens, grid_text(a.layout, rp), kWhere, &p.slot_storage,
+                   a.layout == Layout::kTHD ? -1 : rp.B, rp.S);
+      p.slots = p.slot_storage.data();
+    }
+    check_slots(p.slots, tokens, major * minor, "slot_mapping", "num_blocks * block_size", kWhere);
+    return;
+  }
+  if (!absent(a.slot_mapping))
+    invalid(std::string("slot_mapping addresses paged caches (nhd, hnd); cache_layout ") + cache_layout_name(a.cache_layout) +
+            " takes cache_positions, got slot_mapping shape " + shape_str(a.slot_mapping));
+  std::vector<int64_t> start(static_cast<size_t>(seqs.count), 0);
+  if (!absent(a.cache_positions))
+    read_indices(a.cache_positions, "cache_positions", seqs.count,
+                 "[N] = [" + str(seqs.count) + "] (the start row of each sequence)", kWhere, &start);
+  if (seqs.count > major)
+    invalid("k_cache must have a row per sequence: its first dim (B) must be >= " + str(seqs.count) + ", got " +
+            shape_str(a.k_cache));
+  std::vector<int64_t> len(static_cast<size_t>(seqs.count), 0);
+  for (int64_t g = 0; g < tokens; ++g) ++len[static_cast<size_t>(seq_of(seqs, rp, g))];
+  for (int64_t n = 0; n < seqs.count; ++n) {
+    const int64_t s0 = start[static_cast<size_t>(n)], l = len[static_cast<size_t>(n)];
+    if (s0 < 0 || s0 > minor - l)
+      out_of_range(kWhere, "cache_positions[" + str(n) + "] must be in [0, S_max - length = " + str(minor) + " - " + str(l) +
+                               "] (sequence " + str(n) + " has " + str(l) + " tokens), got " + str(s0));
+  }
+  p.slot_storage.resize(static_cast<size_t>(tokens));
+  for (int64_t g = 0; g < tokens; ++g) {
+    const int64_t n = seq_of(seqs, rp, g);
+    p.slot_storage[static_cast<size_t>(g)] = n * minor + start[static_cast<size_t>(n)] + index_in_seq(seqs, rp, g);
+  }
+  p.slots = p.slot_storage.data();
+}
+
+/// Every tensor the call writes shares no memory with what it reads or with another output (the apply
+/// checks already covered q, k and their outputs among themselves).
+void check_outputs(const PrologueArgs& a, const ProloguePlan& p) {
+  struct Named {
+    const TensorView* v;
+    const char* name;
+    bool activation;  // of a.layout: exact element test against other activations
+  };
+  const bool has_cache = p.k_cache.present();
+  std::vector<Named> writes, reads;
+  if (!absent(a.q)) writes.push_back({absent(a.q_out) ? &a.q : &a.q_out, absent(a.q_out) ? "q (rotated in place)" : "q_out", true});
+  if (!has_cache) writes.push_back({absent(a.k_out) ? &a.k : &a.k_out, absent(a.k_out) ? "k (written in place)" : "k_out", true});
+  const size_t apply_writes = writes.size();
+  if (has_cache) writes.push_back({&a.k_cache, "k_cache", false});
+  if (p.has_v) writes.push_back({&a.v_cache, "v_cache", false});
+  if (has_cache && p.k_cache.dtype == DType::kI8) writes.push_back({&a.k_scale, "k_scale", false});
+  if (p.has_v && p.v_cache.dtype == DType::kI8) writes.push_back({&a.v_scale, "v_scale", false});
+  reads.push_back({&a.q, "q", true});
+  reads.push_back({&a.k, "k", true});
+  const size_t apply_reads = reads.size();
+  reads.push_back({&a.v, "v", true});
+  reads.push_back({&a.q_norm_weight, "q_norm_weight", false});
+  reads.push_back({&a.k_norm_weight, "k_norm_weight", false});
+  reads.push_back({&a.slot_mapping, "slot_mapping", false});
+  reads.push_back({&a.cache_positions, "cache_positions", false});
+  reads.push_back({&a.source_index, "source_index", false});
+  if (has_cache && is_fp8(p.k_cache.dtype)) reads.push_back({&a.k_scale, "k_scale", false});
+  if (p.has_v && is_fp8(p.v_cache.dtype)) reads.push_back({&a.v_scale, "v_scale", false});
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const Named& w = writes[i];
+    for (size_t j = 0; j < reads.size(); ++j) {
+      const Named& r = reads[j];
+      if (i < apply_writes && j < apply_reads) continue;  // build_plan's aliasing rules
+      const bool exact = w.activation && r.activation;
+      check_disjoint(*w.v, w.name, *r.v, r.name, kWhere, exact ? &a.layout : nullptr);
+    }
+    for (size_t j = std::max(i + 1, apply_writes); j < writes.size(); ++j)
+      check_disjoint(*w.v, w.name, *writes[j].v, writes[j].name, kWhere);
+  }
+}
+
+}  // namespace
+
+ProloguePlan build_prologue_plan(const PrologueArgs& a) {
+  ProloguePlan p;
+  const int bi = static_cast<int>(a.backend);
+  if (bi < 0 || bi > 3) invalid("backend must be auto, cpu, reference or cuda, got " + str(bi));
+  if (a.backend == Backend::kCuda)
+    fail(Error::Kind::kUnsupported, kWhere, "backend cuda: the prologue runs on the CPU backends (auto, cpu, reference), got cuda");
+  if (absent(a.k)) invalid("k must be given (the prologue writes k, and v, into the cache), got none");
+  const bool has_cache = !absent(a.k_cache);
+  if (!has_cache && !absent(a.v_cache)) invalid("v_cache is given but k_cache is absent, got v_cache shape " + shape_str(a.v_cache));
+  if (!has_cache && !absent(a.v)) invalid("v is given but there is no cache to write it to (k_cache and v_cache absent)");
+  if (has_cache && absent(a.v) != absent(a.v_cache))
+    invalid(absent(a.v) ? "v_cache is given but v is absent" : "v is given but v_cache is absent");
+  if (has_cache && !absent(a.k_out))
+    invalid("k_out is given but k goes to k_cache (k_out is for calls without a cache), got k_out shape " + shape_str(a.k_out));
+  if (absent(a.q) && !absent(a.q_out)) invalid("q_out is given but q is absent, got q_out shape " + shape_str(a.q_out));
+  if (absent(a.q) && !absent(a.q_norm_weight)) invalid("q_norm_weight is given but q is absent");
+  if (!std::isfinite(a.norm_eps) || a.norm_eps < 0) invalid("norm_eps must be finite and >= 0, got " + num(a.norm_eps));
+  if (!std::isfinite(a.norm_offset)) invalid("norm_offset must be finite, got " + num(a.norm_offset));
+
+  p.rotate = !a.sources.empty();
+  const SourceGeometry geo = check_sources(a.sources, "sources", kWhere);
+  if (!p.rotate && !absent(a.source_index)) invalid("source_index is given but sources is empty");
+  // q and k (k alone when q is absent) through the apply checks: shapes, dtypes, strides, aliasing, positions.
+  ApplyArgs ap;
+  const bool has_q = !absent(a.q);
+  ap.q = has_q ? a.q : a.k;
+  ap.q_out = has_q ? a.q_out : (has_cache ? TensorView{} : a.k_out);
+  if (has_q) {
+    ap.k = a.k;
+    ap.k_out = has_cache ? TensorView{} : a.k_out;
+  }
+  ap.positions = a.positions;
+  ap.layout = a.layout;
+  ap.pairing = geo.pairing;
+  ap.threads = a.threads;
+  ap.backend = a.backend;
+  PlanRequest req;
+  const int64_t d_guess = ap.q.rank >= 1 && ap.q.rank <= kMaxRank ? ap.q.shape[ap.q.rank - 1] : 2;
+  req.rotary_dim = p.rotate ? geo.rotary_dim : std::max<int64_t>(2, d_guess - d_guess % 2);
+  req.default_pairing = geo.pairing;
+  req.allow_fractional = true;
+  if (geo.n_axes > 1) {
+    req.n_axes = geo.n_axes;
+    req.axes_what = "t, h, w position per token for an M-RoPE spec";
+  }
+  PositionRange range;
+  try {
+    p.rope = build_plan(ap, req, &range);
+  } catch (const Error& e) {
+    rethrow_as(e, kWhere);
+  }
+  Plan& rp = p.rope;
+  if (ap.q.dtype == DType::kF64 && has_cache) invalid_dtype(kWhere, "q, k and v must be f32, f16 or bf16 with a cache, got f64");
+  // build_plan leaves tensors without heads out of the apply plan: q is t[0] and k follows it when present.
+  // Without q, build_plan saw k as "q" (its messages name it so).
+  const int64_t hq = has_q ? canonical(a.q, a.layout).H : 0;
+  p.hkv = canonical(a.k, a.layout).H;
+  p.q_index = hq > 0 ? 0 : -1;
+  p.k_index = p.hkv > 0 ? (hq > 0 ? 1 : 0) : -1;
+  if (p.rotate && rp.head_dim != geo.head_dim)
+    invalid((has_q ? "q" : "k") + std::string(" head_dim must equal the spec's head_dim ") + str(geo.head_dim) + ", got " +
+            str(rp.head_dim));
+  if (!p.rotate) {
+    rp.rotary_dim = 0;
+    rp.half = 0;
+  }
+  // v
+  p.has_v = !absent(a.v);
+  if (p.has_v) {
+    Canon cv;
+    try {
+      check_activation(a.v, "v", a.layout);
+    } catch (const Error& e) {
+      rethrow_as(e, kWhere);
+    }
+    cv = canonical(a.v, a.layout);
+    if (a.v.dtype != ap.q.dtype)
+      invalid_dtype(kWhere, std::string("v dtype must equal ") + (has_q ? "q" : "k") + " dtype " + dtype_name(ap.q.dtype) +
+                                ", got " + dtype_name(a.v.dtype));
+    const int64_t hk = p.hkv;
+    if (cv.B != rp.B || cv.S != rp.S || cv.H != hk)
+      invalid("v must have k's batch, tokens and heads (" + str(rp.B) + ", " + str(rp.S) + ", " + str(hk) + ") in layout " +
+              layout_name(a.layout) + ", got shape " + shape_str(a.v));
+    p.v.in = a.v.data;
+    p.v.out = nullptr;
+    p.v.heads = cv.H;
+    p.v.in_sb = cv.sb; p.v.in_ss = cv.ss; p.v.in_sh = cv.sh; p.v.in_sd = cv.sd;
+    p.v_dim = cv.D;
+  }
+  // norm
+  if (!absent(a.q_norm_weight))
+    p.q_norm = norm_weight(a.q_norm_weight, "q_norm_weight", rp.head_dim, a.norm_offset, kWhere, &p.q_norm_storage);
+  if (!absent(a.k_norm_weight))
+    p.k_norm = norm_weight(a.k_norm_weight, "k_norm_weight", rp.head_dim, a.norm_offset, kWhere, &p.k_norm_storage);
+  p.eps = static_cast<float>(a.norm_eps);
+
+  const Sequences seqs = sequences(a, rp);
+  if (has_cache) plan_cache(a, seqs, p);
+  else if (!absent(a.slot_mapping) || !absent(a.cache_positions) || !absent(a.k_scale))
+    invalid("slot_mapping, cache_positions and k_scale address a cache, but k_cache is absent");
+  check_outputs(a, p);
+  if (p.rotate && rp.B * rp.S > 0) attach_sources(a, seqs, range, p);
+  p.threads = a.threads;
+  return p;
+}
+
+}  // namespace detail
+
+void prologue(const PrologueArgs& args) {
+  const detail::ProloguePlan plan = detail::build_prologue_plan(args);
+  if (plan.rope.B == 0 || plan.rope.S == 0) return;
+  if (args.backend == Backend::kReference) return detail::reference_prologue(plan);
+  detail::cpu_prologue(plan);
+}
+
+}  // namespace rotary

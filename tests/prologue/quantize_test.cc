@@ -1,0 +1,163 @@
+// The scalar quantisation rules (plan/quantize.h) against brute force: nearest fp8 value with ties to even, saturation, int8 rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "plan/quantize.h"
+#include "prologue/prologue_testing.h"
+#include "rotary/prologue.h"
+
+namespace rotary {
+namespace {
+
+using detail::fp8_to_f32;
+using detail::f32_to_fp8;
+
+/// The nearest finite fp8 value to x by exhaustive search (ties: the even code), saturating.
+uint8_t brute_force_fp8(float x_in, DType dt) {
+  const float mx = dt == DType::kF8E4M3 ? 448.0f : 57344.0f;
+  const float x = std::fmin(mx, std::fmax(-mx, x_in));  // saturation
+  int best = -1;
+  double best_err = INFINITY;
+  for (int c = 0; c < 256; ++c) {
+    const float v = fp8_to_f32(static_cast<uint8_t>(c), dt);
+    if (!std::isfinite(v)) continue;
+    if ((c & 0x80) && v == 0.0f) continue;  // -0 only for x = -0 (below)
+    const double err = std::fabs(static_cast<double>(v) - static_cast<double>(x));
+    if (err < best_err || (err == best_err && (c & 1) == 0)) {
+      best = c;
+      best_err = err;
+    }
+  }
+  if (std::signbit(x) && fp8_to_f32(static_cast<uint8_t>(best), dt) == 0.0f) best |= 0x80;
+  return static_cast<uint8_t>(best);
+}
+
+TEST(Quantize, Fp8IsTheNearestValueTiesToEvenSaturatingOnARandomAndAnEdgeSample) {
+  for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
+    std::vector<float> xs;
+    for (int c = 0; c < 256; ++c) {  // every code, the midpoints between neighbours and just beside them
+      const float v = fp8_to_f32(static_cast<uint8_t>(c), dt);
+      if (!std::isfinite(v)) continue;
+      xs.push_back(v);
+      const float next = fp8_to_f32(static_cast<uint8_t>((c & 0x80) | std::min((c & 0x7F) + 1, 0x7F)), dt);
+      if (std::isfinite(next) && next != v) {
+        const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
+        xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY * mid)});
+      }
+    }
+    std::mt19937 g(7);
+    std::uniform_real_distribution<float> e(-20.0f, 17.0f);
+    for (int i = 0; i < 20000; ++i) xs.push_back((i & 1 ? -1.0f : 1.0f) * std::exp2(e(g)));
+    xs.insert(xs.end(), {1e9f, -1e9f, INFINITY, -INFINITY, 0.0f, -0.0f, 448.0f, 464.0f, 465.0f, 57344.0f, 61440.0f, 1e-30f});
+    for (float x : xs) ASSERT_EQ(f32_to_fp8(x, dt), brute_force_fp8(x, dt)) << dtype_name(dt) << " x = " << x;
+    EXPECT_TRUE(std::isnan(fp8_to_f32(f32_to_fp8(NAN, dt), dt)));
+  }
+}
+
+TEST(Quantize, Fp8DecodesEveryCodeAndRoundTrips) {
+  for (DType dt : {DType::kF8E4M3, DType::kF8E5M2})
+    for (int c = 0; c < 256; ++c) {
+      const float v = fp8_to_f32(static_cast<uint8_t>(c), dt);
+      if (std::isnan(v) || std::isinf(v)) continue;
+      EXPECT_EQ(f32_to_fp8(v, dt), c) << dtype_name(dt) << " code " << c;
+    }
+  EXPECT_EQ(fp8_to_f32(0x7E, DType::kF8E4M3), 448.0f);
+  EXPECT_EQ(fp8_to_f32(0x7B, DType::kF8E5M2), 57344.0f);
+  EXPECT_EQ(fp8_to_f32(0x01, DType::kF8E4M3), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_to_f32(0x01, DType::kF8E5M2), std::ldexp(1.0f, -16));
+}
+
+TEST(Quantize, Int8RowsUseOneScaleRoundHalfToEvenAndZeroForUnusableRows) {
+  const float y[] = {127.0f, 2.5f, -3.5f, 0.5f, -127.0f, 1.49f};
+  int8_t q[6];
+  EXPECT_EQ(detail::quantize_int8_row(y, 6, q), 1.0f);
+  const int8_t want[] = {127, 2, -4, 0, -127, 1};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(q[i], want[i]) << i;
+  const float zeros[] = {0.0f, -0.0f};
+  EXPECT_EQ(detail::quantize_int8_row(zeros, 2, q), 0.0f);
+  EXPECT_EQ(q[0], 0);
+  const float bad[] = {1.0f, NAN};
+  EXPECT_TRUE(std::isnan(detail::quantize_int8_row(bad, 2, q)));
+  EXPECT_EQ(q[0], 0);
+  const float inf[] = {1.0f, -INFINITY};
+  EXPECT_TRUE(std::isinf(detail::quantize_int8_row(inf, 2, q)));
+  EXPECT_EQ(q[0], 0);
+}
+
+/// Values that exercise an fp8 encoder: every code, every midpoint between neighbours and the floats beside
+/// them, saturation, infinities, NaN, signed zeros, f32 subnormals.
+std::vector<float> fp8_edge_values(DType dt) {
+  std::vector<float> xs;
+  for (int c = 0; c < 256; ++c) {
+    const float v = fp8_to_f32(static_cast<uint8_t>(c), dt);
+    if (!std::isfinite(v)) continue;
+    xs.push_back(v);
+    const float next = fp8_to_f32(static_cast<uint8_t>((c & 0x80) | std::min((c & 0x7F) + 1, 0x7F)), dt);
+    if (std::isfinite(next) && next != v) {
+      const float mid = static_cast<float>((static_cast<double>(v) + next) / 2);
+      xs.insert(xs.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY * mid)});
+    }
+  }
+  xs.insert(xs.end(), {1e9f, -1e9f, INFINITY, -INFINITY, NAN, -NAN, 0.0f, -0.0f, 1e-40f, -1e-42f, 464.0f, 61440.0f});
+  while (xs.size() % 16 != 0) xs.push_back(1.0f);
+  return xs;
+}
+
+/// The SIMD cache writer (every ISA target the CPU runs) on crafted values: v rows copied into a cache with
+/// scale 1 must hold exactly the scalar rule's bytes. Random data almost never lands on a tie; these do.
+TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues) {
+  testing::for_each_target([](const std::string& target) {
+  SCOPED_TRACE(target);
+  for (Backend backend : {Backend::kCpu, Backend::kReference})
+    for (DType dt : {DType::kF8E4M3, DType::kF8E5M2, DType::kI8}) {
+      std::vector<float> v;
+      if (dt == DType::kI8) {  // rows of 16 with amax 127 (scale 1): halves are ties
+        for (int r = 0; r < 40; ++r)
+          for (int i = 0; i < 16; ++i) v.push_back(i == 0 ? 127.0f : (r - 20) * 3.0f + (i % 2 ? 0.5f : -0.5f) + i);
+        for (int i = 0; i < 16; ++i) v.push_back(i == 3 ? NAN : 1.0f);  // unusable rows: zeros
+        for (int i = 0; i < 16; ++i) v.push_back(0.0f);
+      } else {
+        v = fp8_edge_values(dt);
+      }
+      const auto rows = static_cast<int64_t>(v.size() / 16);
+      std::vector<float> k(v.size(), 0.0f), scales(static_cast<size_t>(2 * rows), -1.0f);
+      std::vector<uint8_t> kc(v.size()), vc(v.size());
+      std::vector<int64_t> slots(static_cast<size_t>(rows));
+      for (int64_t t = 0; t < rows; ++t) slots[static_cast<size_t>(t)] = t;
+      float one = 1.0f;
+      PrologueArgs a;
+      a.k = TensorView::contiguous(k.data(), DType::kF32, {rows, 1, 16});
+      a.v = TensorView::contiguous(v.data(), DType::kF32, {rows, 1, 16});
+      a.k_cache = TensorView::contiguous(kc.data(), dt, {rows, 1, 1, 16});
+      a.v_cache = TensorView::contiguous(vc.data(), dt, {rows, 1, 1, 16});
+      a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {rows});
+      if (dt == DType::kI8) {
+        a.k_scale = TensorView::contiguous(scales.data(), DType::kF32, {rows, 1, 1});
+        a.v_scale = TensorView::contiguous(scales.data() + rows, DType::kF32, {rows, 1, 1});
+      } else {
+        a.k_scale = a.v_scale = TensorView::contiguous(&one, DType::kF32, {1});
+      }
+      a.backend = backend;
+      prologue(a);
+      for (int64_t r = 0; r < rows; ++r) {
+        if (dt == DType::kI8) {
+          int8_t want[16];
+          const float s = detail::quantize_int8_row(v.data() + r * 16, 16, want);
+          EXPECT_EQ(detail::f32_bits(s), detail::f32_bits(scales[static_cast<size_t>(rows + r)])) << "row " << r;
+          EXPECT_EQ(0, std::memcmp(want, vc.data() + r * 16, 16)) << "row " << r;
+          continue;
+        }
+        for (int64_t i = r * 16; i < r * 16 + 16; ++i)
+          ASSERT_EQ(f32_to_fp8(v[static_cast<size_t>(i)], dt), vc[static_cast<size_t>(i)])
+              << dtype_name(dt) << " x = " << v[static_cast<size_t>(i)];
+      }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace rotary
