@@ -20,7 +20,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "api.md"
 HEADER_ORDER = ["rotary.h", "spec.h", "config.h", "freqs.h", "types.h", "apply.h", "table.h", "multimodal.h",
-                "context_parallel.h", "convert.h", "ggml.h", "onnx.h", "npy.h", "rotary_c.h", "api.h", "version.h"]
+                "context_parallel.h", "convert.h", "ggml.h", "onnx.h", "prologue.h", "npy.h", "rotary_c.h", "api.h", "version.h"]
 
 
 def _skip_body(lines: list[str], i: int, opened: int) -> int:
@@ -160,9 +160,10 @@ def describe(name: str, node) -> list[str]:
 def python_section() -> str:
     pkg = ROOT / "python" / "rotary"
     out = ["## Python (`import rotary`, `import rotary.torch`)", ""]
-    modules = (("rotary", module_all(pkg / "__init__.py") + module_all(pkg / "multimodal.py"),
-                ["__init__.py", "multimodal.py", "_rotary.pyi"]),
-               ("rotary.torch", module_all(pkg / "torch.py"), ["torch.py"]))
+    modules = (("rotary", module_all(pkg / "__init__.py") + module_all(pkg / "multimodal.py")
+                + module_all(pkg / "_prologue.py"), ["__init__.py", "multimodal.py", "_prologue.py", "_rotary.pyi"]),
+               ("rotary.torch", module_all(pkg / "torch.py"), ["torch.py"]),
+               ("rotary.prologue_torch", module_all(pkg / "prologue_torch.py"), ["prologue_torch.py"]))
     for module, names, files in modules:
         defs = python_defs(files)
         out += [f"### `{module}`", ""]

@@ -67,7 +67,8 @@ field, what was expected, and the offending value.
   alike); their positions are checked for shape only.
 - **Mixed dtypes** that are allowed: caller cos/sin may have a different floating dtype from q/k (values are
   used in f32); positions may be i32 or i64 (f32/f64 = fractional, on-the-fly sources only). q and k, q and
-  q_out, k and k_out, cos and sin must share their dtype.
+  q_out, k and k_out, cos and sin must share their dtype, except that q_out / k_out may be fp8 (f8e4m3, f8e5m2)
+  with a per-tensor scale (`ApplyArgs::q_out_scale` / `k_out_scale`, docs/prologue.md).
 - The C API never aborts or throws; it returns the status and keeps the message in `rotary_last_error()`
   (thread-local). Failed `*_create` / `*_from_*` calls do not return a handle.
 

@@ -44,7 +44,7 @@ struct Positions {
 /// arbitrary strides (e.g. slices of a fused QKV buffer). Channel stride 1 takes the SIMD path.
 struct ApplyArgs {
   TensorView q;      ///< [B,S,H,D] / [B,H,S,D] / [T,H,D] per `layout`
-  TensorView q_out;  ///< absent, or identical to q => in place; else same shape & dtype, no partial overlap
+  TensorView q_out;  ///< absent, or identical to q => in place; else same shape & dtype (or fp8, see q_out_scale), no partial overlap
   TensorView k;      ///< optional second tensor, same B,S (or T) and D as q, its own head count
   TensorView k_out;
   Positions positions;
@@ -57,6 +57,11 @@ struct ApplyArgs {
   /// Backend kCuda: the cudaStream_t the call is enqueued on (nullptr = the default stream). The call
   /// never synchronises the host; other backends ignore it.
   void* stream = nullptr;
+  /// fp8 outputs (q_out / k_out of dtype kF8E4M3 / kF8E5M2; CPU backends): the per-tensor scale of each.
+  /// The stored code is f32_to_fp8(fl32(y / scale)) of the f32 result y: round to nearest even,
+  /// saturating at the largest finite value (docs/prologue.md, "Quantised storage"); finite and > 0.
+  float q_out_scale = 1.0f;
+  float k_out_scale = 1.0f;
 };
 
 /// True if calls with `backend` can run in this build and process: kAuto/kCpu/kReference always; kCuda when rotary

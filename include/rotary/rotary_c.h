@@ -280,6 +280,9 @@ typedef struct rotary_apply_args_t {
   rotary_backend_t backend;     /* default AUTO */
   void* stream;                 /* backend CUDA: the cudaStream_t to enqueue on (NULL = default stream). Added
                                    after 0.1.0: struct_size of the 0.1.0 layout (ending at backend) is accepted */
+  float q_out_scale;            /* per-tensor scale of an fp8 (F8E4M3/F8E5M2) q_out: code = fp8(y / scale), saturating,
+                                   nearest even; default 1. Added after 0.1.0 (layouts ending before it: scale 1) */
+  float k_out_scale;            /* the same for k_out */
 } rotary_apply_args_t;
 
 ROTARY_API void rotary_apply_args_init(rotary_apply_args_t* args);

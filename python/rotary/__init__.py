@@ -90,6 +90,7 @@ def apply(
     cu_seqlens: Optional[ArrayLike] = None,
     seq_offsets: Optional[ArrayLike] = None,
     batch_offsets: Optional[ArrayLike] = None,
+    out_scale: Optional[float] = None,
 ) -> ArrayLike:
     """Rotates x by RoPE and returns the result as the same array type and dtype.
 
@@ -106,12 +107,14 @@ def apply(
       usable cores. backend: "auto", "cpu", "reference" or "cuda".
     cu_seqlens / seq_offsets: packed thd positions (position = t - cu_seqlens[n] + seq_offsets[n]).
     batch_offsets: per-batch start offsets [B] added to an int `positions`.
+    out_scale: with an fp8 `out` (ml_dtypes float8_e4m3fn / float8_e5m2, torch.float8_e4m3fn / float8_e5m2), its
+      per-tensor scale: out holds fp8(fl32(y / out_scale)) of the f32 result y, nearest even, saturating.
     A torch tensor requiring grad is routed through rotary.torch's autograd function.
     """
     # Fast path: plain numpy float arrays, an int offset and an output array (x itself = in place).
     if (type(x) is _ndarray and type(out) is _ndarray and type(positions) is int and type(threads) is int
             and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
-            and cu_seqlens is None and seq_offsets is None and batch_offsets is None
+            and cu_seqlens is None and seq_offsets is None and batch_offsets is None and out_scale is None
             and _rotary._apply_numpy(spec, x, None, None if out is x else out, None, positions, layout, threads)):
         return out
     if not isinstance(spec, Spec):
@@ -124,6 +127,11 @@ def apply(
 
         return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                   seq_len=seq_len, threads=threads, backend=backend)
+    if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
+        _prologue._apply_fp8(spec, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
+                             inverse=inverse, seq_len=seq_len, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
+                             seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+        return out
     xv, bf16, out, ov = _input_and_out(x, out)
     offset, ids = _split_positions(positions)
     cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
@@ -154,16 +162,20 @@ def apply_qk(
     cu_seqlens: Optional[ArrayLike] = None,
     seq_offsets: Optional[ArrayLike] = None,
     batch_offsets: Optional[ArrayLike] = None,
+    q_out_scale: Optional[float] = None,
+    k_out_scale: Optional[float] = None,
 ) -> Tuple[ArrayLike, ArrayLike]:
     """Rotates q and k (same batch/sequence/head_dim, own head counts: GQA) in one call; returns (q, k).
 
     inplace=True writes into q and k themselves; otherwise q_out/k_out are used or allocated.
+    q_out_scale / k_out_scale: per-tensor scales of fp8 q_out / k_out (as rotary.apply's out_scale).
     Other arguments as in rotary.apply.
     """
     # Fast path (a decode step): plain numpy float arrays, an int offset, outputs given or in place.
     if (type(q) is _ndarray and type(k) is _ndarray and type(positions) is int and type(threads) is int
             and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
-            and cu_seqlens is None and seq_offsets is None and batch_offsets is None):
+            and cu_seqlens is None and seq_offsets is None and batch_offsets is None and q_out_scale is None
+            and k_out_scale is None):
         if inplace:
             if q_out is None and k_out is None and _rotary._apply_numpy(spec, q, k, None, None, positions, layout,
                                                                         threads):
@@ -187,6 +199,16 @@ def apply_qk(
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    if (q_out_scale is not None or k_out_scale is not None or _prologue._fp8_code(q_out) is not None
+            or _prologue._fp8_code(k_out) is not None):
+        if inplace:
+            raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
+        q_out = _empty_like(q) if q_out is None else q_out
+        k_out = _empty_like(k) if k_out is None else k_out
+        _prologue._apply_fp8(spec, q, q_out, q_out_scale, k, k_out, k_out_scale, positions, layout=layout,
+                             pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, backend=backend,
+                             cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+        return q_out, k_out
     qv, bf16 = _as_core_array(q, "q", readonly=True)
     kv, _ = _as_core_array(k, "k", readonly=True)
     if inplace:
@@ -450,3 +472,8 @@ from . import parity as _parity  # noqa: E402
 from .parity import CheckResult, ExportedTables, check, export_tables  # noqa: E402,F401
 
 __all__ += _parity.__all__
+
+from . import _prologue  # noqa: E402
+from ._prologue import prologue, rerotate_cache  # noqa: E402,F401
+
+__all__ += _prologue.__all__

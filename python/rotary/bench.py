@@ -1,6 +1,6 @@
 """Peer benchmark: rotary vs a plain PyTorch RoPE module (torch-seed), HF apply_rotary_pos_emb, ONNX Runtime and ggml.
 
-    python -m rotary.bench --peers [--json] [--quick] [--case P1|P2] [--threads N]
+    python -m rotary.bench --peers [--json] [--quick] [--case P1|P2|prologue] [--threads N]
     python -m rotary.bench --torch [--json] [--quick] [--torch-case decode|prefill|model]   (rotary/_bench_torch.py)
 
 Runs every implementation on the same tensors as `rotary bench`: P1 = Llama-3-8B prefill (q [4096,32,128]
@@ -10,6 +10,10 @@ output arrays reused across calls, ONNX Runtime into its arena, ggml into its co
 persistent threadpool, PyTorch allocates). Prints one JSON object per (case, dtype, impl, threads) with --json, then a table of
 speedups (peer ms / rotary ms). An implementation that cannot run a combination (not installed, dtype
 not supported) is reported with "ms": null and the reason.
+
+`--case prologue` (also part of a run without --case) times the attention prologue instead: rotary.prologue
+against the torch eager composition (HF q_norm/k_norm + apply_rotary_pos_emb + StaticCache update), see
+rotary/_bench_prologue.py and docs/performance.md.
 """
 from __future__ import annotations
 
@@ -302,7 +306,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--torch-case", choices=("decode", "prefill", "model"), help="only this --torch case")
     ap.add_argument("--json", action="store_true", help="one JSON object per line, then the speedup table on stderr")
     ap.add_argument("--quick", action="store_true", help="shorter timing (noisier)")
-    ap.add_argument("--case", choices=sorted(CASES), help="only this case")
+    ap.add_argument("--case", choices=sorted(CASES) + ["prologue"], help="only this case")
     ap.add_argument("--threads", type=int, help="only this thread count (default: 1 and 2)")
     args = ap.parse_args(argv)
     if args.torch:
@@ -313,10 +317,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         ap.error("nothing to do: pass --peers or --torch (the kernel-only benchmark is the C++ `rotary bench`)")
     if args.threads is not None and args.threads < 1:
         ap.error(f"--threads must be >= 1, got {args.threads}")
-    cases = [args.case] if args.case else list(CASES)
+    cases = [args.case] if args.case and args.case != "prologue" else [] if args.case else list(CASES)
     threads_list = [args.threads] if args.threads else [1, 2]
-    rows = run(cases, threads_list, args.quick, args.json)
-    print(speedup_table(rows), file=sys.stderr if args.json else sys.stdout)
+    if cases:
+        rows = run(cases, threads_list, args.quick, args.json)
+        print(speedup_table(rows), file=sys.stderr if args.json else sys.stdout)
+    if args.case in (None, "prologue"):
+        from . import _bench_prologue
+
+        rows = _bench_prologue.run(threads_list, args.quick, args.json, _median_ms)
+        print(_bench_prologue.speedup_table(rows), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

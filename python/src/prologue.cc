@@ -1,4 +1,4 @@
-// Binds the prologue family (rotary::prologue, rerotate_cache) for rotary/_prologue.py; the GIL is released in kernels.
+// Binds the prologue family (rotary::prologue, rerotate_cache) and fp8-output apply for rotary/_prologue.py; the GIL is released in kernels.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -94,7 +94,7 @@ void bind_prologue(nb::module_& m) {
   m.def(
       "_rerotate_cache",
       [](OutArray k_cache, InArray slots, InArray from_positions, InArray to_positions, const PySpec& spec,
-         std::optional<std::reference_wrapper<const PySpec>> to_spec, std::optional<int64_t> from_seq_len,
+         nb::object to_spec, std::optional<int64_t> from_seq_len,
          std::optional<int64_t> to_seq_len, const std::string& cache_layout, std::optional<OutArray> k_scale, int threads,
          const std::string& backend, int cache_bits) {
         rotary::RerotateArgs r;
@@ -105,7 +105,7 @@ void bind_prologue(nb::module_& m) {
         r.from_positions = to_view(from_positions, "from_positions");
         r.to_positions = to_view(to_positions, "to_positions");
         r.from = {&spec.rope(), from_seq_len};
-        r.to = {to_spec ? &to_spec->get().rope() : nullptr, to_seq_len};
+        r.to = {to_spec.is_none() ? nullptr : &nb::cast<const PySpec&>(to_spec).rope(), to_seq_len};
         r.threads = threads;
         r.backend = parse_backend(backend);
         nb::gil_scoped_release release;
@@ -116,6 +116,48 @@ void bind_prologue(nb::module_& m) {
       nb::arg("to_seq_len").none() = nb::none(), nb::arg("cache_layout") = "nhd", nb::arg("k_scale").none() = nb::none(),
       nb::arg("threads") = 0, nb::arg("backend") = "auto", nb::arg("cache_bits") = -1,
       "Private: rotary.rerotate_cache after argument normalisation (rotary::rerotate_cache).");
+
+  m.def(
+      "_apply_fp8",
+      [](const PySpec& spec, InArray q, std::optional<OutArray> q_out, std::optional<InArray> k,
+         std::optional<OutArray> k_out, int64_t offset, std::optional<InArray> ids, std::optional<InArray> cu_seqlens,
+         std::optional<InArray> seq_offsets, std::optional<InArray> batch_offsets, const std::string& layout,
+         std::optional<std::string> pairing, bool inverse, std::optional<int64_t> seq_len, int threads,
+         const std::string& backend, int act_bits, int q_out_bits, int k_out_bits, double q_out_scale,
+         double k_out_scale) {
+        rotary::ApplyArgs a;
+        a.q = to_view_as(q, "x", act_bits);
+        a.q_out = opt_view(q_out, "out", q_out_bits);
+        a.k = opt_view(k, "k", act_bits);
+        a.k_out = opt_view(k_out, "k_out", k_out_bits);
+        if (cu_seqlens) {
+          a.positions = rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"), opt_view(seq_offsets, "seq_offsets"));
+        } else if (ids) {
+          a.positions = rotary::Positions::from_ids(to_view(*ids, "positions"));
+        } else {
+          a.positions = rotary::Positions::contiguous(offset);
+          a.positions.batch_offsets = opt_view(batch_offsets, "batch_offsets");
+        }
+        a.layout = parse_layout(layout);
+        if (pairing) a.pairing = parse_pairing(*pairing);
+        a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
+        a.seq_len = seq_len;
+        a.threads = threads;
+        a.backend = parse_backend(backend);
+        a.q_out_scale = static_cast<float>(q_out_scale);
+        a.k_out_scale = static_cast<float>(k_out_scale);
+        rotary::Rope& rope = spec.rope();
+        nb::gil_scoped_release release;
+        rope.apply(a);
+      },
+      nb::arg("spec"), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
+      nb::arg("k_out").none() = nb::none(), nb::arg("offset") = 0, nb::arg("ids").none() = nb::none(),
+      nb::arg("cu_seqlens").none() = nb::none(), nb::arg("seq_offsets").none() = nb::none(),
+      nb::arg("batch_offsets").none() = nb::none(), nb::arg("layout") = "bshd", nb::arg("pairing").none() = nb::none(),
+      nb::arg("inverse") = false, nb::arg("seq_len").none() = nb::none(), nb::arg("threads") = 0,
+      nb::arg("backend") = "auto", nb::arg("act_bits") = -1, nb::arg("q_out_bits") = -1, nb::arg("k_out_bits") = -1,
+      nb::arg("q_out_scale") = 1.0, nb::arg("k_out_scale") = 1.0,
+      "Private: rotary.apply / apply_qk with fp8 outputs (ApplyArgs::q_out_scale / k_out_scale).");
 }
 
 }  // namespace rotary_py

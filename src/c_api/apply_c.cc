@@ -118,6 +118,8 @@ void rotary_apply_args_init(rotary_apply_args_t* args) {
   args->direction = ROTARY_DIRECTION_FORWARD;
   args->seq_len = -1;
   args->threads = 0;
+  args->q_out_scale = 1.0f;
+  args->k_out_scale = 1.0f;
   args->backend = ROTARY_BACKEND_AUTO;
 }
 

@@ -72,8 +72,10 @@ rotary::Positions to_positions(const rotary_positions_t& p, const char* where) {
 rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where) {
   require_non_null(a, where, "args");
   // Callers built against 0.1.0 pass the layout that ends at `backend` (no `stream` field): accepted, stream = NULL.
+  // Callers built before the fp8 output scales pass the layout ending at `stream`: accepted, scales 1.
   const bool v0_1_layout = a->struct_size == offsetof(rotary_apply_args_t, stream);
-  if (!v0_1_layout)
+  const bool no_scales = v0_1_layout || a->struct_size == offsetof(rotary_apply_args_t, q_out_scale);
+  if (!no_scales)
     check_struct_size(a->struct_size, sizeof(rotary_apply_args_t), where, "args", "rotary_apply_args_t",
                       "rotary_apply_args_init");
   rotary::ApplyArgs out;
@@ -107,6 +109,8 @@ rotary::ApplyArgs to_apply_args(const rotary_apply_args_t* a, const char* where)
                        std::to_string(backend));
   out.backend = static_cast<rotary::Backend>(backend);
   out.stream = v0_1_layout ? nullptr : a->stream;
+  out.q_out_scale = no_scales ? 1.0f : a->q_out_scale;
+  out.k_out_scale = no_scales ? 1.0f : a->k_out_scale;
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
+#include "engine/fp8_output.h"
 #include "engine/run_plan.h"
 #include "plan/plan.h"
 
@@ -21,6 +22,8 @@ bool backend_available(Backend backend) {
 }
 
 void apply_table(CosSinTable& table, const ApplyArgs& args) {
+  if (detail::has_fp8_output(args))
+    return detail::apply_fp8_outputs(args, [&](const ApplyArgs& a) { apply_table(table, a); });
   detail::PlanRequest req;
   req.rotary_dim = 2 * table.half();
   detail::PositionRange range;
@@ -30,6 +33,8 @@ void apply_table(CosSinTable& table, const ApplyArgs& args) {
 }
 
 void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args) {
+  if (detail::has_fp8_output(args))
+    return detail::apply_fp8_outputs(args, [&](const ApplyArgs& a) { apply_frequencies(freqs, a); });
   detail::check_frequencies(freqs, "freqs");
   detail::PlanRequest req;
   req.rotary_dim = 2 * static_cast<int64_t>(freqs.inv_freq.size());
@@ -41,6 +46,8 @@ void apply_frequencies(const Frequencies& freqs, const ApplyArgs& args) {
 }
 
 void apply_cos_sin(TensorView cos, TensorView sin, const ApplyArgs& args) {
+  if (detail::has_fp8_output(args))
+    return detail::apply_fp8_outputs(args, [&](const ApplyArgs& a) { apply_cos_sin(cos, sin, a); });
   if (cos.rank != 2 && cos.rank != 3)
     fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
          "cos must have rank 2 [max_pos, R/2] or rank 3 [B, S, R/2], got rank " + std::to_string(cos.rank));

@@ -12,6 +12,7 @@
 #include "core/messages.h"
 #include "engine/build_plan.h"
 #include "engine/cos_sin_source.h"
+#include "engine/fp8_output.h"
 #include "engine/overlap.h"
 #include "engine/rope_access.h"
 #include "engine/run_plan.h"
@@ -114,6 +115,7 @@ Frequencies Rope::frequencies(std::optional<int64_t> seq_len) const {
 CosSinTable& Rope::table() { return *impl_->main; }
 
 void Rope::apply(const ApplyArgs& args) {
+  if (detail::has_fp8_output(args)) return detail::apply_fp8_outputs(args, [this](const ApplyArgs& a) { apply(a); });
   Impl& im = *impl_;
   const Spec& spec = im.spec;
   detail::PlanRequest req;

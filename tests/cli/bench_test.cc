@@ -55,12 +55,47 @@ TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
   EXPECT_EQ(seen.size(), 24u) << "every dtype x pairing x inplace x direction once";
 }
 
+TEST(CliBench, PrologueJsonLinesCarryTheIssuesFieldsForEveryConfiguration) {
+  const std::string cli = testing::cli_path();
+  if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
+  std::string out;
+  ASSERT_EQ(testing::run_command("'" + cli + "' bench --quick --case prologue --threads 1 --json", &out, false), 0) << out;
+  const std::string doc = testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md");
+  std::istringstream lines(out);
+  std::string line;
+  std::set<std::tuple<std::string, std::string, std::string, std::string, bool>> seen;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    for (const char* key : {"case", "model", "phase", "dtype", "cache_dtype", "qk_norm", "threads", "ms", "gbps", "limit",
+                            "limit_gbps", "ratio", "unfused_ms"})
+      ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
+    EXPECT_EQ(j["case"], "prologue");
+    const std::string phase = j["phase"], dtype = j["dtype"], cache = j["cache_dtype"];
+    EXPECT_EQ(j.contains("us"), phase == "decode") << line;
+    const double ms = j["ms"], gbps = j["gbps"], lg = j["limit_gbps"], ratio = j["ratio"], unfused = j["unfused_ms"];
+    EXPECT_GT(ms, 0.0);
+    EXPECT_GT(unfused, 0.0);
+    EXPECT_NEAR(ratio, gbps / lg, 1e-9 * ratio);
+    // bytes: q, k, v read in the input dtype; q written back, k and v into the cache dtype (+ f32 row scales for i8)
+    const double T = phase == "prefill" ? 4096 : 1, in = dtype == "f32" ? 4 : 2;
+    const double c = cache == "f32" ? 4 : cache == "bf16" ? 2 : 1;
+    const double bytes = T * 128 * (48 * in + 32 * in + 16 * c) + (cache == "i8" ? T * 16 * 4 : 0.0);
+    EXPECT_NEAR(j["bytes"].get<double>(), bytes, 1e-9 * bytes) << line;
+    EXPECT_NEAR(gbps, bytes / (ms * 1e-3) / 1e9, 1e-6 * gbps) << line;
+    seen.insert({j["model"], phase, dtype, cache, j["qk_norm"].get<bool>()});
+    for (const auto& [key, value] : j.items())
+      EXPECT_NE(doc.find("| `" + key + "` |"), std::string::npos) << key << " is not described in docs/cli.md";
+  }
+  EXPECT_EQ(seen.size(), 64u) << "2 models x 2 phases x 2 dtypes x 4 cache dtypes x qk-norm on/off";
+}
+
 TEST(CliBench, BadArgumentsAreUsageErrors) {
   const std::string cli = testing::cli_path();
   if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
   std::string out;
   EXPECT_NE(testing::run_command("'" + cli + "' bench --case P3", &out, true), 0);
-  EXPECT_NE(out.find("--case must be P1 or P2, got \"P3\""), std::string::npos) << out;
+  EXPECT_NE(out.find("--case must be P1, P2 or prologue, got \"P3\""), std::string::npos) << out;
   EXPECT_NE(testing::run_command("'" + cli + "' bench --threads 0", &out, true), 0);
   EXPECT_NE(out.find("--threads must be in [1, 1024], got 0"), std::string::npos) << out;
 }

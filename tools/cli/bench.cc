@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_cuda.h"
+#include "bench_prologue.h"
 #include "cli.h"
 #include "rotary/apply.h"
 #include "rotary/config.h"
@@ -25,7 +26,7 @@ namespace rotary::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "rotary bench [--json] [--quick] [--case P1|P2] [--threads N] | rotary bench --backend cuda [--json] [--quick] "
+    "rotary bench [--json] [--quick] [--case P1|P2|prologue] [--threads N] | rotary bench --backend cuda [--json] [--quick] "
     "[--case T1|T4096|T32768|T131072]";
 
 // ------------------------------------------------------------------ cases
@@ -119,7 +120,8 @@ Spec llama3_8b_spec() {
 const Options kOptions = {
     {"json", nullptr, "print one JSON line per configuration (fields: docs/cli.md) instead of a table", "off"},
     {"quick", nullptr, "time for a fraction of the usual time (a smoke run; noisier numbers)", "off"},
-    {"case", "P1|P2", "only prefill (P1) or only decode (P2)", "both"},
+    {"case", "P1|P2|prologue", "only prefill (P1), only decode (P2), or the attention prologue (docs/prologue.md)",
+     "P1 and P2"},
     {"threads", "N", "only this thread count (1..1024)", "1 and 2"},
     {"backend", "cpu|cuda", "cuda: time the CUDA kernels (a CUDA build; --case T1|T4096|T32768|T131072)", "cpu"},
 };
@@ -133,15 +135,16 @@ int run_bench(const std::vector<std::string>& args) {
   const bool json = flags.has("json");
   const bool quick = flags.has("quick");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
-  if (auto c = flags.get("case")) {
-    if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1 or P2, got " + quote_value(*c));
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *c; }),
-                cases.end());
-  }
   std::vector<int> thread_counts = {1, 2};
   if (auto n = flags.get_int("threads")) {
     if (*n < 1 || *n > 1024) throw UsageError("--threads must be in [1, 1024], got " + std::to_string(*n));
     thread_counts = {static_cast<int>(*n)};
+  }
+  if (auto c = flags.get("case")) {
+    if (*c == "prologue") return run_prologue_bench(json, quick, thread_counts);
+    if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1, P2 or prologue, got " + quote_value(*c));
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *c; }),
+                cases.end());
   }
 
   CosSinTable table(compute_frequencies(llama3_8b_spec().normalized()));

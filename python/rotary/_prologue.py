@@ -1,0 +1,231 @@
+"""The attention prologue for numpy arrays and torch CPU tensors: rotary.prologue and rotary.rerotate_cache.
+
+One pass per token: optional RMSNorm of the q and k heads, RoPE, q in place (or into q_out), and the rotated k
+and v written into a KV cache, paged (vLLM/FlashInfer NHD or HND, addressed by slot_mapping, -1 = skip) or
+contiguous (bshd, or bhsd as Hugging Face's StaticCache, from cache_positions). Caches may be float32, float16,
+bfloat16, int8 (with a float32 scale per row and head, written by the call) or fp8 e4m3/e5m2 (ml_dtypes' or
+torch's float8 types, with a per-tensor scale). docs/prologue.md describes the layouts and the rounding.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _rotary
+from ._arrays import ArrayLike, _as_core_array, _has_broadcast_axis, _index_array, _is_torch, _torch_module
+from ._rotary import Spec
+
+__all__ = ["prologue", "rerotate_cache"]
+
+# ml_dtypes' numpy types by scalar type name -> rotary DType value of the raw bits passed to the core
+_NUMPY_BITS = {"bfloat16": 2, "float8_e4m3fn": 7, "float8_e5m2": 8}
+
+
+def _core(x: Any, what: str, readonly: bool = False):
+    """(array for the core, rotary DType value of its raw bits or -1)."""
+    if isinstance(x, np.ndarray) and (x.dtype.kind == "V" or x.dtype.type.__name__ in _NUMPY_BITS):
+        # ml_dtypes' types (float8_e5m2 reports kind "f", the others "V"): their raw bits
+        code = _NUMPY_BITS.get(x.dtype.type.__name__)
+        if code is None:
+            raise TypeError(f"[rotary_prologue] {what} has an unsupported dtype {x.dtype}")
+        if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
+            x = np.ascontiguousarray(x)
+        return x.view(np.uint16 if code == 2 else np.uint8), code
+    if _is_torch(x):
+        torch = _torch_module()
+        f8 = {getattr(torch, "float8_e4m3fn", None): 7, getattr(torch, "float8_e5m2", None): 8}
+        if x.dtype in f8:
+            if x.device.type != "cpu":
+                raise ValueError(f"[rotary] {what} is on device '{x.device}'; rotary's Python kernels run on CPU tensors")
+            return x.detach().view(torch.uint8), f8[x.dtype]
+    return _as_core_array(x, what, readonly=readonly)[0], -1
+
+
+def _group(arrays, readonly: bool):
+    """Converts named arrays that must share one element type; returns (converted, bits code)."""
+    out, code, first = [], None, None
+    for name, a in arrays:
+        if a is None:
+            out.append(None)
+            continue
+        v, c = _core(a, name, readonly)
+        if code is None:
+            code, first = c, (name, a)
+        elif c != code:
+            raise TypeError(f"[rotary_prologue] {name} dtype must equal {first[0]} dtype {first[1].dtype}, got {a.dtype}")
+        out.append(v)
+    return out, (-1 if code is None else code)
+
+
+def _scale(s: Any, what: str):
+    """A float (fp8 per-tensor scale) as a one-element float32 array, or the array (int8 scales) itself."""
+    if s is None:
+        return None
+    if isinstance(s, (int, float, np.floating, np.integer)) and not isinstance(s, bool):
+        return np.array([float(s)], dtype=np.float32)
+    if _is_torch(s):
+        return s.detach() if s.device.type == "cpu" else s.detach().cpu()
+    if isinstance(s, np.ndarray):
+        return s
+    raise TypeError(f"[rotary_prologue] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
+                    f"scales), got {type(s).__name__}")
+
+
+def _specs(spec: Any, seq_len: Any):
+    if spec is None:
+        return [], []
+    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    for i, s in enumerate(specs):
+        if not isinstance(s, Spec):
+            raise TypeError(f"[rotary_prologue] spec[{i}] must be a rotary.Spec, got {type(s).__name__}")
+    lens = list(seq_len) if isinstance(seq_len, (list, tuple)) else [seq_len] * len(specs)
+    if len(lens) != len(specs):
+        raise ValueError(f"[rotary_prologue] seq_len must have one entry per spec ({len(specs)}), got {len(lens)}")
+    return specs, [None if n is None else int(n) for n in lens]
+
+
+def _indices(a: Any, what: str):
+    return None if a is None else _index_array(a, what, False)
+
+
+def prologue(
+    q: Optional[ArrayLike],
+    k: ArrayLike,
+    v: Optional[ArrayLike],
+    positions: Any,
+    spec: Union[Spec, Sequence[Spec], None],
+    *,
+    k_cache: Optional[ArrayLike],
+    v_cache: Optional[ArrayLike],
+    slot_mapping: Optional[ArrayLike] = None,
+    cache_positions: Optional[ArrayLike] = None,
+    cache_layout: str = "nhd",
+    q_norm_weight: Optional[ArrayLike] = None,
+    k_norm_weight: Optional[ArrayLike] = None,
+    norm_eps: float = 1e-6,
+    norm_offset: float = 0.0,
+    k_scale: Any = None,
+    v_scale: Any = None,
+    q_out: Optional[ArrayLike] = None,
+    layout: str = "thd",
+    threads: int = 0,
+    cu_seqlens: Optional[ArrayLike] = None,
+    seq_offsets: Optional[ArrayLike] = None,
+    batch_offsets: Optional[ArrayLike] = None,
+    spec_index: Optional[ArrayLike] = None,
+    seq_len: Any = None,
+    k_out: Optional[ArrayLike] = None,
+    backend: str = "auto",
+) -> Optional[ArrayLike]:
+    """RMSNorm (optional) -> RoPE -> KV-cache write for a batch of new tokens, in one pass; returns the rotated q.
+
+    q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] for layout "thd" ([B, S, H, D] "bshd", [B, H, S, D] "bhsd");
+      any strides (e.g. the slices of one fused QKV buffer); float32, float16 or bfloat16. q may be None.
+    positions: as in rotary.apply (an int offset, per-token ids, M-RoPE [3, T] ids); with cu_seqlens /
+      seq_offsets for packed sequences, batch_offsets for bshd/bhsd.
+    spec: a rotary.Spec; a list of Specs with spec_index [N] (the Spec of each sequence: per-request scaling);
+      or None (no rotation: a NoPE layer). seq_len: the length dynamic/longrope scaling sees (one per spec).
+    k_cache / v_cache: cache_layout "nhd" [num_blocks, block_size, Hkv, D] or "hnd" [num_blocks, Hkv,
+      block_size, D] with slot_mapping [T] (slot = block * block_size + offset; -1 = skip the token), or
+      "bshd" [B, S_max, Hkv, D] / "bhsd" [B, Hkv, S_max, D] with cache_positions [N] (start row of each
+      sequence; None = 0). None (both): k is written to k_out, or in place.
+    q_norm_weight / k_norm_weight [D]: x * r * (w + norm_offset), r = 1 / sqrt(mean(x^2) + norm_eps), in float32
+      (norm_offset=1.0 is Gemma's x * (1 + w)).
+    k_scale / v_scale: int8 caches, float32 arrays shaped like the cache without its last axis (written: one
+      scale per row and head); fp8 caches, a float (the per-tensor scale). q_out: None writes q in place.
+    Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
+    """
+    (qv, kv, vv, qov, kov), act = _group([("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out)], False)
+    (kcv, vcv), cache_bits = _group([("k_cache", k_cache), ("v_cache", v_cache)], False)
+    (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)], True)
+    from . import _split_positions
+
+    offset, ids = _split_positions(positions)
+    specs, lens = _specs(spec, seq_len)
+    ks, vs = _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale")
+    _rotary._prologue(qv, kv, vv, q_out=qov, k_out=kov, offset=offset, ids=ids, cu_seqlens=_indices(cu_seqlens, "cu_seqlens"),
+                      seq_offsets=_indices(seq_offsets, "seq_offsets"), batch_offsets=_indices(batch_offsets, "batch_offsets"),
+                      specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
+                      k_cache=kcv, v_cache=vcv, slot_mapping=_indices(slot_mapping, "slot_mapping"),
+                      cache_positions=_indices(cache_positions, "cache_positions"), k_scale=ks, v_scale=vs,
+                      q_norm_weight=wq, k_norm_weight=wk, norm_eps=float(norm_eps), norm_offset=float(norm_offset),
+                      layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
+                      weight_bits=w_bits)
+    return q_out if q_out is not None else q
+
+
+def rerotate_cache(
+    k_cache: ArrayLike,
+    slots: ArrayLike,
+    from_positions: ArrayLike,
+    to_positions: ArrayLike,
+    spec: Spec,
+    *,
+    to_spec: Optional[Spec] = None,
+    cache_layout: str = "nhd",
+    k_scale: Any = None,
+    threads: int = 0,
+    from_seq_len: Optional[int] = None,
+    to_seq_len: Optional[int] = None,
+    backend: str = "auto",
+) -> ArrayLike:
+    """Re-rotates cached keys in place from (spec, from_positions) to (to_spec or spec, to_positions); returns k_cache.
+
+    slots [N]: the rows (paged: block * block_size + offset; contiguous bshd/bhsd: b * S_max + s; -1 = skip).
+    The difference angle b * theta_B - a * theta_A is formed in double ((b - a) * theta for one spec), so a
+    round trip A -> B -> A returns the keys to float32 rounding. int8 caches are dequantised, rotated and
+    requantised with fresh scales (k_scale, written); fp8 keep their per-tensor scale (a float).
+    from_seq_len / to_seq_len: the lengths dynamic/longrope scaling sees (e.g. dynamic NTK's base switch).
+    """
+    if not isinstance(spec, Spec) or (to_spec is not None and not isinstance(to_spec, Spec)):
+        raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")
+    kcv, bits = _core(k_cache, "k_cache")
+    _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
+                            _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
+                            from_seq_len=from_seq_len, to_seq_len=to_seq_len, cache_layout=cache_layout,
+                            k_scale=_scale(k_scale, "k_scale"), threads=int(threads), backend=backend, cache_bits=bits)
+    return k_cache
+
+
+def _fp8_code(x: Any) -> Optional[int]:
+    """The rotary DType value (7 e4m3fn, 8 e5m2) of an fp8 numpy (ml_dtypes) or torch array, else None."""
+    if isinstance(x, np.ndarray):
+        return _NUMPY_BITS.get(x.dtype.type.__name__) if x.dtype.itemsize == 1 else None
+    if _is_torch(x):
+        torch = _torch_module()
+        return {getattr(torch, "float8_e4m3fn", None): 7, getattr(torch, "float8_e5m2", None): 8}.get(x.dtype)
+    return None
+
+
+def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Optional[float], k: Optional[ArrayLike],
+               k_out: Optional[ArrayLike], k_scale: Optional[float], positions: Any, *, layout: str, pairing: Optional[str],
+               inverse: bool, seq_len: Optional[int], threads: int, backend: str, cu_seqlens: Any, seq_offsets: Any,
+               batch_offsets: Any) -> None:
+    """rotary.apply / apply_qk with an fp8 q_out and/or k_out: fp8(fl32(y / scale)), saturating, nearest even."""
+    def conv(x, what, scale_name, scale):
+        if x is None:
+            return None, -1
+        code = _fp8_code(x)
+        if code is None:
+            if scale is not None:
+                raise ValueError(f"[rotary] {scale_name} is only for an fp8 {what}, got {what} dtype {x.dtype}")
+            return _as_core_array(x, what)[0], -1
+        if scale is None:
+            raise ValueError(f"[rotary] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
+        return _core(x, what)
+    if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
+        raise ValueError("[rotary] an fp8 output cannot be its input (rotate in place needs one dtype)")
+    qv, act = _core(q, "x", readonly=True)
+    kv = _core(k, "k", readonly=True)[0] if k is not None else None
+    qov, qob = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
+    kov, kob = conv(k_out, "k_out", "k_out_scale", k_scale)
+    from . import _split_positions
+
+    offset, ids = _split_positions(positions)
+    _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids,
+                       cu_seqlens=_indices(cu_seqlens, "cu_seqlens"), seq_offsets=_indices(seq_offsets, "seq_offsets"),
+                       batch_offsets=_indices(batch_offsets, "batch_offsets"), layout=layout, pairing=pairing,
+                       inverse=bool(inverse), seq_len=seq_len, threads=int(threads), backend=backend, act_bits=act,
+                       q_out_bits=qob, k_out_bits=kob, q_out_scale=1.0 if q_scale is None else float(q_scale),
+                       k_out_scale=1.0 if k_scale is None else float(k_scale))

@@ -1,0 +1,161 @@
+"""torch.ops.rotary.prologue / rerotate_cache (torch.library ops that mutate the caches) and patch_prologue for HF attention.
+
+The ops take the Spec as its JSON text (``json.dumps(spec.to_dict())``, see ``spec_key``) because a
+torch.library schema holds tensors and plain values only. Their schemas mark every tensor they write as
+``Tensor(a!)``; the fake (meta) kernels write nothing and return nothing, so torch.compile and FakeTensor
+tracing see the mutations without running rotary.
+
+``patch_prologue(model)`` makes each attention layer of a transformers Llama or Qwen3 model (the latter with
+its q/k RMSNorm) run q_norm/k_norm, the rotation and the StaticCache write as ONE rotary call per layer,
+writing k and v straight into the StaticCache's [B, Hkv, S_max, D] tensors (cache_layout "bhsd").
+"""
+from __future__ import annotations
+
+import functools
+import json
+import types
+from typing import Any, List, Optional
+
+import torch
+
+from . import _prologue
+from ._rotary import Spec
+
+__all__ = ["spec_key", "patch_prologue", "unpatch_prologue"]
+
+
+def spec_key(spec: Spec) -> str:
+    """The text the ops take for a Spec (its fields as JSON)."""
+    return json.dumps(spec.to_dict(), sort_keys=True)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec(key: str) -> Spec:
+    return Spec(**json.loads(key))
+
+
+@torch.library.custom_op("rotary::prologue", mutates_args=("q", "q_out", "k_cache", "v_cache", "k_scale", "v_scale"),
+                         device_types="cpu")
+def _prologue_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, spec: str,
+                 k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: Optional[torch.Tensor],
+                 cache_positions: Optional[torch.Tensor], cache_layout: str, layout: str,
+                 q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], norm_eps: float,
+                 norm_offset: float, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
+                 fp8_k_scale: float, fp8_v_scale: float, q_out: Optional[torch.Tensor], threads: int) -> None:
+    """q rotated in place (after its norm) or into q_out; k and v written into the caches; int8 scales written."""
+    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    _prologue.prologue(q, k, v, positions, _spec(spec), k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,
+                       cache_positions=cache_positions, cache_layout=cache_layout, q_norm_weight=q_norm_weight,
+                       k_norm_weight=k_norm_weight, norm_eps=norm_eps, norm_offset=norm_offset,
+                       k_scale=fp8_k_scale if fp8 else k_scale, v_scale=fp8_v_scale if fp8 else v_scale,
+                       q_out=q_out, layout=layout, threads=threads)
+
+
+@_prologue_op.register_fake
+def _prologue_fake(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
+                   q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
+                   q_out, threads) -> None:
+    return None
+
+
+@torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache", "k_scale"), device_types="cpu")
+def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: torch.Tensor, to_positions: torch.Tensor,
+                 spec: str, to_spec: Optional[str], cache_layout: str, k_scale: Optional[torch.Tensor],
+                 fp8_scale: float, threads: int) -> None:
+    """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions)."""
+    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec),
+                             to_spec=None if to_spec is None else _spec(to_spec), cache_layout=cache_layout,
+                             k_scale=fp8_scale if fp8 else k_scale, threads=threads)
+
+
+@_rerotate_op.register_fake
+def _rerotate_fake(k_cache, slots, from_positions, to_positions, spec, to_spec, cache_layout, k_scale, fp8_scale,
+                   threads) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- Hugging Face attention with the fused prologue
+
+
+def _static_layer(cache: Any, layer_idx: int):
+    layers = getattr(cache, "layers", None)
+    if layers is None or layer_idx >= len(layers):
+        return None
+    layer = layers[layer_idx]
+    if type(layer).__name__ != "StaticLayer":  # sliding / dynamic layers keep the model's own path
+        return None
+    return layer
+
+
+def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, attention_mask, cache=None, **kwargs):
+    """The model's attention forward with q/k norm + RoPE + StaticCache write as one rotary.prologue call."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if cache is None:
+        cache = kwargs.pop("past_key_values", None)
+    layer = _static_layer(cache, self.layer_idx) if cache is not None else None
+    position_ids = kwargs.get("position_ids")
+    if layer is None or position_ids is None or hidden_states.requires_grad:
+        return self._rotary_original_forward(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+    B, S = hidden_states.shape[:2]
+    q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
+    k = self.k_proj(hidden_states).view(B, S, -1, self.head_dim)
+    v = self.v_proj(hidden_states).view(B, S, -1, self.head_dim)
+    if not layer.is_initialized:
+        layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
+    start = int(layer.cumulative_length)
+    q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
+    eps = float(getattr(q_norm, "variance_epsilon", getattr(q_norm, "eps", 1e-6))) if q_norm is not None else 1e-6
+    query = torch.empty((B, q.shape[2], S, self.head_dim), dtype=q.dtype)  # [B, Hq, S, D], written by the op
+    torch.ops.rotary.prologue(
+        q, k, v, position_ids.expand(B, S).contiguous(), self._rotary_spec_key,
+        layer.keys, layer.values, None, torch.full((B,), start, dtype=torch.int64), "bhsd", "bshd",
+        None if q_norm is None else q_norm.weight.detach(), None if k_norm is None else k_norm.weight.detach(),
+        eps, 0.0, None, None, 1.0, 1.0, query.transpose(1, 2), 1)
+    layer.cumulative_length.add_(S)
+    attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
+    if attention_interface is None:
+        attention_interface = self._rotary_eager
+    attn_output, attn_weights = attention_interface(
+        self, query, layer.keys, layer.values, attention_mask, dropout=0.0, scaling=self.scaling,
+        sliding_window=getattr(self, "sliding_window", None), **kwargs)
+    attn_output = attn_output.reshape(B, S, -1).contiguous()
+    return self.o_proj(attn_output), attn_weights
+
+
+def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
+    """Routes every Llama/Qwen3-style attention layer of `model` through torch.ops.rotary.prologue; returns them.
+
+    A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
+    StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
+    a dynamic cache, gradients) runs the layer's original forward. spec: the model's RoPE (default: from its
+    config, rotary.Spec.from_hf_config).
+    """
+    import sys
+
+    if spec is None:
+        spec = Spec.from_hf_config(model.config)
+    key = spec_key(spec)
+    patched = []
+    for module in model.modules():
+        if not all(hasattr(module, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "layer_idx", "head_dim")):
+            continue
+        if hasattr(module, "_rotary_original_forward"):
+            continue
+        mod = sys.modules[type(module).__module__]
+        module._rotary_eager = getattr(mod, "eager_attention_forward")
+        module._rotary_spec_key = key
+        module._rotary_original_forward = module.forward
+        module.forward = types.MethodType(_fused_forward, module)
+        patched.append(module)
+    return patched
+
+
+def unpatch_prologue(model: Any) -> None:
+    """Restores the attention forwards patch_prologue replaced."""
+    for module in model.modules():
+        if hasattr(module, "_rotary_original_forward"):
+            module.forward = module._rotary_original_forward
+            for a in ("_rotary_original_forward", "_rotary_eager", "_rotary_spec_key"):
+                delattr(module, a)

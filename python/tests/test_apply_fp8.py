@@ -1,0 +1,71 @@
+"""fp8 e4m3/e5m2 outputs of rotary.apply / apply_qk (numpy ml_dtypes and torch float8) with a per-tensor scale."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import rotary
+from reference import apply_bshd, default_inv_freq
+
+FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
+
+
+def _encode(y32: np.ndarray, scale: float, kind: str) -> np.ndarray:
+    """The documented rule with ml_dtypes' own RNE conversion: saturate fl32(y / scale), then round."""
+    dt, mx = FP8[kind]
+    return np.clip((y32 / np.float32(scale)).astype(np.float32), -mx, mx).astype(dt)
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("in_dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_fp8_out_is_the_rounded_f32_result(kind, in_dtype, pairing):
+    rng = np.random.default_rng(1)
+    spec = rotary.Spec(64, pairing=pairing)
+    x = rng.standard_normal((2, 5, 3, 64)).astype(np.float32).astype(in_dtype)
+    out = np.zeros(x.shape, FP8[kind][0])
+    got = rotary.apply(x, 17, spec, out=out, out_scale=0.03)
+    assert got is out
+    y32 = rotary.apply(x.astype(np.float32), 17, spec)  # rotary's own f32 result (bf16 widens exactly)
+    np.testing.assert_array_equal(out.view(np.uint8), _encode(y32, 0.03, kind).view(np.uint8))
+    truth = apply_bshd(x.astype(np.float64), np.arange(17, 22), default_inv_freq(10000.0, 64), pairing=pairing)
+    mant = 3 if kind == "e4m3" else 2
+    tol = np.maximum(np.abs(truth) * 2.0 ** -mant, 0.03 * 2.0 ** (-9 if kind == "e4m3" else -16)) + 1e-5
+    assert (np.abs(out.astype(np.float64) * 0.03 - truth) <= tol).all()
+
+
+def test_apply_qk_fp8_q_and_k_saturate_and_torch_gives_the_same_bytes():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    spec = rotary.Spec(128)
+    q = (rng.standard_normal((4, 8, 128)) * 100).astype(np.float32)
+    k = rng.standard_normal((4, 2, 128)).astype(np.float32)
+    qo = np.zeros(q.shape, ml_dtypes.float8_e4m3fn)
+    ko = np.zeros(k.shape, ml_dtypes.float8_e5m2)
+    rotary.apply_qk(q, k, 3, spec, layout="thd", q_out=qo, k_out=ko, q_out_scale=0.1, k_out_scale=0.01)
+    yq, yk = rotary.apply_qk(q, k, 3, spec, layout="thd")
+    np.testing.assert_array_equal(qo.view(np.uint8), _encode(yq, 0.1, "e4m3").view(np.uint8))
+    np.testing.assert_array_equal(ko.view(np.uint8), _encode(yk, 0.01, "e5m2").view(np.uint8))
+    assert (np.abs(qo.astype(np.float32)) == 448).any() and not np.isnan(qo.astype(np.float32)).any()
+    tq = torch.zeros(q.shape, dtype=torch.float8_e4m3fn)
+    tk = torch.zeros(k.shape, dtype=torch.float8_e5m2)
+    rotary.apply_qk(torch.from_numpy(q), torch.from_numpy(k), 3, spec, layout="thd", q_out=tq, k_out=tk,
+                    q_out_scale=0.1, k_out_scale=0.01)
+    np.testing.assert_array_equal(tq.view(torch.uint8).numpy(), qo.view(np.uint8))
+    np.testing.assert_array_equal(tk.view(torch.uint8).numpy(), ko.view(np.uint8))
+
+
+def test_fp8_out_errors_name_the_argument_and_write_nothing():
+    spec = rotary.Spec(64)
+    x = np.ones((1, 2, 2, 64), np.float32)
+    out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"out_scale .*required"):
+        rotary.apply(x, 0, spec, out=out)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q_out_scale must be finite and > 0, got -1"):
+        rotary.apply(x, 0, spec, out=out, out_scale=-1.0)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions"):
+        rotary.apply(x, np.array([0, -3]), spec, out=out, out_scale=1.0)
+    assert (out.astype(np.float32) == 3.0).all()
+    with pytest.raises(ValueError, match="out_scale is only for an fp8"):
+        rotary.apply(x, 0, spec, out=np.zeros_like(x), out_scale=2.0)

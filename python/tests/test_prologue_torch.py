@@ -1,0 +1,109 @@
+"""torch.ops.rotary.prologue / rerotate_cache (schemas, fake kernels, results) and HF Llama / Qwen3 generate() with the fused prologue."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import rotary  # noqa: E402
+from rotary import _prologue, prologue_torch  # noqa: E402
+from reference import default_inv_freq, rotate  # noqa: E402
+
+
+def test_the_ops_are_registered_with_mutating_schemas():
+    s = str(torch.ops.rotary.prologue.default._schema)
+    for arg in ("q", "k_cache", "v_cache"):
+        assert f"Tensor(" in s and f"!) {arg}" in s, s
+    assert "!) k_cache" in str(torch.ops.rotary.rerotate_cache.default._schema)
+
+
+def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
+    spec = rotary.Spec(64)
+    key = prologue_torch.spec_key(spec)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    q0 = q.clone()
+    kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
+    slots = torch.tensor([5, -1, 2])
+    pos = torch.tensor([10, 11, 12])
+    torch.ops.rotary.prologue(q, k, v, pos, key, kc, vc, slots, None, "nhd", "thd", None, None, 1e-6, 0.0,
+                              None, None, 1.0, 1.0, None, 1)
+    inv = default_inv_freq(10000.0, 64)
+    for t, s in ((0, 5), (2, 2)):
+        want = rotate(k[t].double().numpy(), (pos[t].item() * inv)[None, :])
+        np.testing.assert_allclose(kc.reshape(-1, 2, 64)[s].numpy(), want, atol=2e-5)
+        np.testing.assert_array_equal(vc.reshape(-1, 2, 64)[s].numpy(), v[t].numpy())
+    np.testing.assert_allclose(q[1].numpy(), rotate(q0[1].double().numpy(), (11 * inv)[None, :]), atol=2e-5)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:  # the fake kernel: shapes only, nothing computed
+        fq, fk, fv = (mode.from_tensor(x) for x in (q, k, v))
+        torch.ops.rotary.prologue(fq, fk, fv, mode.from_tensor(pos), key, mode.from_tensor(kc), mode.from_tensor(vc),
+                                  mode.from_tensor(slots), None, "nhd", "thd", None, None, 1e-6, 0.0, None, None, 1.0,
+                                  1.0, None, 1)
+    torch.library.opcheck(torch.ops.rotary.rerotate_cache.default,
+                          (kc.clone(), torch.tensor([5, 2]), torch.tensor([10, 12]), torch.tensor([3, 4]), key, None,
+                           "nhd", None, 1.0, 1), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_rerotate_op_equals_rotating_at_the_new_positions():
+    spec = rotary.Spec(64)
+    key = prologue_torch.spec_key(spec)
+    k = torch.randn((2, 2, 64), generator=torch.Generator().manual_seed(1))
+    kc = torch.zeros((1, 4, 2, 64))
+    vc = torch.zeros((1, 4, 2, 64))
+    torch.ops.rotary.prologue(torch.zeros((2, 1, 64)), k, k, torch.tensor([100, 101]), key, kc, vc,
+                              torch.tensor([0, 3]), None, "nhd", "thd", None, None, 1e-6, 0.0, None, None, 1.0, 1.0, None, 1)
+    torch.ops.rotary.rerotate_cache(kc, torch.tensor([0, 3]), torch.tensor([100, 101]), torch.tensor([4, 5]), key, None,
+                                    "nhd", None, 1.0, 1)
+    inv = default_inv_freq(10000.0, 64)
+    for i, (s, p) in enumerate(((0, 4), (3, 5))):
+        np.testing.assert_allclose(kc[0, s].numpy(), rotate(k[i].double().numpy(), (p * inv)[None, :]), atol=3e-5)
+
+
+def _tiny(kind: str):
+    torch.manual_seed(0)
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(**common)
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.Qwen3Config(**common)
+        model = transformers.Qwen3ForCausalLM(cfg)
+        for layer in model.model.layers:  # non-trivial qk-norm weights (they start as ones)
+            with torch.no_grad():
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def _generate(model, ids):
+    cache = transformers.StaticCache(config=model.config, max_cache_len=40)
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=10, do_sample=False, cache=cache, output_logits=True,
+                              return_dict_in_generate=True, pad_token_id=0)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monkeypatch):
+    model = _tiny(kind)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    want = _generate(model, ids)
+    patched = prologue_torch.patch_prologue(model)
+    assert len(patched) == model.config.num_hidden_layers
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    # one rotary call per layer per forward (1 prefill + 9 decode forwards for 10 new tokens)
+    assert len(calls) == model.config.num_hidden_layers * 10
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
