@@ -62,7 +62,7 @@ def test_fp8_out_errors_name_the_argument_and_write_nothing():
     out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
     with pytest.raises(ValueError, match=r"out_scale .*required"):
         rotary.apply(x, 0, spec, out=out)
-    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q_out_scale must be finite and > 0, got -1"):
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q_out_scale must be finite and > 0 for an fp8 q_out, got -1"):
         rotary.apply(x, 0, spec, out=out, out_scale=-1.0)
     with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions"):
         rotary.apply(x, np.array([0, -3]), spec, out=out, out_scale=1.0)
