@@ -1,12 +1,13 @@
 """fp8 e4m3/e5m2 outputs of rotary.apply / apply_qk (numpy ml_dtypes and torch float8) with a per-tensor scale."""
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import rotary
 from reference import apply_bshd, default_inv_freq
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # the fp8/bf16 numpy dtypes (a bare venv without it skips)
 
 FP8 = {"e4m3": (ml_dtypes.float8_e4m3fn, 448.0), "e5m2": (ml_dtypes.float8_e5m2, 57344.0)}
 

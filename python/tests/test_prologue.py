@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import itertools
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 import rotary
 from reference import default_inv_freq, rotate
+
+ml_dtypes = pytest.importorskip("ml_dtypes")  # the fp8/bf16 numpy dtypes (a bare venv without it skips)
 
 T, HQ, HKV, D, DV, NB, BS, SMAX = 5, 4, 2, 64, 24, 4, 4, 8
 CU = np.array([0, 3, 5], dtype=np.int32)        # two packed sequences: 3 + 2 tokens
