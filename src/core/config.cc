@@ -89,9 +89,13 @@ std::string parse_error_text(const char* what) {
   const std::size_t mark = s.find("last read: '");
   if (mark == std::string::npos || s.size() - mark < 200) return s.size() > 400 ? s.substr(0, 397) + "..." : s;
   const std::size_t start = mark + 12;
-  const std::size_t end = s.find("'; ", start);
+  // The token may itself hold "'; ": its end is the last one (nlohmann's own text after it has none).
+  std::size_t end = s.rfind("'; ");
+  if (end != std::string::npos && end < start) end = std::string::npos;
   const std::string token = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-  return s.substr(0, mark) + "last read: " + quote_value(token) + (end == std::string::npos ? "" : s.substr(end + 1));
+  std::string tail = end == std::string::npos ? "" : s.substr(end + 1);
+  if (tail.size() > 200) tail = tail.substr(0, 197) + "...";
+  return s.substr(0, mark) + "last read: " + quote_value(token) + tail;
 }
 
 /// Typed access to one JSON object; every error names `prefix + key`. A null value counts as absent

@@ -92,7 +92,9 @@ class HeaderParser {
   }
   /// The header quoted, or for a long one the bytes around the current offset (messages stay short).
   std::string excerpt() const {
-    if (s_.size() <= kQuoteWhole) return quoted(s_);
+    // Whole only when short and printable (an escaped control byte takes 4 characters).
+    const bool printable = std::all_of(s_.begin(), s_.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (s_.size() <= kQuoteWhole && printable) return quoted(s_);
     const size_t start = i_ > kQuoteWindow / 2 ? std::min(i_ - kQuoteWindow / 2, s_.size()) : 0;
     return "the " + std::to_string(s_.size()) + "-byte header, at byte " + std::to_string(start) + ": " +
            quote_value(s_.substr(start, kQuoteWindow), kQuoteWindow) + (start + kQuoteWindow < s_.size() ? "..." : "");
