@@ -227,3 +227,26 @@ def test_device_composite_matches_kernel(layout, shape, pos_rank):
             a = rt.apply(x, pos, spec, layout=layout, inverse=inverse)
         b = rt.apply(x, pos, spec, layout=layout, inverse=inverse)
         torch.testing.assert_close(a, b, rtol=0, atol=1e-7)
+
+
+def test_empty_calls_are_validated_like_the_others():
+    """13.15: an empty call with a wrong head_dim, an integer dtype or a negative offset is refused like a
+    non-empty one (the operators used to return before validating anything)."""
+    spec = rotary.Spec(8)
+    rt.apply(torch.zeros(0, 3, 2, 8), 0, spec)  # valid and empty: nothing to do
+    with pytest.raises(ValueError, match="head_dim"):
+        rt.apply(torch.zeros(0, 3, 2, 7), 0, spec)
+    with pytest.raises(ValueError, match="offset"):
+        rt.apply(torch.zeros(1, 0, 2, 8), -5, spec)
+    with pytest.raises(TypeError):
+        rt.apply(torch.zeros(0, 3, 2, 8, dtype=torch.int32), 0, spec)
+    with pytest.raises(ValueError, match="head_dim"):
+        rt.apply_qk(torch.zeros(0, 3, 2, 8), torch.zeros(0, 3, 2, 6), 0, spec)
+
+
+def test_rope_module_on_empty_inputs():
+    """13.20: RoPE on T = 0 (or an empty batch) returns an empty tensor of the input's shape."""
+    rope = rt.RoPE(16)
+    for shape in ((2, 0, 16), (0, 5, 16), (0, 16)):
+        y = rope(torch.randn(shape))
+        assert y.shape == shape and y.dtype == torch.float32

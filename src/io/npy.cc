@@ -90,11 +90,10 @@ class HeaderParser {
   [[noreturn]] void bad(const std::string& what) const {
     io_fail(name_, "malformed header: " + what + " at offset " + std::to_string(i_) + " of " + excerpt());
   }
-  /// The header quoted, or for a long one the bytes around the current offset (messages stay short).
+  /// The header quoted when short and printable (escapes take 4 chars), else the bytes around the offset.
   std::string excerpt() const {
-    // Whole only when short and printable (an escaped control byte takes 4 characters).
-    const bool printable = std::all_of(s_.begin(), s_.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
-    if (s_.size() <= kQuoteWhole && printable) return quoted(s_);
+    if (s_.size() <= kQuoteWhole && std::all_of(s_.begin(), s_.end(), [](char c) { return c >= 0x20 && c < 0x7f; }))
+      return quoted(s_);
     const size_t start = i_ > kQuoteWindow / 2 ? std::min(i_ - kQuoteWindow / 2, s_.size()) : 0;
     return "the " + std::to_string(s_.size()) + "-byte header, at byte " + std::to_string(start) + ": " +
            quote_value(s_.substr(start, kQuoteWindow), kQuoteWindow) + (start + kQuoteWindow < s_.size() ? "..." : "");
