@@ -13,8 +13,20 @@ namespace {
 constexpr int64_t kInlineBytes = int64_t(256) << 10;
 constexpr int64_t kMinBytesPerThread = int64_t(128) << 10;
 constexpr int64_t kChunksPerThread = 8;
+/// Cache writes larger than this use non-temporal stores (as cpu_apply's out-of-place outputs).
+constexpr int64_t kStreamBytes = int64_t(16) << 20;
 
 bool unit_channels(const PlanRows& r) { return !r.present() || r.s_d == 1 || r.dim <= 1; }
+
+/// Every row of `r` starts on a 64-byte boundary and spans whole 64-byte lines (non-temporal stores
+/// need aligned full vectors); f32/f16/bf16 only (quantised rows go through a scratch row).
+bool streamable(const PlanRows& r) {
+  if (!r.present()) return true;
+  if (r.dtype != DType::kF32 && r.dtype != DType::kF16 && r.dtype != DType::kBF16) return false;
+  const auto es = static_cast<int64_t>(dtype_size(r.dtype));
+  return reinterpret_cast<uintptr_t>(r.data) % 64 == 0 && (r.dim * es) % 64 == 0 && (r.s_major * es) % 64 == 0 &&
+         (r.s_minor * es) % 64 == 0 && (r.s_head * es) % 64 == 0;
+}
 
 /// Threads for a call moving `moved` bytes (0 in the plan = every usable core).
 int64_t thread_count(int asked, int64_t moved) {
@@ -57,7 +69,14 @@ void cpu_prologue(const ProloguePlan& p) {
   const int64_t es = static_cast<int64_t>(dtype_size(rp.dtype));
   const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
   const int64_t row_bytes = (2 * qh * rp.head_dim + 2 * p.hkv * rp.head_dim + (p.has_v ? 2 * p.hkv * p.v_dim : 0)) * es;
-  split<ProloguePlan, cpu::run_prologue_tokens>(p, tokens, thread_count(p.threads, tokens * row_bytes));
+  cpu::PrologueJob job;
+  job.plan = &p;
+  if (p.k_cache.present()) {
+    const int64_t cache_bytes =
+        tokens * p.hkv * (p.k_cache.dim + (p.has_v ? p.v_cache.dim : 0)) * static_cast<int64_t>(dtype_size(p.k_cache.dtype));
+    job.stream_cache = cache_bytes > kStreamBytes && streamable(p.k_cache) && streamable(p.v_cache);
+  }
+  split<cpu::PrologueJob, cpu::run_prologue_tokens>(job, tokens, thread_count(p.threads, tokens * row_bytes));
 }
 
 void cpu_rerotate(const RerotatePlan& p) {

@@ -15,6 +15,12 @@
 #include <cstdint>
 #include <type_traits>
 
+// A row's step lambda (one vector of channels), written once for the full-width loop and the narrower
+// remainder tags: forced inline, else GCC outlines it (two call sites) and pays a call per vector.
+#ifndef ROTARY_STEP_INLINE
+#define ROTARY_STEP_INLINE __attribute__((always_inline))
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;

@@ -56,20 +56,44 @@ HWY_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tens
   return tensor_scale;
 }
 
-/// Writes row (slot, head) of a cache from `in`.
+/// The f32 row `y` (D a multiple of the vector width, `out` 64-byte aligned) narrowed to EO with
+/// non-temporal stores; 16-bit rows of targets whose narrowed vector is under 16 bytes (SSE4, EMU128)
+/// store normally (a non-temporal store needs a whole, aligned register).
+template <Elem EO>
+HWY_INLINE void StreamRow(const float* HWY_RESTRICT y, Storage<EO>* HWY_RESTRICT out, size_t D) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  constexpr bool kWhole = EO == Elem::kF32 || hn::MaxLanes(d) * sizeof(uint16_t) >= 16;
+  for (size_t i = 0; i < D; i += N) StoreX<EO, kWhole>(d, hn::LoadU(d, y + i), out + i);
+}
+
+/// Writes row (slot, head) of a cache from `in`; `stream`: through the f32 scratch `tmp` and
+/// non-temporal stores (PrologueJob::stream_cache).
 template <Elem EI, Pairing P>
 HWY_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
-                         const float* w, float eps, float* tmp) {
+                         const float* w, float eps, float* tmp, bool stream) {
   const size_t es = dtype_size(c.dtype);
+  const auto D = static_cast<size_t>(c.dim);
   void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, static_cast<size_t>(c.dim), rot, w, eps, tmp);
+  if (stream) {
+    Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps);
+    if (c.dtype == DType::kF32) return StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
+    if (c.dtype == DType::kF16) return StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
+#if ROTARY_BF16_NATIVE
+    if (NativeBF16()) return StreamRow<Elem::kBF16Native>(tmp, static_cast<uint16_t*>(out), D);
+#endif
+    return StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
+  }
+  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp);
   if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
 }
 
 /// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
 template <Elem EI, Pairing P>
-void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
+void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   using T = Storage<EI>;
+  const ProloguePlan& p = *job.plan;
+  const bool stream = job.stream_cache;
   const Plan& rp = p.rope;
   const size_t D = static_cast<size_t>(rp.head_dim), h = static_cast<size_t>(rp.half);
   const size_t R = static_cast<size_t>(rp.rotary_dim);
@@ -81,8 +105,17 @@ void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
   RowRotation rot;
   rot.R = p.rotate ? R : 0;
   rot.h = h;
-  const RowRotation none;
+  RowRotation none;
   const DType qdt = rp.dtype;
+  // Prefetch distances (as the apply kernels): a page ahead in dense tensors, else the next token's row.
+  // One token at a time (decode) prefetches nothing.
+  auto ahead = [&](int64_t heads, int64_t sh, int64_t ss, int64_t dim) -> int64_t {
+    if (g1 - g0 < 2) return 0;
+    return sh == dim && ss == heads * dim ? int64_t{4096} : ss * static_cast<int64_t>(sizeof(T));
+  };
+  const int64_t pf_q = p.q_index >= 0 ? ahead(rp.t[p.q_index].heads, rp.t[p.q_index].in_sh, rp.t[p.q_index].in_ss, rp.head_dim) : 0;
+  const int64_t pf_k = p.k_index >= 0 ? ahead(rp.t[p.k_index].heads, rp.t[p.k_index].in_sh, rp.t[p.k_index].in_ss, rp.head_dim) : 0;
+  none.pf = p.has_v ? ahead(p.v.heads, p.v.in_sh, p.v.in_ss, p.v_dim) : 0;
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t b = g / rp.S, s = g % rp.S;
     if (p.rotate) {
@@ -104,6 +137,7 @@ void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
     }
     const int64_t slot = p.slots != nullptr ? p.slots[g] : -1;
     if (p.q_index >= 0) {
+      rot.pf = pf_q;
       const PlanTensor& t = rp.t[p.q_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
@@ -111,11 +145,12 @@ void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
         StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp);
     }
     if (p.k_index >= 0) {
+      rot.pf = pf_k;
       const PlanTensor& t = rp.t[p.k_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       if (p.k_cache.present()) {
         for (int64_t head = 0; slot >= 0 && head < t.heads; ++head, in += t.in_sh)
-          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp);
+          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp, stream);
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
         for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
@@ -125,23 +160,25 @@ void RunTokensT(const ProloguePlan& p, int64_t g0, int64_t g1) {
     if (p.has_v && slot >= 0) {
       const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
       for (int64_t head = 0; head < p.v.heads; ++head, in += p.v.in_sh)
-        CacheRow<EI, P>(in, p.v_cache, slot, head, none, nullptr, 0.0f, tmp);
+        CacheRow<EI, P>(in, p.v_cache, slot, head, none, nullptr, 0.0f, tmp, stream);
     }
   }
+  if (stream) hwy::FlushStream();
 }
 
 template <Elem EI>
-void RunPrologueE(const ProloguePlan& p, int64_t g0, int64_t g1) {
-  if (p.rope.pairing == Pairing::kInterleaved && p.rotate) return RunTokensT<EI, Pairing::kInterleaved>(p, g0, g1);
-  RunTokensT<EI, Pairing::kHalfSplit>(p, g0, g1);
+void RunPrologueE(const PrologueJob& job, int64_t g0, int64_t g1) {
+  if (job.plan->rope.pairing == Pairing::kInterleaved && job.plan->rotate)
+    return RunTokensT<EI, Pairing::kInterleaved>(job, g0, g1);
+  RunTokensT<EI, Pairing::kHalfSplit>(job, g0, g1);
 }
 
 /// The one switch over the prologue's input dtype (loads of bf16 are the same with or without AVX512-BF16).
-void RunPrologue(const ProloguePlan& p, int64_t g0, int64_t g1) {
-  switch (p.rope.dtype) {
-    case DType::kF16: return RunPrologueE<Elem::kF16>(p, g0, g1);
-    case DType::kBF16: return RunPrologueE<Elem::kBF16>(p, g0, g1);
-    default: return RunPrologueE<Elem::kF32>(p, g0, g1);
+void RunPrologue(const PrologueJob& job, int64_t g0, int64_t g1) {
+  switch (job.plan->rope.dtype) {
+    case DType::kF16: return RunPrologueE<Elem::kF16>(job, g0, g1);
+    case DType::kBF16: return RunPrologueE<Elem::kBF16>(job, g0, g1);
+    default: return RunPrologueE<Elem::kF32>(job, g0, g1);
   }
 }
 
@@ -215,8 +252,8 @@ namespace rotary::detail::cpu {
 HWY_EXPORT(RunPrologue);
 HWY_EXPORT(RunRerotate);
 
-void run_prologue_tokens(const ProloguePlan& plan, int64_t g0, int64_t g1) {
-  HWY_DYNAMIC_DISPATCH(RunPrologue)(plan, g0, g1);
+void run_prologue_tokens(const PrologueJob& job, int64_t g0, int64_t g1) {
+  HWY_DYNAMIC_DISPATCH(RunPrologue)(job, g0, g1);
 }
 
 void run_rerotate_rows(const RerotatePlan& plan, int64_t i0, int64_t i1) {

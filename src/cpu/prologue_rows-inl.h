@@ -30,16 +30,26 @@ struct RowRotation {
   const float* c = nullptr;
   const float* s = nullptr;
   size_t R = 0, h = 0;
+  /// Bytes past each input address to prefetch while a row is read (a later token's row; 0 = none).
+  int64_t pf = 0;
 };
+
+/// Prefetches the line `pf` bytes past `p` (pf = 0: nothing). Prefetches never fault.
+template <class T>
+HWY_INLINE void PrefetchAhead(const T* p, int64_t pf) {
+  if (pf != 0) hwy::Prefetch(reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf)));
+}
 
 /// RMSNorm factor of a row: 1 / sqrt(fl32(sum of squares / D) + eps), in f32 (four partial sums).
 template <Elem E>
-HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float eps) {
+HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float eps, int64_t pf) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   size_t i = 0;
   for (; i + 4 * N <= D; i += 4 * N) {
+    PrefetchAhead(in + i, pf);
+    PrefetchAhead(in + i + 2 * N, pf);
     const auto x0 = LoadX<E>(d, in + i), x1 = LoadX<E>(d, in + i + N);
     const auto x2 = LoadX<E>(d, in + i + 2 * N), x3 = LoadX<E>(d, in + i + 3 * N);
     a0 = hn::MulAdd(x0, x0, a0);
@@ -69,24 +79,29 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   float r = 1.0f;
-  if constexpr (kNorm) r = RmsFactor<EI>(in, D, eps);
-  auto load = [&](auto dc, size_t i) {
+  if constexpr (kNorm) r = RmsFactor<EI>(in, D, eps, rot.pf);
+  auto load = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     auto x = LoadX<EI>(dc, in + i);
     if constexpr (kNorm) x = hn::Mul(hn::Mul(x, hn::Set(dc, r)), hn::LoadU(dc, w + i));
     return x;
   };
+  const int64_t pf = kNorm ? 0 : rot.pf;  // with the norm, RmsFactor read the row first
   size_t done = 0;
   if (rot.R != 0) {
     if constexpr (P == Pairing::kHalfSplit) {
       const size_t h = rot.h;
-      auto step = [&](auto dc, size_t i) {
+      auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
         const auto x0 = load(dc, i), x1 = load(dc, h + i);
         const auto vc = hn::LoadU(dc, rot.c + i), vs = hn::LoadU(dc, rot.s + i);
         StoreX<EO, false>(dc, hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), out + i);
         StoreX<EO, false>(dc, hn::MulAdd(x0, vs, hn::Mul(x1, vc)), out + h + i);
       };
       size_t i = 0;
-      for (; i + N <= h; i += N) step(d, i);
+      for (; i + N <= h; i += N) {
+        PrefetchAhead(in + i, pf);
+        PrefetchAhead(in + h + i, pf);
+        step(d, i);
+      }
       if (i < h) Remainder<8, 1>(i, h, step);
     } else {
 #if HWY_TARGET == HWY_SCALAR
@@ -97,13 +112,16 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
         StoreX<EO, false>(d, hn::MulAdd(x0, hn::LoadU(d, rot.s + j + 1), hn::Mul(x1, c)), out + j + 1);
       }
 #else
-      auto step = [&](auto dc, size_t j) {
+      auto step = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
         const auto x = load(dc, j);
         const auto y = hn::MulAdd(hn::Reverse2(dc, x), hn::LoadU(dc, rot.s + j), hn::Mul(x, hn::LoadU(dc, rot.c + j)));
         StoreX<EO, false>(dc, y, out + j);
       };
       size_t j = 0;
-      for (; j + N <= rot.R; j += N) step(d, j);
+      for (; j + N <= rot.R; j += N) {
+        PrefetchAhead(in + j, pf);
+        step(d, j);
+      }
       if (j < rot.R) Remainder<8, 2>(j, rot.R, step);
 #endif
     }
@@ -111,12 +129,18 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
   }
   if (done == D) return;
   if constexpr (!kNorm && (EI == EO || (IsBF16(EI) && IsBF16(EO)))) {
-    if (static_cast<const void*>(in) != static_cast<const void*>(out))
+    if (static_cast<const void*>(in) != static_cast<const void*>(out)) {
+      if (pf != 0)
+        for (size_t off = done; off < D; off += 64 / sizeof(Storage<EI>)) PrefetchAhead(in + off, pf);
       std::memcpy(out + done, in + done, (D - done) * sizeof(Storage<EI>));
+    }
   } else {
-    auto step = [&](auto dc, size_t i) { StoreX<EO, false>(dc, load(dc, i), out + i); };
+    auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE { StoreX<EO, false>(dc, load(dc, i), out + i); };
     size_t i = done;
-    for (; i + N <= D; i += N) step(d, i);
+    for (; i + N <= D; i += N) {
+      PrefetchAhead(in + i, pf);
+      step(d, i);
+    }
     if (i < D) Remainder<8, 1>(i, D, step);
   }
 }

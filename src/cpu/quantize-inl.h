@@ -51,7 +51,7 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> v) {
 /// Writes y[0, n) into an fp8 row: f32_to_fp8(fl32(y / scale)).
 template <bool kE4M3>
 HWY_INLINE void StoreRowFp8(const float* HWY_RESTRICT y, size_t n, uint8_t* HWY_RESTRICT out, float scale) {
-  auto step = [&](auto dc, size_t i) {
+  auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     const hn::Rebind<uint8_t, decltype(dc)> d8;
     const auto v = hn::Div(hn::LoadU(dc, y + i), hn::Set(dc, scale));
     hn::StoreU(hn::DemoteTo(d8, EncodeFp8<kE4M3>(dc, v)), d8, out + i);
@@ -82,7 +82,7 @@ HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_R
   }
   const float scale = nan ? std::nanf("") : amax / 127.0f;
   const bool usable = std::isfinite(scale) && scale > 0.0f;
-  auto step = [&](auto dc, size_t j) {
+  auto step = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
     const hn::Rebind<int8_t, decltype(dc)> d8;
     const hn::RebindToSigned<decltype(dc)> di;
     auto v = usable ? hn::Div(hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
@@ -97,7 +97,7 @@ HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_R
 
 /// Dequantises an int8 row (q * scale) into f32.
 HWY_INLINE void LoadRowI8(const int8_t* HWY_RESTRICT in, size_t n, float scale, float* HWY_RESTRICT out) {
-  auto step = [&](auto dc, size_t i) {
+  auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     const hn::Rebind<int8_t, decltype(dc)> d8;
     const hn::RebindToSigned<decltype(dc)> di;
     hn::StoreU(hn::Mul(hn::ConvertTo(dc, hn::PromoteTo(di, hn::LoadU(d8, in + i))), hn::Set(dc, scale)), dc, out + i);

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
+#include <list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -223,7 +223,7 @@ void Rope::cos_sin(const TensorView& positions, std::optional<int64_t> seq_len, 
 namespace rotary::detail {
 
 void RopeAccess::attach(Rope& rope, const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens,
-                        Plan& plan, std::deque<Frequencies>& storage) {
+                        Plan& plan, std::list<Frequencies>& storage) {
   Rope::Impl& im = *rope.impl_;
   Source src;
   im.choose(range, seq_len, tokens, &src);
@@ -239,7 +239,7 @@ void RopeAccess::attach(Rope& rope, const PositionRange& range, std::optional<in
 }
 
 const Frequencies& RopeAccess::frequencies(Rope& rope, std::optional<int64_t> seq_len, int64_t max_position,
-                                           std::deque<Frequencies>& storage) {
+                                           std::list<Frequencies>& storage) {
   Rope::Impl& im = *rope.impl_;
   if (!im.spec.length_dependent()) return im.base;
   Frequencies f = compute_frequencies(im.spec, seq_len ? *seq_len : max_position + 1);

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <optional>
 
 #include "engine/plan_request.h"
@@ -16,10 +16,10 @@ struct RopeAccess {
   /// `seq_len` (table rows, grown as needed, or rows on the fly), M-RoPE axis map included. Frequencies
   /// computed for this call (length-dependent scaling) are kept in `storage`.
   static void attach(Rope& rope, const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens,
-                     Plan& plan, std::deque<Frequencies>& storage);
+                     Plan& plan, std::list<Frequencies>& storage);
   /// The frequencies Rope::apply uses for `seq_len` (no table growth): the base set or a computed one in `storage`.
   static const Frequencies& frequencies(Rope& rope, std::optional<int64_t> seq_len, int64_t max_position,
-                                        std::deque<Frequencies>& storage);
+                                        std::list<Frequencies>& storage);
 };
 
 }  // namespace rotary::detail

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+#include <list>
 #include <vector>
 
 #include "plan/plan.h"
@@ -64,8 +64,7 @@ struct ProloguePlan {
   float eps = 0.0f;
   int threads = 0;
   /// Frequencies the on-the-fly sources point into (stable addresses).
-  std::deque<Frequencies> freq_storage;
-  std::deque<std::vector<uint8_t>> axis_storage;
+  std::list<Frequencies> freq_storage;
 
   const PlanCosSin& source_of(int64_t token) const {
     return sources[token_source.empty() ? 0 : token_source[static_cast<size_t>(token)]];
@@ -82,7 +81,7 @@ struct RerotatePlan {
   const double* to_freq = nullptr;
   double factor_ratio = 1.0;                     ///< attention_factor(to) / attention_factor(from)
   bool same_freqs = false;                       ///< equal frequencies: the angle is (b - a) * theta
-  std::deque<Frequencies> freq_storage;
+  std::list<Frequencies> freq_storage;
   int threads = 0;
 };
 

@@ -1,6 +1,8 @@
 // rotary::prologue against the fp64 composition (norm -> rotate -> store/quantise) on both backends, and its write rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -296,6 +298,64 @@ TEST(Prologue, ConcurrentCallsIntoDisjointSlotsOfOneCacheEqualOneCall) {
   EXPECT_EQ(whole.vc.bytes, parts.vc.bytes);
   EXPECT_EQ(whole.ks.bytes, parts.ks.bytes);
   EXPECT_EQ(whole.q.bytes, parts.q.bytes);
+}
+
+TEST(Prologue, LargeCacheWritesGiveTheSameBytesWhetherStreamedOrNot) {
+  // A cache write of more than 16 MiB into 64-byte aligned rows is stored with non-temporal stores
+  // (cpu_prologue.cc); the same tokens written in calls of a third of the size (stored normally), or into
+  // rows one vector off the alignment (never streamed), must leave identical bytes.
+  constexpr int64_t Hq = 2, Hkv = 8, D = 128, kParts = 3;
+  Spec spec;
+  spec.head_dim = D;
+  spec.rotary_dim = D;
+  Rope rope(spec);
+  auto aligned = [](std::vector<unsigned char>& v, size_t bytes, size_t skew) {
+    v.assign(bytes + 128, 0);
+    const auto p = reinterpret_cast<uintptr_t>(v.data());
+    return v.data() + ((64 - p % 64) % 64) + skew;
+  };
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (DType cache : {DType::kF32, DType::kF16, DType::kBF16}) {
+      SCOPED_TRACE(dtype_name(cache));
+      const int64_t T = cache == DType::kF32 ? 2304 : 4608;  // 18 MiB of k and v rows
+      const Buf q(DType::kBF16, T * Hq * D, 1), k(DType::kBF16, T * Hkv * D, 2), v(DType::kBF16, T * Hkv * D, 3);
+      Buf wk(DType::kF32, D, 4, 0.3);
+      const auto bytes = static_cast<size_t>(T * Hkv * D) * dtype_size(cache);
+      std::vector<std::vector<unsigned char>> store(6);
+      std::vector<unsigned char*> kc(3), vc(3);
+      for (int run = 0; run < 3; ++run) {  // 0: one call, 1: three calls, 2: one call into unaligned rows
+        const size_t skew = run == 2 ? 32 : 0;
+        kc[run] = aligned(store[2 * run], bytes, skew);
+        vc[run] = aligned(store[2 * run + 1], bytes, skew);
+        Buf qr = q, kr = k, vr = v;
+        const int64_t parts = run == 1 ? kParts : 1, per = T / parts;
+        for (int64_t part = 0; part < parts; ++part) {
+          PrologueArgs a;
+          a.layout = Layout::kTHD;
+          const int64_t t0 = part * per;
+          a.q = TensorView::contiguous(qr.bytes.data() + t0 * Hq * D * 2, DType::kBF16, {per, Hq, D});
+          a.k = TensorView::contiguous(kr.bytes.data() + t0 * Hkv * D * 2, DType::kBF16, {per, Hkv, D});
+          a.v = TensorView::contiguous(vr.bytes.data() + t0 * Hkv * D * 2, DType::kBF16, {per, Hkv, D});
+          a.positions = Positions::contiguous(t0);
+          a.sources = {{&rope, std::nullopt}};
+          a.cache_layout = CacheLayout::kBSHD;
+          a.k_cache = TensorView::contiguous(kc[run], cache, {1, T, Hkv, D});
+          a.v_cache = TensorView::contiguous(vc[run], cache, {1, T, Hkv, D});
+          std::vector<int64_t> start = {t0};
+          a.cache_positions = TensorView::contiguous(start.data(), DType::kI64, {1});
+          a.k_norm_weight = wk.view({D});
+          a.threads = 2;
+          prologue(a);
+        }
+      }
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(std::memcmp(kc[0], kc[run], bytes), 0) << "k cache, run " << run;
+        EXPECT_EQ(std::memcmp(vc[0], vc[run], bytes), 0) << "v cache, run " << run;
+      }
+      EXPECT_NE(std::count(kc[0], kc[0] + bytes, 0), static_cast<std::ptrdiff_t>(bytes));
+    }
+  });
 }
 
 }  // namespace

@@ -140,6 +140,9 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
     Rope rope(model_spec(m));
     for (const Phase& ph : phases) {
       const bool decode = ph.tokens == 1;
+      // A decode step follows the prefill of its sequence, which grew the table past its position (and a
+      // step adds one row): the step reads table rows, as rotary::prologue's and Rope::apply's auto mode do.
+      if (decode) rope.table().ensure(ph.position + 1);
       const Timing timing = decode ? decode_timing(quick) : prefill_timing(quick);
       for (int64_t t = 0; t < ph.tokens; ++t) slots[static_cast<size_t>(t)] = ph.position + t;
       for (DType dt : dtypes) {
