@@ -34,22 +34,22 @@ inline float* PrologueScratch(size_t floats) {
 /// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
 template <Elem EI, Pairing P>
 HWY_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
-                          const RowRotation& rot, const float* w, float eps, float* tmp) {
+                          const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
   switch (dt) {
-    case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps); return 1.0f;
-    case DType::kF16: Row<EI, Elem::kF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps); return 1.0f;
+    case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps, rms); return 1.0f;
+    case DType::kF16: Row<EI, Elem::kF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms); return 1.0f;
     case DType::kBF16:
 #if ROTARY_BF16_NATIVE
       if (NativeBF16()) {
-        Row<EI, Elem::kBF16Native, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps);
+        Row<EI, Elem::kBF16Native, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms);
         return 1.0f;
       }
 #endif
-      Row<EI, Elem::kBF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps);
+      Row<EI, Elem::kBF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms);
       return 1.0f;
     default: break;
   }
-  Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps);
+  Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
   if (dt == DType::kI8) return StoreRowI8(tmp, D, static_cast<int8_t*>(out));
   if (dt == DType::kF8E4M3) StoreRowFp8<true>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
   else StoreRowFp8<false>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
@@ -71,12 +71,12 @@ HWY_INLINE void StreamRow(const float* HWY_RESTRICT y, Storage<EO>* HWY_RESTRICT
 /// non-temporal stores (PrologueJob::stream_cache).
 template <Elem EI, Pairing P>
 HWY_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
-                         const float* w, float eps, float* tmp, bool stream) {
+                         const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
   void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
   if (stream) {
-    Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps);
+    Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
     if (c.dtype == DType::kF32) return StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
     if (c.dtype == DType::kF16) return StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
 #if ROTARY_BF16_NATIVE
@@ -84,8 +84,16 @@ HWY_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot,
 #endif
     return StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
   }
-  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp);
+  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp, rms);
   if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
+}
+
+/// RMS factors of a token's `heads` rows of one tensor (`w` null: none, all 0), computed before any row
+/// is rotated so that the rows' reductions overlap instead of each delaying its own row.
+template <Elem EI>
+HWY_INLINE void NormFactors(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
+                            int64_t pf, float* rms) {
+  for (int64_t head = 0; head < heads; ++head, in += sh) rms[head] = w != nullptr ? RmsFactor<EI>(in, D, eps, pf) : 0.0f;
 }
 
 /// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
@@ -97,11 +105,15 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const Plan& rp = p.rope;
   const size_t D = static_cast<size_t>(rp.head_dim), h = static_cast<size_t>(rp.half);
   const size_t R = static_cast<size_t>(rp.rotary_dim);
-  float* scratch = PrologueScratch(2 * h + 2 * R + std::max<size_t>(D, static_cast<size_t>(p.v_dim)) + 48);
+  const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
+  const int64_t kh = p.k_index >= 0 ? rp.t[p.k_index].heads : 0;
+  const size_t row_floats = std::max<size_t>(D, static_cast<size_t>(p.v_dim));
+  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 64);
   float* resolved = scratch;
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
+  float* rms = tmp + row_floats + 16;  // RMS factors of one tensor's heads of the token
   RowRotation rot;
   rot.R = p.rotate ? R : 0;
   rot.h = h;
@@ -141,20 +153,23 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const PlanTensor& t = rp.t[p.q_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+      NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
       for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-        StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp);
+        StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp, rms[head]);
     }
     if (p.k_index >= 0) {
       rot.pf = pf_k;
       const PlanTensor& t = rp.t[p.k_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       if (p.k_cache.present()) {
+        if (slot >= 0) NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
         for (int64_t head = 0; slot >= 0 && head < t.heads; ++head, in += t.in_sh)
-          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp, stream);
+          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp, stream, rms[head]);
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+        NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
         for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp);
+          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp, rms[head]);
       }
     }
     if (p.has_v && slot >= 0) {

@@ -73,13 +73,15 @@ HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float ep
 /// One head row: in (EI) -> optional RMSNorm (weight+offset `w`, kNorm) -> rotation of the first rot.R
 /// channels -> out (EO). Channels past R are normalised and/or converted, or copied (out of place), or
 /// left alone (in place, same type, no norm). `in` and `out` are the same row or do not overlap.
+/// `rms` > 0: the row's RmsFactor, computed beforehand (a token's factors are computed together, their
+/// reductions overlapping); 0: computed here.
 template <Elem EI, Elem EO, Pairing P, bool kNorm>
 HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot,
-                              const float* w, float eps) {
+                              const float* w, float eps, float rms) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   float r = 1.0f;
-  if constexpr (kNorm) r = RmsFactor<EI>(in, D, eps, rot.pf);
+  if constexpr (kNorm) r = rms > 0.0f ? rms : RmsFactor<EI>(in, D, eps, rot.pf);
   auto load = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     auto x = LoadX<EI>(dc, in + i);
     if constexpr (kNorm) x = hn::Mul(hn::Mul(x, hn::Set(dc, r)), hn::LoadU(dc, w + i));
@@ -147,9 +149,10 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
 
 /// NormRotateRow with the norm chosen at run time (w null: none).
 template <Elem EI, Elem EO, Pairing P>
-HWY_INLINE void Row(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot, const float* w, float eps) {
-  if (w != nullptr) return NormRotateRow<EI, EO, P, true>(in, out, D, rot, w, eps);
-  NormRotateRow<EI, EO, P, false>(in, out, D, rot, nullptr, eps);
+HWY_INLINE void Row(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot, const float* w, float eps,
+                    float rms = 0.0f) {
+  if (w != nullptr) return NormRotateRow<EI, EO, P, true>(in, out, D, rot, w, eps, rms);
+  NormRotateRow<EI, EO, P, false>(in, out, D, rot, nullptr, eps, 0.0f);
 }
 
 }  // namespace rotary::detail::cpu::HWY_NAMESPACE

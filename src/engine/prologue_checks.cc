@@ -172,7 +172,7 @@ void read_indices(const TensorView& v, const char* name, int64_t n, const std::s
   }
 }
 
-void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* name, const std::string& capacity_text,
+void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* name, const char* capacity_text,
                  const char* where) {
   for (int64_t i = 0; i < n; ++i)
     if (slots[i] < -1 || slots[i] >= capacity)
@@ -210,9 +210,6 @@ const float* norm_weight(const TensorView& w, const char* name, int64_t dim, dou
   return storage->data();
 }
 
-namespace {
-
-/// [lo, hi) byte range of a view's elements (empty: lo == hi).
 void byte_range(const TensorView& v, uintptr_t* lo, uintptr_t* hi) {
   *lo = *hi = reinterpret_cast<uintptr_t>(v.data);
   if (!has_elements(v)) return;
@@ -220,6 +217,8 @@ void byte_range(const TensorView& v, uintptr_t* lo, uintptr_t* hi) {
   for (int i = 0; i < v.rank; ++i) extent += (v.shape[i] - 1) * v.strides[i];
   *hi = *lo + static_cast<uintptr_t>((extent + 1) * elem_size(v.dtype));
 }
+
+namespace {
 
 /// Whether some element of grid a (offset 0) and of grid b (offset delta bytes, same dims and strides,
 /// each stride larger than the extent of the faster dims) share a byte: delta = sum d_k * st_k + e with

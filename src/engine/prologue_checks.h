@@ -36,12 +36,15 @@ void read_indices(const TensorView& v, const char* name, int64_t n, const std::s
                   std::vector<int64_t>* out, int64_t rank2_b = -1, int64_t rank2_s = -1);
 
 /// Every slot is -1 (skip) or in [0, capacity), and no slot repeats.
-void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* name, const std::string& capacity_text,
+void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* name, const char* capacity_text,
                  const char* where);
 
 /// A norm weight [dim] of a floating dtype as f32 weight + offset (the caller's data when f32 with offset 0).
 const float* norm_weight(const TensorView& w, const char* name, int64_t dim, double offset, const char* where,
                          std::vector<float>* storage);
+
+/// The bytes [*lo, *hi) that a view's elements span (lo == hi: no elements).
+void byte_range(const TensorView& v, uintptr_t* lo, uintptr_t* hi);
 
 /// No element of `out` (written) shares memory with `other`: exact for two activations of `activations`
 /// (non-null: e.g. q and v slices of one fused QKV buffer) and for views of equal shape and strides (the
