@@ -38,21 +38,18 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
   return c;
 }
 
-void set_positions(rotary::ApplyArgs& a, int64_t offset, const std::optional<InArray>& ids,
-                   const std::optional<InArray>& cu_seqlens, const std::optional<InArray>& seq_offsets,
-                   const std::optional<InArray>& batch_offsets) {
-  if (cu_seqlens) {
-    a.positions = rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"),
-                                            seq_offsets ? to_view(*seq_offsets, "seq_offsets") : rotary::TensorView{});
-  } else if (ids) {
-    a.positions = rotary::Positions::from_ids(to_view(*ids, "positions"));
-  } else {
-    a.positions = rotary::Positions::contiguous(offset);
-    if (batch_offsets) a.positions.batch_offsets = to_view(*batch_offsets, "batch_offsets");
-  }
-}
-
 }  // namespace
+
+rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,
+                               const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets) {
+  if (cu_seqlens)
+    return rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"),
+                                     seq_offsets ? to_view(*seq_offsets, "seq_offsets") : rotary::TensorView{});
+  if (ids) return rotary::Positions::from_ids(to_view(*ids, "positions"));
+  rotary::Positions p = rotary::Positions::contiguous(offset);
+  if (batch_offsets) p.batch_offsets = to_view(*batch_offsets, "batch_offsets");
+  return p;
+}
 
 void bind_apply(nb::module_& m) {
   m.def(
@@ -63,7 +60,7 @@ void bind_apply(nb::module_& m) {
          std::optional<InArray> batch_offsets, const std::string& layout, std::optional<std::string> pairing,
          bool inverse, std::optional<int64_t> seq_len, int threads, const std::string& backend, bool bf16_bits) {
         CallArrays c = build_args(q, q_out, k, k_out, layout, pairing, inverse, seq_len, threads, backend, bf16_bits);
-        set_positions(c.args, offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         rotary::Rope& rope = spec.rope();
         nb::gil_scoped_release release;
         rope.apply(c.args);
@@ -86,7 +83,7 @@ void bind_apply(nb::module_& m) {
          bool inverse, int threads, const std::string& backend, bool bf16_bits, bool table_bf16_bits) {
         CallArrays c =
             build_args(q, q_out, k, k_out, layout, pairing, inverse, std::nullopt, threads, backend, bf16_bits);
-        set_positions(c.args, offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         rotary::TensorView cv = to_view(cos, "cos", table_bf16_bits);
         rotary::TensorView sv = to_view(sin, "sin", table_bf16_bits);
         nb::gil_scoped_release release;

@@ -51,14 +51,7 @@ void bind_prologue(nb::module_& m) {
         a.v = opt_view(v, "v", act_bits);
         a.q_out = opt_view(q_out, "q_out", act_bits);
         a.k_out = opt_view(k_out, "k_out", act_bits);
-        if (cu_seqlens) {
-          a.positions = rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"), opt_view(seq_offsets, "seq_offsets"));
-        } else if (ids) {
-          a.positions = rotary::Positions::from_ids(to_view(*ids, "positions"));
-        } else {
-          a.positions = rotary::Positions::contiguous(offset);
-          a.positions.batch_offsets = opt_view(batch_offsets, "batch_offsets");
-        }
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         a.layout = parse_layout(layout);
         a.sources = sources_of(specs, seq_lens);
         a.source_index = opt_view(source_index, "spec_index");
@@ -130,14 +123,7 @@ void bind_prologue(nb::module_& m) {
         a.q_out = opt_view(q_out, "out", q_out_bits);
         a.k = opt_view(k, "k", act_bits);
         a.k_out = opt_view(k_out, "k_out", k_out_bits);
-        if (cu_seqlens) {
-          a.positions = rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"), opt_view(seq_offsets, "seq_offsets"));
-        } else if (ids) {
-          a.positions = rotary::Positions::from_ids(to_view(*ids, "positions"));
-        } else {
-          a.positions = rotary::Positions::contiguous(offset);
-          a.positions.batch_offsets = opt_view(batch_offsets, "batch_offsets");
-        }
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
         a.layout = parse_layout(layout);
         if (pairing) a.pairing = parse_pairing(*pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
