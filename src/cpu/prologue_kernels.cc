@@ -33,7 +33,7 @@ inline float* PrologueScratch(size_t floats) {
 /// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
 /// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
 template <Elem EI, Pairing P>
-HWY_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
+ROTARY_ROW_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
                           const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
   switch (dt) {
     case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps, rms); return 1.0f;
@@ -70,7 +70,7 @@ HWY_INLINE void StreamRow(const float* HWY_RESTRICT y, Storage<EO>* HWY_RESTRICT
 /// Writes row (slot, head) of a cache from `in`; `stream`: through the f32 scratch `tmp` and
 /// non-temporal stores (PrologueJob::stream_cache).
 template <Elem EI, Pairing P>
-HWY_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
+ROTARY_ROW_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
                          const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
