@@ -4,11 +4,12 @@
 #   bash scripts/dev.sh main    # deps + build + `rotary report` with plots (default preset llama-3.1-8b)
 #   bash scripts/dev.sh test    # deps + build + all C++ tests (ctest) + all Python tests (pytest)
 #   bash scripts/dev.sh deps | build | python | cpp-test | py-test   (the individual steps)
-#   bash scripts/dev.sh cuda-build   # CUDA build (needs nvcc, no GPU) + its CUDA tests (emulator; GPU tests skip)
+#   bash scripts/dev.sh cuda-build   # CUDA build (needs nvcc, no GPU; CPU kernels for one Highway target) + its GPU test (skips)
 #
 # Environment: ROTARY_VENV (default ~/.cache/rotary/venv), ROTARY_BUILD_DIR (default build/cpp),
 #              ROTARY_REPORT_DIR (default out/report), ROTARY_SKIP_APT=1 to skip apt,
-#              ROTARY_WHEEL=path.whl to install that wheel instead of building with `pip install .`.
+#              ROTARY_WHEEL=path.whl to install that wheel instead of building with `pip install .`,
+#              ROTARY_HWY_TARGETS (cuda-build only: all | sanitize | static, default static).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,7 +93,8 @@ step_py_test() {
 # The CUDA backend built with nvcc into build-cuda (one architecture, sm_90, unless ROTARY_CUDA_ARCHS says
 # otherwise): the library, the CLI (bench --backend cuda) and the GPU test, which then runs (it skips without
 # a GPU; the emulator tests already ran in the ordinary build). CI runs this to catch CUDA compile and link
-# errors; scripts/device_check.sh builds and runs everything on a GPU.
+# errors, so its CPU kernels are compiled for the baseline Highway target only (ROTARY_HWY_TARGETS=static;
+# set ROTARY_HWY_TARGETS=all for a build that ships); scripts/device_check.sh builds and runs everything on a GPU.
 step_cuda_build() {
   local nvcc
   nvcc="$(command -v nvcc || true)"
@@ -101,6 +103,7 @@ step_cuda_build() {
   local dir="${ROTARY_CUDA_BUILD_DIR:-build-cuda}"
   log "configure + build with CUDA ($dir, $nvcc, architectures ${ROTARY_CUDA_ARCHS:-90})"
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON \
+        -DROTARY_HWY_TARGETS="${ROTARY_HWY_TARGETS:-static}" \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${ROTARY_CUDA_ARCHS:-90}" >/dev/null
   cmake --build "$dir" -j "$JOBS" --target rotary rotary_cli cuda_device_test
   log "GPU test ($dir; it skips without a GPU)"

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "rotary/prologue.h"
 
 namespace rotary_py {
 
@@ -194,6 +195,62 @@ void bind_torch_entry(nb::module_& m) {
       "cos/sin (spec None). q_out None = in place. pairing \"\" = the spec's. Returns 0 when done, else a bit mask "
       "of inputs to materialise first (1 q, 2 k, 4 positions, 8 cos, 16 sin: a broadcast axis or a negative-bit "
       "view) and does nothing.");
+
+  m.def(
+      "_torch_prologue",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle q_out, int64_t offset, const PySpec& spec,
+         const std::string& cache_layout, nb::handle k_cache, nb::handle v_cache, nb::handle slot_mapping,
+         nb::handle cache_positions, nb::handle q_norm_weight, nb::handle k_norm_weight, double norm_eps,
+         double norm_offset, const std::string& layout, int threads) -> int {
+        rotary::PrologueArgs a;
+        // Any tensor this entry cannot read as it is (a dtype the core takes only as raw bits, a broadcast
+        // axis, a negative-bit view, a tensor that is not CPU or strided) sends the call back to the generic
+        // path, which converts it or reports it.
+        try {
+          bool need = false;
+          auto view = [&](nb::handle t, const char* what) {
+            return t.is_none() ? rotary::TensorView{} : torch_view(t, what, false, need);
+          };
+          a.q = view(q, "q");
+          a.k = view(k, "k");
+          a.v = view(v, "v");
+          a.q_out = view(q_out, "q_out");
+          a.k_cache = view(k_cache, "k_cache");
+          a.v_cache = view(v_cache, "v_cache");
+          a.slot_mapping = view(slot_mapping, "slot_mapping");
+          a.cache_positions = view(cache_positions, "cache_positions");
+          a.q_norm_weight = view(q_norm_weight, "q_norm_weight");
+          a.k_norm_weight = view(k_norm_weight, "k_norm_weight");
+          if (need) return 1;
+        } catch (const nb::builtin_exception&) {
+          return 1;
+        } catch (const nb::python_error&) {
+          return 1;
+        }
+        a.positions = rotary::Positions::contiguous(offset);
+        a.sources = {{&spec.rope(), std::nullopt}};
+        a.layout = parse_layout(layout);
+        a.cache_layout = rotary::parse_cache_layout(cache_layout);
+        a.norm_eps = norm_eps;
+        a.norm_offset = norm_offset;
+        a.threads = threads;
+        const int64_t moved = bytes_of(a.q) + bytes_of(a.k) + (a.v.present() ? bytes_of(a.v) : 0);
+        if (moved >= kReleaseGilBytes) {
+          nb::gil_scoped_release r;
+          rotary::prologue(a);
+        } else {
+          rotary::prologue(a);
+        }
+        return 0;
+      },
+      nb::arg("q").none(), nb::arg("k"), nb::arg("v").none(), nb::arg("q_out").none(), nb::arg("offset"),
+      nb::arg("spec"), nb::arg("cache_layout"), nb::arg("k_cache").none(), nb::arg("v_cache").none(),
+      nb::arg("slot_mapping").none(), nb::arg("cache_positions").none(), nb::arg("q_norm_weight").none(),
+      nb::arg("k_norm_weight").none(), nb::arg("norm_eps"), nb::arg("norm_offset"), nb::arg("layout"),
+      nb::arg("threads"),
+      "Private (rotary.prologue's torch path): the prologue of torch CPU tensors read field by field (no DLPack) "
+      "for one Spec and an offset. Returns 0 when done, 1 (having done nothing) when a tensor must go through the "
+      "generic conversion.");
 
   m.def("_cuda_available", [] { return rotary::backend_available(rotary::Backend::kCuda); },
         "Private (rotary.torch): True when rotary's CUDA backend is built in and a device is present.");

@@ -157,6 +157,56 @@ HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
 }
 
 
+#undef ROTARY_BF16_BLOCK_ORDER
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4 && HWY_TARGET != HWY_SCALAR
+#define ROTARY_BF16_BLOCK_ORDER 1
+/// bf16 rows in block order (x86 targets): 2N words widen into a "low" f32 vector holding values 0-3 of
+/// each 8-value block and a "high" one holding values 4-7, by interleaving with zeros inside 128-bit
+/// blocks, and narrow back by the inverse, a signed pack inside blocks: no lane crosses a block (vs a
+/// zero-extension plus a shift per vector in, a pack plus a block permute per vector out). Per-channel
+/// factors (cos, sin, norm weights) are put in the same order once (ToBlockOrder).
+template <class D>
+HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* lo, hn::Vec<D>* hi) {
+  const hn::Repartition<uint16_t, D> d16;
+  const auto x = hn::LoadU(d16, p);
+  *lo = hn::BitCast(d, hn::InterleaveLower(d16, hn::Zero(d16), x));
+  *hi = hn::BitCast(d, hn::InterleaveUpper(d16, hn::Zero(d16), x));
+}
+
+/// Two f32 vectors in block order rounded to nearest even (RoundPairToBF16Bits) and stored as 2N bf16.
+template <bool kStream, class D>
+HWY_INLINE void StoreBF16Blocks(D d, hn::Vec<D> lo, hn::Vec<D> hi, uint16_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<D> di;
+  const hn::Repartition<uint16_t, D> d16;
+  const hn::Repartition<int16_t, D> di16;
+  hn::Vec<hn::RebindToUnsigned<D>> rl, rh;
+  RoundPairToBF16Bits(d, lo, hi, &rl, &rh);
+  // The bf16 is each lane's upper half: an arithmetic shift keeps it exact through the signed pack.
+  const auto words = hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, rl)),
+                                                            hn::ShiftRight<16>(hn::BitCast(di, rh))));
+  if constexpr (kStream) {
+    hn::Stream(words, d16, p);
+  } else {
+    hn::StoreU(words, d16, p);
+  }
+}
+
+/// `v` [K * N] (K vectors of N f32 per half row, K even) in block order: pair k's low vector's values,
+/// then its high vector's, as LoadBF16Blocks leaves the channels.
+template <size_t K>
+HWY_INLINE void ToBlockOrder(const float* v, float* out) {
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  for (size_t k = 0; k < K / 2; ++k)
+    for (size_t j = 0; j < N; ++j) {
+      const size_t lo = 2 * k * N + (j / 4) * 8 + j % 4;  // value j of the low vector
+      out[2 * k * N + j] = v[lo];
+      out[2 * k * N + N + j] = v[lo + 4];
+    }
+}
+#else
+#define ROTARY_BF16_BLOCK_ORDER 0
+#endif
+
 #if ROTARY_BF16_NATIVE
 /// Narrows 16 f32 lanes to bf16 with AVX512-BF16 and stores them (bf16_native-inl.h); returns false,
 /// storing nothing, when a lane is an f32 subnormal (the instruction would flush it to zero).

@@ -228,6 +228,41 @@ void RunRows(const RowJob& job, int64_t r0, int64_t r1) {
   }
 }
 
+/// rotate_token_rows on this target: RowsInRegisters when the rotated part is whole register vectors.
+template <Elem E, Pairing P>
+bool RotateTokenRowsT(const TokenRowJob& r) {
+  const size_t K = RegisterVectors<P>(r.half, r.rotary_dim);
+  if (K == 0) return false;
+  using T = Storage<E>;
+  const auto* in = static_cast<const T*>(r.in);
+  auto* out = static_cast<T*>(r.out);
+  const auto h = static_cast<size_t>(r.half);
+  if (r.prefetch != 0) {
+    RowsInRegistersK<E, P, false, true>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, r.prefetch);
+  } else {
+    RowsInRegistersK<E, P, false, false>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, 0);
+  }
+  return true;
+}
+
+template <Elem E>
+bool RotateTokenRowsE(const TokenRowJob& r) {
+  if (r.pairing == Pairing::kHalfSplit) return RotateTokenRowsT<E, Pairing::kHalfSplit>(r);
+  return RotateTokenRowsT<E, Pairing::kInterleaved>(r);
+}
+
+bool RotateTokenRows(const TokenRowJob& r) {
+  switch (r.dtype) {
+    case DType::kF16: return RotateTokenRowsE<Elem::kF16>(r);
+    case DType::kBF16:
+#if ROTARY_BF16_NATIVE
+      if (NativeBF16()) return RotateTokenRowsE<Elem::kBF16Native>(r);
+#endif
+      return RotateTokenRowsE<Elem::kBF16>(r);
+    default: return RotateTokenRowsE<Elem::kF32>(r);
+  }
+}
+
 int64_t CurrentTarget() { return HWY_TARGET; }
 
 }  // namespace rotary::detail::cpu::HWY_NAMESPACE
@@ -238,8 +273,11 @@ namespace rotary::detail::cpu {
 
 HWY_EXPORT(RunRows);
 HWY_EXPORT(CurrentTarget);
+HWY_EXPORT(RotateTokenRows);
 
 void run_rows(const RowJob& job, int64_t r0, int64_t r1) { HWY_DYNAMIC_DISPATCH(RunRows)(job, r0, r1); }
+
+bool rotate_token_rows(const TokenRowJob& rows) { return HWY_DYNAMIC_DISPATCH(RotateTokenRows)(rows); }
 
 const char* dispatched_target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(CurrentTarget)()); }
 

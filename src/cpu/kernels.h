@@ -31,6 +31,27 @@ struct RowJob {
 /// resolved once per call). Results are bit-identical whatever the split of rows into ranges.
 void run_rows(const RowJob& job, int64_t r0, int64_t r1);
 
+/// One token's rows of one tensor for rotate_token_rows: row k from in + k * in_step to out + k * out_step
+/// (elements; input and output of one dtype, the same rows or apart), rotated by the token's plain cos/sin
+/// rows `c`, `s` (`half` values each, attention factor folded in). Channels past rotary_dim are not touched.
+struct TokenRowJob {
+  DType dtype = DType::kF32;  ///< f32, f16 or bf16
+  Pairing pairing = Pairing::kHalfSplit;
+  int64_t half = 0, rotary_dim = 0;
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t n = 0, in_step = 0, out_step = 0;
+  const float* c = nullptr;
+  const float* s = nullptr;
+  int64_t prefetch = 0;  ///< bytes past each input row to prefetch while it is read (0: none)
+};
+
+/// Rotates `rows` with the token's cos/sin held in registers (the apply kernels' RowsInRegisters:
+/// the same operations as every other row path, so the same results) and returns true; returns false,
+/// touching nothing, when the rotated part is not a whole number of vectors that path takes on the
+/// dispatched target. For callers with rows of their own addressing (the prologue's cache rows).
+bool rotate_token_rows(const TokenRowJob& rows);
+
 /// Whether bf16 outputs on the AVX3 target use AVX512-BF16 narrowing (VCVTNE2PS2BF16 / VCVTNEPS2BF16;
 /// default: when the CPU has it). Results are bit-identical either way; tests switch it off to cover
 /// the portable path. Returns whether the native path is now on (false when the CPU lacks it).

@@ -15,6 +15,7 @@
 
 #include "cpu/bf16_native-inl.h"
 #include "cpu/elements-inl.h"
+#include "cpu/kernels.h"
 #include "cpu/prologue_kernels.h"
 #include "cpu/prologue_rows-inl.h"
 #include "cpu/quantize-inl.h"
@@ -108,12 +109,15 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
   const int64_t kh = p.k_index >= 0 ? rp.t[p.k_index].heads : 0;
   const size_t row_floats = std::max<size_t>(D, static_cast<size_t>(p.v_dim));
-  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 64);
+  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 6 * h + 96);
   float* resolved = scratch;
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
   float* rms = tmp + row_floats + 16;  // RMS factors of one tensor's heads of the token
+  float* csb = rms + std::max(qh, kh) + 16;  // the token's cos | sin in block order (2h)
+  float* wqb = csb + 2 * h + 16;             // q's and k's norm weights in block order (2h each)
+  float* wkb = wqb + 2 * h;
   RowRotation rot;
   rot.R = p.rotate ? R : 0;
   rot.h = h;
@@ -128,12 +132,74 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const int64_t pf_q = p.q_index >= 0 ? ahead(rp.t[p.q_index].heads, rp.t[p.q_index].in_sh, rp.t[p.q_index].in_ss, rp.head_dim) : 0;
   const int64_t pf_k = p.k_index >= 0 ? ahead(rp.t[p.k_index].heads, rp.t[p.k_index].in_sh, rp.t[p.k_index].in_ss, rp.head_dim) : 0;
   none.pf = p.has_v ? ahead(p.v.heads, p.v.in_sh, p.v.in_ss, p.v_dim) : 0;
+  // Rows without a norm whose output has the input's dtype (q, k into a cache of that dtype or k_out)
+  // rotate with the token's cos/sin in registers, through the apply kernels' row path (the same
+  // operations, so the same results); the others, and every row on targets where that path does not
+  // fit, go through StoreRow / CacheRow.
+  TokenRowJob fast;
+  fast.dtype = qdt;
+  fast.pairing = P;
+  fast.half = rp.half;
+  fast.rotary_dim = rp.rotary_dim;
+  // The rows [in, in + n*in_step) to out (steps in elements) in registers; the channels past R are
+  // copied when the rows move. False: not done.
+  auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf) {
+    if (!p.rotate) return false;
+    TokenRowJob r = fast;
+    r.in = in;
+    r.out = out;
+    r.n = n;
+    r.in_step = in_step;
+    r.out_step = out_step;
+    r.prefetch = pf;
+    if (!rotate_token_rows(r)) return false;
+    if (R < D && static_cast<const void*>(in) != static_cast<const void*>(out))
+      for (int64_t k = 0; k < n; ++k) std::memcpy(out + k * out_step + R, in + k * in_step + R, (D - R) * sizeof(T));
+    return true;
+  };
+  const bool k_cache_fast = p.k_cache.present() && p.k_norm == nullptr && p.k_cache.dtype == qdt && !stream;
+  // bf16 half-split rows with a norm, fully rotated, into bf16 (q; k into a bf16 cache): two vectors
+  // narrowed per pack in block order (HalfBF16NormBlockRows), the weights put in that order once here
+  // and each token's cos/sin once per token. Not where AVX512-BF16 narrows bf16 (StoreRow's own path).
+  size_t nb_k = 0;
+#if ROTARY_PROLOGUE_BF16_BLOCKS
+  if constexpr (EI == Elem::kBF16 && P == Pairing::kHalfSplit) {
+#if ROTARY_BF16_NATIVE
+    const bool native = NativeBF16();
+#else
+    const bool native = false;
+#endif
+    if (p.rotate && R == D && !native && (p.q_norm != nullptr || p.k_norm != nullptr)) nb_k = NormBlockVectors(h);
+    if (nb_k != 0 && p.q_norm != nullptr) RunsToBlockOrder(nb_k, p.q_norm, h, 2, wqb);
+    if (nb_k != 0 && p.k_norm != nullptr) RunsToBlockOrder(nb_k, p.k_norm, h, 2, wkb);
+  }
+#endif
+  const bool q_blocks = nb_k != 0 && p.q_norm != nullptr;
+  const bool k_blocks = nb_k != 0 && p.k_norm != nullptr && p.k_cache.present() && p.k_cache.dtype == DType::kBF16 && !stream;
+  // The block path's rows (bf16 storage; only reached when nb_k != 0, so only for bf16 inputs).
+  auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* cs,
+                           const float* wb, const float* factors, size_t K, size_t half) {
+#if ROTARY_PROLOGUE_BF16_BLOCKS
+    if constexpr (EI == Elem::kBF16)
+      HalfBF16NormBlockRowsK(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
+#else
+    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)cs, (void)wb, (void)factors, (void)K, (void)half;
+#endif
+  };
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t b = g / rp.S, s = g % rp.S;
     if (p.rotate) {
       const float* c;
       const float* sn;
       resolve_cos_sin(rp.pos, p.source_of(g), rp.half, b, s, resolved, &c, &sn);
+      fast.c = c;
+      fast.s = sn;
+#if ROTARY_PROLOGUE_BF16_BLOCKS
+      if (q_blocks || k_blocks) {
+        RunsToBlockOrder(nb_k, c, h, 1, csb);
+        RunsToBlockOrder(nb_k, sn, h, 1, csb + h);
+      }
+#endif
       if constexpr (P == Pairing::kHalfSplit) {
         rot.c = c;
         rot.s = sn;
@@ -153,23 +219,38 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const PlanTensor& t = rp.t[p.q_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
-      NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
-      for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-        StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp, rms[head]);
+      if (q_blocks) {
+        NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
+        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, csb, wqb, rms, nb_k, h);
+      } else if (p.q_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
+        NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
+        for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
+          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp, rms[head]);
+      }
     }
     if (p.k_index >= 0) {
       rot.pf = pf_k;
       const PlanTensor& t = rp.t[p.k_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       if (p.k_cache.present()) {
-        if (slot >= 0) NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-        for (int64_t head = 0; slot >= 0 && head < t.heads; ++head, in += t.in_sh)
-          CacheRow<EI, P>(in, p.k_cache, slot, head, rot, p.k_norm, p.eps, tmp, stream, rms[head]);
+        const PlanRows& kc = p.k_cache;
+        if (slot >= 0 && k_blocks) {
+          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
+          NormBlockRows(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads, t.in_sh, kc.s_head, csb, wkb, rms,
+                        nb_k, h);
+        } else if (slot >= 0 && !(k_cache_fast && in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0),
+                                                                t.heads, t.in_sh, kc.s_head, pf_k))) {
+          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
+          for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh)
+            CacheRow<EI, P>(in, kc, slot, head, rot, p.k_norm, p.eps, tmp, stream, rms[head]);
+        }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
-        NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-        for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp, rms[head]);
+        if (p.k_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
+          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
+          for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
+            StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp, rms[head]);
+        }
       }
     }
     if (p.has_v && slot >= 0) {

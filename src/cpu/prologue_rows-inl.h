@@ -147,6 +147,78 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
   }
 }
 
+#undef ROTARY_PROLOGUE_BF16_BLOCKS
+#if ROTARY_BF16_BLOCK_ORDER
+#define ROTARY_PROLOGUE_BF16_BLOCKS 1
+/// `n` half-split bf16 rows of one token with RMSNorm in block order (LoadBF16Blocks / StoreBF16Blocks,
+/// elements-inl.h), K whole vectors per half (K even; the rows in place or apart): row r from
+/// in + r * in_step to out + r * out_step (bf16), its factor rms[r] (RmsFactor); `wb` the weights of
+/// both halves and `cb`, `sb` the token's cos and sin in block order (ToBlockOrder: wb [2][h], cb, sb [h]).
+/// Each value takes NormRotateRow's operations ((x * r) * w, then the rotation, then round to nearest
+/// even), so the results are the same; two vectors are narrowed by one pack, no lane crosses a block.
+template <size_t K>
+HWY_INLINE void HalfBF16NormBlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
+                                      int64_t out_step, const float* HWY_RESTRICT cb, const float* HWY_RESTRICT sb,
+                                      const float* HWY_RESTRICT wb, const float* rms, size_t h, int64_t pf) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  using V = hn::Vec<decltype(d)>;
+  for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
+    const V rv = hn::Set(d, rms[r]);
+    for (size_t k = 0; k < K / 2; ++k) {
+      const size_t i = 2 * k * N;
+      PrefetchAhead(in + i, pf);
+      PrefetchAhead(in + h + i, pf);
+      V a_lo, a_hi, b_lo, b_hi;
+      LoadBF16Blocks(d, in + i, &a_lo, &a_hi);
+      LoadBF16Blocks(d, in + h + i, &b_lo, &b_hi);
+      a_lo = hn::Mul(hn::Mul(a_lo, rv), hn::LoadU(d, wb + i));
+      a_hi = hn::Mul(hn::Mul(a_hi, rv), hn::LoadU(d, wb + i + N));
+      b_lo = hn::Mul(hn::Mul(b_lo, rv), hn::LoadU(d, wb + h + i));
+      b_hi = hn::Mul(hn::Mul(b_hi, rv), hn::LoadU(d, wb + h + i + N));
+      const V c_lo = hn::LoadU(d, cb + i), c_hi = hn::LoadU(d, cb + i + N);
+      const V s_lo = hn::LoadU(d, sb + i), s_hi = hn::LoadU(d, sb + i + N);
+      StoreBF16Blocks<false>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
+                             out + i);
+      StoreBF16Blocks<false>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
+                             out + h + i);
+    }
+  }
+}
+
+/// K of HalfBF16NormBlockRows for half `h` (whole pairs of vectors per half, at most 8 vectors), else 0.
+HWY_INLINE size_t NormBlockVectors(size_t h) {
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  if (h % (2 * N) != 0) return 0;
+  const size_t k = h / N;
+  return k == 2 || k == 4 || k == 8 ? k : 0;
+}
+
+/// HalfBF16NormBlockRows with K chosen at run time (NormBlockVectors).
+HWY_INLINE void HalfBF16NormBlockRowsK(size_t K, const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
+                                       int64_t out_step, const float* cb, const float* sb, const float* wb,
+                                       const float* rms, size_t h, int64_t pf) {
+  switch (K) {
+    case 2: return HalfBF16NormBlockRows<2>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+    case 4: return HalfBF16NormBlockRows<4>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+    default: return HalfBF16NormBlockRows<8>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+  }
+}
+
+/// `count` consecutive runs of `h` values (a half's cos, sin or weights) in block order, K vectors per half.
+HWY_INLINE void RunsToBlockOrder(size_t K, const float* v, size_t h, size_t count, float* out) {
+  for (size_t run = 0; run < count; ++run) {
+    switch (K) {
+      case 2: ToBlockOrder<2>(v + run * h, out + run * h); break;
+      case 4: ToBlockOrder<4>(v + run * h, out + run * h); break;
+      default: ToBlockOrder<8>(v + run * h, out + run * h); break;
+    }
+  }
+}
+#else
+#define ROTARY_PROLOGUE_BF16_BLOCKS 0
+#endif
+
 /// NormRotateRow with the norm chosen at run time (w null: none).
 template <Elem EI, Elem EO, Pairing P>
 HWY_INLINE void Row(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot, const float* w, float eps,

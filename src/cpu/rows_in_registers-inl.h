@@ -50,52 +50,27 @@ HWY_INLINE void InterleavedBF16LaneStep(D d, const uint16_t* in, uint16_t* out, 
 #endif
 
 #undef ROTARY_BF16_BLOCKS
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+#if ROTARY_BF16_BLOCK_ORDER
 #define ROTARY_BF16_BLOCKS 1
-/// Half-split bf16 rows for x86 targets without AVX512-BF16, 2N values per half and step: words widen
-/// by interleaving with zeros inside 128-bit blocks (one vector gets values 0-3 of each 8-value block,
-/// the other values 4-7) and narrow by the inverse, a signed pack inside blocks, so no lane crosses a
-/// block; cos/sin are permuted the same way once per token. Replaces a zero-extension and a shift per
-/// vector on the way in and a pack plus a block permute per vector on the way out.
+/// Half-split bf16 rows for x86 targets without AVX512-BF16, 2N values per half and step, in block order
+/// (LoadBF16Blocks / StoreBF16Blocks, elements-inl.h); cos/sin are put in that order once per token.
 template <size_t K, bool kStream, bool kPrefetch>
 HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
                                   int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
                                   int64_t pf_delta) {
   const hn::ScalableTag<float> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Repartition<uint16_t, decltype(d)> d16;
-  const hn::Repartition<int16_t, decltype(d)> di16;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
   V clo[K / 2], chi[K / 2], slo[K / 2], shi[K / 2];
-  alignas(64) float tc[2 * hn::MaxLanes(d)], ts[2 * hn::MaxLanes(d)];
-  const float sign = inverse ? -1.0f : 1.0f;
+  alignas(64) float tc[K * hn::MaxLanes(d)], ts[K * hn::MaxLanes(d)];
+  ToBlockOrder<K>(c, tc);
+  ToBlockOrder<K>(s, ts);
   for (size_t k = 0; k < K / 2; ++k) {
-    for (size_t j = 0; j < N; ++j) {
-      const size_t lo = 2 * k * N + (j / 4) * 8 + j % 4;  // value j of the "low" vector
-      tc[j] = c[lo];
-      tc[N + j] = c[lo + 4];
-      ts[j] = sign * s[lo];
-      ts[N + j] = sign * s[lo + 4];
-    }
-    clo[k] = hn::Load(d, tc);
-    chi[k] = hn::Load(d, tc + N);
-    slo[k] = hn::Load(d, ts);
-    shi[k] = hn::Load(d, ts + N);
+    clo[k] = hn::Load(d, tc + 2 * k * N);
+    chi[k] = hn::Load(d, tc + 2 * k * N + N);
+    slo[k] = inverse ? hn::Neg(hn::Load(d, ts + 2 * k * N)) : hn::Load(d, ts + 2 * k * N);
+    shi[k] = inverse ? hn::Neg(hn::Load(d, ts + 2 * k * N + N)) : hn::Load(d, ts + 2 * k * N + N);
   }
-  const auto zero = hn::Zero(d16);
-  auto store = [&](V lo, V hi, uint16_t* p) {
-    hn::Vec<hn::RebindToUnsigned<decltype(d)>> rl, rh;
-    RoundPairToBF16Bits(d, lo, hi, &rl, &rh);
-    // The bf16 is each lane's upper half: an arithmetic shift keeps it exact through the signed pack.
-    const auto words = hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, rl)),
-                                                              hn::ShiftRight<16>(hn::BitCast(di, rh))));
-    if constexpr (kStream) {
-      hn::Stream(words, d16, p);
-    } else {
-      hn::StoreU(words, d16, p);
-    }
-  };
   for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
     if constexpr (kPrefetch) {
       const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
@@ -103,15 +78,13 @@ HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, 
     }
     for (size_t k = 0; k < K / 2; ++k) {
       const size_t i = 2 * k * N;
-      const auto x0 = hn::LoadU(d16, in + i), x1 = hn::LoadU(d16, in + h + i);
-      const V a_lo = hn::BitCast(d, hn::InterleaveLower(d16, zero, x0));
-      const V a_hi = hn::BitCast(d, hn::InterleaveUpper(d16, zero, x0));
-      const V b_lo = hn::BitCast(d, hn::InterleaveLower(d16, zero, x1));
-      const V b_hi = hn::BitCast(d, hn::InterleaveUpper(d16, zero, x1));
-      store(hn::NegMulAdd(b_lo, slo[k], hn::Mul(a_lo, clo[k])), hn::NegMulAdd(b_hi, shi[k], hn::Mul(a_hi, chi[k])),
-            out + i);
-      store(hn::MulAdd(a_lo, slo[k], hn::Mul(b_lo, clo[k])), hn::MulAdd(a_hi, shi[k], hn::Mul(b_hi, chi[k])),
-            out + h + i);
+      V a_lo, a_hi, b_lo, b_hi;
+      LoadBF16Blocks(d, in + i, &a_lo, &a_hi);
+      LoadBF16Blocks(d, in + h + i, &b_lo, &b_hi);
+      StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, slo[k], hn::Mul(a_lo, clo[k])),
+                               hn::NegMulAdd(b_hi, shi[k], hn::Mul(a_hi, chi[k])), out + i);
+      StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, slo[k], hn::Mul(b_lo, clo[k])),
+                               hn::MulAdd(a_hi, shi[k], hn::Mul(b_hi, chi[k])), out + h + i);
     }
   }
 }
@@ -213,18 +186,24 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
 /// Vectors per half (half-split) or per rotated row (interleaved) when RowsInRegisters applies
 /// (a multiple of the vector length, at most 8 vectors), else 0.
 template <Pairing P>
-HWY_INLINE size_t RegisterVectors(const Plan& p) {
+HWY_INLINE size_t RegisterVectors(int64_t half, int64_t rotary_dim) {
 #if HWY_TARGET == HWY_SCALAR
-  (void)p;
+  (void)half;
+  (void)rotary_dim;
   return 0;
 #else
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(p.half) : static_cast<size_t>(p.rotary_dim);
+  const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(half) : static_cast<size_t>(rotary_dim);
   if (len % N != 0) return 0;
   const size_t k = len / N;
   // Interleaved rows of 16 vectors: head_dim 128 on 8-lane (AVX2) vectors.
   return (k == 1 || k == 2 || k == 4 || k == 8 || (P == Pairing::kInterleaved && k == 16)) ? k : 0;
 #endif
+}
+
+template <Pairing P>
+HWY_INLINE size_t RegisterVectors(const Plan& p) {
+  return RegisterVectors<P>(p.half, p.rotary_dim);
 }
 
 /// RowsInRegisters with K chosen at run time.

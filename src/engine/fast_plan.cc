@@ -10,19 +10,10 @@
 namespace rotary::detail {
 namespace {
 
-/// A present, non-empty, row-major contiguous floating tensor of the layout's rank whose every
-/// check in build_plan_full passes by construction; `bytes` = its exact byte extent.
+/// A dense floating tensor of the layout's rank (dense_view: every check in build_plan_full passes by
+/// construction); `bytes` = its exact byte extent.
 bool simple_tensor(const TensorView& v, Layout layout, int64_t* bytes) {
-  if (v.data == nullptr || v.rank != expected_rank(layout) || !is_floating(v.dtype)) return false;
-  int64_t expect = 1;
-  for (int i = v.rank - 1; i >= 0; --i) {
-    if (v.shape[i] <= 0 || v.shape[i] >= (int64_t(1) << 31)) return false;
-    // a size-1 dim's stride never addresses anything (any non-negative value is valid)
-    if (v.shape[i] == 1 ? v.strides[i] < 0 : v.strides[i] != expect) return false;
-    if (__builtin_mul_overflow(expect, v.shape[i], &expect) || expect > (int64_t(1) << 56)) return false;
-  }
-  *bytes = expect * elem_size(v.dtype);
-  return true;
+  return is_floating(v.dtype) && dense_view(v, expected_rank(layout), bytes);
 }
 
 bool disjoint(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {

@@ -8,8 +8,10 @@
 
 #include "core/messages.h"
 #include "engine/build_plan.h"
+#include "engine/fast_plan.h"
 #include "engine/overlap.h"
 #include "engine/position_checks.h"
+#include "engine/prologue_build.h"
 #include "engine/prologue_checks.h"
 #include "engine/rope_access.h"
 #include "engine/tensor_checks.h"
@@ -80,8 +82,17 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
                                  str(seq_source[static_cast<size_t>(n)]));
   }
   if (nsrc > 255) invalid("sources must hold at most 255 frequency sources, got " + str(nsrc));
-  std::vector<PositionRange> ranges(static_cast<size_t>(nsrc));
-  std::vector<int64_t> counts(static_cast<size_t>(nsrc), 0);
+  // Per-source position ranges and token counts; one source (the common call) needs no allocation.
+  PositionRange one_range;
+  int64_t one_count = 0;
+  std::vector<PositionRange> many_ranges;
+  std::vector<int64_t> many_counts;
+  if (nsrc > 1) {
+    many_ranges.resize(static_cast<size_t>(nsrc));
+    many_counts.assign(static_cast<size_t>(nsrc), 0);
+  }
+  PositionRange* ranges = nsrc > 1 ? many_ranges.data() : &one_range;
+  int64_t* counts = nsrc > 1 ? many_counts.data() : &one_count;
   if (nsrc == 1 || seq_source.empty()) {
     ranges[0] = range;
     counts[0] = tokens;
@@ -90,8 +101,8 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
     for (int64_t g = 0; g < tokens; ++g) {
       const auto src = seq_source[static_cast<size_t>(seq_of(seqs, rp, g))];
       p.token_source[static_cast<size_t>(g)] = static_cast<uint8_t>(src);
-      PositionRange& r = ranges[static_cast<size_t>(src)];
-      ++counts[static_cast<size_t>(src)];
+      PositionRange& r = ranges[src];
+      ++counts[src];
       for (int axis = 0; axis < rp.pos.n_axes; ++axis) {
         if (rp.pos.fractional()) {
           const double v = load_index(rp.pos.ids, rp.pos.ids_dtype,
@@ -109,7 +120,7 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
   p.sources.resize(static_cast<size_t>(nsrc));
   for (int64_t i = 0; i < nsrc; ++i) {
     const FrequencySource& fs = a.sources[static_cast<size_t>(i)];
-    RopeAccess::attach(*fs.rope, ranges[static_cast<size_t>(i)], fs.seq_len, std::max<int64_t>(1, counts[static_cast<size_t>(i)]),
+    RopeAccess::attach(*fs.rope, ranges[i], fs.seq_len, std::max<int64_t>(1, counts[i]),
                        rp, p.freq_storage);
     p.sources[static_cast<size_t>(i)] = std::move(rp.cs);
     rp.cs = PlanCosSin{};
@@ -188,67 +199,206 @@ void plan_cache(const PrologueArgs& a, const Sequences& seqs, ProloguePlan& p) {
 /// checks already covered q, k and their outputs among themselves).
 void check_outputs(const PrologueArgs& a, const ProloguePlan& p) {
   struct Named {
-    const TensorView* v;
-    const char* name;
-    bool activation;  // of a.layout: exact element test against other activations
-  };
-  const bool has_cache = p.k_cache.present();
-  std::vector<Named> writes, reads;
-  if (!absent(a.q)) writes.push_back({absent(a.q_out) ? &a.q : &a.q_out, absent(a.q_out) ? "q (rotated in place)" : "q_out", true});
-  if (!has_cache) writes.push_back({absent(a.k_out) ? &a.k : &a.k_out, absent(a.k_out) ? "k (written in place)" : "k_out", true});
-  const size_t apply_writes = writes.size();
-  if (has_cache) writes.push_back({&a.k_cache, "k_cache", false});
-  if (p.has_v) writes.push_back({&a.v_cache, "v_cache", false});
-  if (has_cache && p.k_cache.dtype == DType::kI8) writes.push_back({&a.k_scale, "k_scale", false});
-  if (p.has_v && p.v_cache.dtype == DType::kI8) writes.push_back({&a.v_scale, "v_scale", false});
-  reads.push_back({&a.q, "q", true});
-  reads.push_back({&a.k, "k", true});
-  const size_t apply_reads = reads.size();
-  reads.push_back({&a.v, "v", true});
-  reads.push_back({&a.q_norm_weight, "q_norm_weight", false});
-  reads.push_back({&a.k_norm_weight, "k_norm_weight", false});
-  reads.push_back({&a.slot_mapping, "slot_mapping", false});
-  reads.push_back({&a.cache_positions, "cache_positions", false});
-  reads.push_back({&a.source_index, "source_index", false});
-  if (has_cache && is_fp8(p.k_cache.dtype)) reads.push_back({&a.k_scale, "k_scale", false});
-  if (p.has_v && is_fp8(p.v_cache.dtype)) reads.push_back({&a.v_scale, "v_scale", false});
-  // Byte ranges first: check_disjoint (exact) runs only for pairs whose ranges meet (a decode step's
-  // tensors never do, and it has eleven of them).
-  struct Span {
-    bool none = true;  // absent or without elements: check_disjoint has nothing to compare
+    const TensorView* v = nullptr;
+    const char* name = nullptr;
+    bool activation = false;  // of a.layout: exact element test against other activations
+    // Byte range: check_disjoint (exact) runs only for pairs whose ranges meet (a decode step's tensors
+    // never do, and it has eleven of them). none: absent or without elements (nothing to compare).
+    bool none = true;
     uintptr_t lo = 0, hi = 0;
   };
-  auto span = [](const Named& n) {
-    Span sp;
-    sp.none = absent(*n.v) || !has_elements(*n.v);
-    if (!sp.none) byte_range(*n.v, &sp.lo, &sp.hi);
-    return sp;
+  // Fixed arrays, not vectors: this runs on every call, a decode step's included (no allocation).
+  constexpr size_t kMaxWrites = 6, kMaxReads = 10;
+  Named writes[kMaxWrites], reads[kMaxReads];
+  size_t nw = 0, nr = 0;
+  auto add = [](Named* list, size_t* n, const TensorView* v, const char* name, bool activation) {
+    Named& x = list[(*n)++];
+    x.v = v;
+    x.name = name;
+    x.activation = activation;
+    x.none = absent(*v) || !has_elements(*v);
+    if (!x.none) byte_range(*v, &x.lo, &x.hi);
   };
-  auto meet = [](const Span& x, const Span& y) {
+  const bool has_cache = p.k_cache.present();
+  if (!absent(a.q)) add(writes, &nw, absent(a.q_out) ? &a.q : &a.q_out, absent(a.q_out) ? "q (rotated in place)" : "q_out", true);
+  if (!has_cache) add(writes, &nw, absent(a.k_out) ? &a.k : &a.k_out, absent(a.k_out) ? "k (written in place)" : "k_out", true);
+  const size_t apply_writes = nw;
+  if (has_cache) add(writes, &nw, &a.k_cache, "k_cache", false);
+  if (p.has_v) add(writes, &nw, &a.v_cache, "v_cache", false);
+  if (has_cache && p.k_cache.dtype == DType::kI8) add(writes, &nw, &a.k_scale, "k_scale", false);
+  if (p.has_v && p.v_cache.dtype == DType::kI8) add(writes, &nw, &a.v_scale, "v_scale", false);
+  add(reads, &nr, &a.q, "q", true);
+  add(reads, &nr, &a.k, "k", true);
+  const size_t apply_reads = nr;
+  add(reads, &nr, &a.v, "v", true);
+  add(reads, &nr, &a.q_norm_weight, "q_norm_weight", false);
+  add(reads, &nr, &a.k_norm_weight, "k_norm_weight", false);
+  add(reads, &nr, &a.slot_mapping, "slot_mapping", false);
+  add(reads, &nr, &a.cache_positions, "cache_positions", false);
+  add(reads, &nr, &a.source_index, "source_index", false);
+  if (has_cache && is_fp8(p.k_cache.dtype)) add(reads, &nr, &a.k_scale, "k_scale", false);
+  if (p.has_v && is_fp8(p.v_cache.dtype)) add(reads, &nr, &a.v_scale, "v_scale", false);
+  auto meet = [](const Named& x, const Named& y) {
     if (x.none || y.none) return false;
     const bool ordered = x.lo < x.hi && y.lo < y.hi;  // else let check_disjoint decide
     return !ordered || (x.lo < y.hi && y.lo < x.hi);
   };
-  std::vector<Span> ws, rs;
-  for (const Named& w : writes) ws.push_back(span(w));
-  for (const Named& r : reads) rs.push_back(span(r));
-  for (size_t i = 0; i < writes.size(); ++i) {
+  for (size_t i = 0; i < nw; ++i) {
     const Named& w = writes[i];
-    for (size_t j = 0; j < reads.size(); ++j) {
+    for (size_t j = 0; j < nr; ++j) {
       const Named& r = reads[j];
       if (i < apply_writes && j < apply_reads) continue;  // build_plan's aliasing rules
-      if (!meet(ws[i], rs[j])) continue;
+      if (!meet(w, r)) continue;
       const bool exact = w.activation && r.activation;
       check_disjoint(*w.v, w.name, *r.v, r.name, kWhere, exact ? &a.layout : nullptr);
     }
-    for (size_t j = std::max(i + 1, apply_writes); j < writes.size(); ++j)
-      if (meet(ws[i], ws[j])) check_disjoint(*w.v, w.name, *writes[j].v, writes[j].name, kWhere);
+    for (size_t j = std::max(i + 1, apply_writes); j < nw; ++j)
+      if (meet(w, writes[j])) check_disjoint(*w.v, w.name, *writes[j].v, writes[j].name, kWhere);
   }
+}
+
+/// The apply request of a call's rotation: q and k through the apply planner (k alone, as its "q", when q is
+/// absent), k's output only without a cache (with one, k is read and its rows go to the cache).
+void rotation_request(const PrologueArgs& a, const SourceGeometry& geo, bool rotate, ApplyArgs* ap, PlanRequest* req) {
+  const bool has_q = !absent(a.q), has_cache = !absent(a.k_cache);
+  ap->q = has_q ? a.q : a.k;
+  ap->q_out = has_q ? a.q_out : (has_cache ? TensorView{} : a.k_out);
+  if (has_q) {
+    ap->k = a.k;
+    ap->k_out = has_cache ? TensorView{} : a.k_out;
+  }
+  ap->positions = a.positions;
+  ap->layout = a.layout;
+  ap->pairing = geo.pairing;
+  ap->threads = a.threads;
+  ap->backend = a.backend;
+  const int64_t d_guess = ap->q.rank >= 1 && ap->q.rank <= kMaxRank ? ap->q.shape[ap->q.rank - 1] : 2;
+  req->rotary_dim = rotate ? geo.rotary_dim : std::max<int64_t>(2, d_guess - d_guess % 2);
+  req->default_pairing = geo.pairing;
+  req->allow_fractional = true;
+  if (geo.n_axes > 1) {
+    req->n_axes = geo.n_axes;
+    req->axes_what = "t, h, w position per token for an M-RoPE spec";
+  }
+}
+
+/// [lo, lo + bytes) of a dense view.
+struct Extent {
+  uintptr_t lo = 0, hi = 0;
+  bool meets(const Extent& o) const { return lo < o.hi && o.lo < hi; }
+};
+Extent extent(const TensorView& v, int64_t bytes) {
+  const auto lo = reinterpret_cast<uintptr_t>(v.data);
+  return {lo, lo + static_cast<uintptr_t>(bytes)};
 }
 
 }  // namespace
 
+bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
+  // Pure tests first: nothing is written and nothing throws until every one has passed.
+  if ((a.backend != Backend::kAuto && a.backend != Backend::kCpu) || a.layout != Layout::kTHD || a.threads < 0) return false;
+  if (a.sources.size() != 1 || !absent(a.source_index)) return false;
+  const FrequencySource& fs = a.sources[0];
+  if (fs.rope == nullptr || (fs.seq_len && *fs.seq_len <= 0)) return false;
+  const Spec& spec = fs.rope->spec();
+  if (spec.mrope.enabled()) return false;
+  if (absent(a.q) || !absent(a.q_out) || !absent(a.k_out) || absent(a.v)) return false;
+  if (!is_paged(a.cache_layout) || absent(a.k_cache) || absent(a.v_cache) || !absent(a.cache_positions)) return false;
+  if (!std::isfinite(a.norm_eps) || a.norm_eps < 0 || !std::isfinite(a.norm_offset)) return false;
+  int64_t qb = 0, kb = 0, vb = 0, kcb = 0, vcb = 0, smb = 0;
+  if (!dense_view(a.q, 3, &qb) || !dense_view(a.k, 3, &kb) || !dense_view(a.v, 3, &vb)) return false;
+  const DType dt = a.q.dtype;
+  if ((dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) || a.k.dtype != dt || a.v.dtype != dt) return false;
+  const int64_t T = a.q.shape[0], D = a.q.shape[2], Hkv = a.k.shape[1], Dv = a.v.shape[2];
+  if (a.k.shape[0] != T || a.k.shape[2] != D || a.v.shape[0] != T || a.v.shape[1] != Hkv || D != spec.head_dim) return false;
+  const TensorView &kc = a.k_cache, &vc = a.v_cache;
+  if (!dense_view(kc, 4, &kcb) || !dense_view(vc, 4, &vcb) || vc.dtype != kc.dtype) return false;
+  const int head_axis = a.cache_layout == CacheLayout::kNHD ? 2 : 1;
+  if (kc.shape[head_axis] != Hkv || kc.shape[3] != D || vc.shape[0] != kc.shape[0] || vc.shape[1] != kc.shape[1] ||
+      vc.shape[2] != kc.shape[2] || vc.shape[3] != Dv)
+    return false;
+  const bool i8 = kc.dtype == DType::kI8, fp8 = is_fp8(kc.dtype);
+  if (!i8 && !fp8 && kc.dtype != DType::kF32 && kc.dtype != DType::kF16 && kc.dtype != DType::kBF16) return false;
+  const TensorView& sm = a.slot_mapping;
+  if (!dense_view(sm, 1, &smb) || sm.dtype != DType::kI64 || sm.shape[0] != T) return false;
+  // Everything written (q in place, the caches, i8 scales) touches nothing else of the call; q, k and v
+  // are apart (as the apply checks require of q and k). Else the full validation decides.
+  Extent writes[5], reads[7];
+  int nw = 0, nr = 0;
+  writes[nw++] = extent(a.q, qb);
+  writes[nw++] = extent(kc, kcb);
+  writes[nw++] = extent(vc, vcb);
+  reads[nr++] = extent(a.k, kb);
+  reads[nr++] = extent(a.v, vb);
+  reads[nr++] = extent(sm, smb);
+  for (const TensorView* w : {&a.q_norm_weight, &a.k_norm_weight}) {
+    int64_t bytes = 0;
+    if (absent(*w)) continue;
+    if (!dense_view(*w, 1, &bytes)) return false;
+    reads[nr++] = extent(*w, bytes);
+  }
+  for (const TensorView* sc : {&a.k_scale, &a.v_scale}) {
+    int64_t bytes = 0;
+    if (absent(*sc)) {
+      if (i8 || fp8) return false;
+      continue;
+    }
+    if (!(i8 || fp8) || sc->dtype != DType::kF32 || sc->rank < 0 || sc->rank > kMaxRank || !dense_view(*sc, sc->rank, &bytes))
+      return false;
+    (i8 ? writes[nw++] : reads[nr++]) = extent(*sc, bytes);
+  }
+  if (reads[0].meets(reads[1])) return false;  // k and v
+  for (int i = 0; i < nw; ++i) {
+    for (int j = i + 1; j < nw; ++j)
+      if (writes[i].meets(writes[j])) return false;
+    for (int j = 0; j < nr; ++j)
+      if (writes[i].meets(reads[j])) return false;
+  }
+  // The rotation's plan of q and k: the apply planner's shortcut, with the request the full validation makes.
+  SourceGeometry geo;
+  geo.head_dim = spec.head_dim;
+  geo.rotary_dim = spec.effective_rotary_dim();
+  geo.pairing = spec.pairing;
+  ApplyArgs ap;
+  PlanRequest req;
+  rotation_request(a, geo, /*rotate=*/true, &ap, &req);
+  PositionRange range;
+  ProloguePlan& p = *plan;
+  if (!build_plan_fast(ap, req, &p.rope, &range)) return false;  // writes nothing when it declines
+  // From here on: the full validation's own checks, in its order.
+  p.q_index = 0;
+  p.k_index = 1;
+  p.hkv = Hkv;
+  p.rotate = true;
+  const Canon cv = canonical(a.v, a.layout);
+  p.has_v = true;
+  p.v.in = a.v.data;
+  p.v.out = nullptr;
+  p.v.heads = cv.H;
+  p.v.in_sb = cv.sb; p.v.in_ss = cv.ss; p.v.in_sh = cv.sh; p.v.in_sd = cv.sd;
+  p.v_dim = Dv;
+  if (!absent(a.q_norm_weight)) p.q_norm = norm_weight(a.q_norm_weight, "q_norm_weight", D, a.norm_offset, kWhere, &p.q_norm_storage);
+  if (!absent(a.k_norm_weight)) p.k_norm = norm_weight(a.k_norm_weight, "k_norm_weight", D, a.norm_offset, kWhere, &p.k_norm_storage);
+  p.eps = static_cast<float>(a.norm_eps);
+  int64_t major = 0, v_major = 0;
+  p.k_cache = cache_rows(kc, a.cache_layout, "k_cache", Hkv, D, kWhere, &major);
+  p.v_cache = cache_rows(vc, a.cache_layout, "v_cache", Hkv, Dv, kWhere, &v_major);
+  attach_scale(p.k_cache, a.k_scale, kc, a.cache_layout, "k_scale", "k_cache", kWhere);
+  attach_scale(p.v_cache, a.v_scale, vc, a.cache_layout, "v_scale", "v_cache", kWhere);
+  p.slots = static_cast<const int64_t*>(sm.data);
+  check_slots(p.slots, T, major * p.k_cache.minor_count, "slot_mapping", "num_blocks * block_size", kWhere);
+  attach_sources(a, Sequences{}, range, p);
+  p.threads = a.threads;
+  return true;
+}
+
 ProloguePlan build_prologue_plan(const PrologueArgs& a) {
+  ProloguePlan p;
+  if (!build_prologue_plan_fast(a, &p)) p = build_prologue_plan_full(a);
+  return p;
+}
+
+ProloguePlan build_prologue_plan_full(const PrologueArgs& a) {
   ProloguePlan p;
   const int bi = static_cast<int>(a.backend);
   if (bi < 0 || bi > 3) invalid("backend must be auto, cpu, reference or cuda, got " + str(bi));
@@ -271,28 +421,10 @@ ProloguePlan build_prologue_plan(const PrologueArgs& a) {
   const SourceGeometry geo = check_sources(a.sources, "sources", kWhere);
   if (!p.rotate && !absent(a.source_index)) invalid("source_index is given but sources is empty");
   // q and k (k alone when q is absent) through the apply checks: shapes, dtypes, strides, aliasing, positions.
-  ApplyArgs ap;
   const bool has_q = !absent(a.q);
-  ap.q = has_q ? a.q : a.k;
-  ap.q_out = has_q ? a.q_out : (has_cache ? TensorView{} : a.k_out);
-  if (has_q) {
-    ap.k = a.k;
-    ap.k_out = has_cache ? TensorView{} : a.k_out;
-  }
-  ap.positions = a.positions;
-  ap.layout = a.layout;
-  ap.pairing = geo.pairing;
-  ap.threads = a.threads;
-  ap.backend = a.backend;
+  ApplyArgs ap;
   PlanRequest req;
-  const int64_t d_guess = ap.q.rank >= 1 && ap.q.rank <= kMaxRank ? ap.q.shape[ap.q.rank - 1] : 2;
-  req.rotary_dim = p.rotate ? geo.rotary_dim : std::max<int64_t>(2, d_guess - d_guess % 2);
-  req.default_pairing = geo.pairing;
-  req.allow_fractional = true;
-  if (geo.n_axes > 1) {
-    req.n_axes = geo.n_axes;
-    req.axes_what = "t, h, w position per token for an M-RoPE spec";
-  }
+  rotation_request(a, geo, p.rotate, &ap, &req);
   PositionRange range;
   try {
     p.rope = build_plan(ap, req, &range);

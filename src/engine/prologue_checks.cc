@@ -277,10 +277,11 @@ void check_disjoint(const TensorView& out, const char* out_name, const TensorVie
 SourceGeometry check_sources(const std::vector<FrequencySource>& sources, const char* name, const char* where) {
   SourceGeometry g;
   for (size_t i = 0; i < sources.size(); ++i) {
-    const std::string n = std::string(name) + "[" + str(static_cast<int64_t>(i)) + "]";
-    if (sources[i].rope == nullptr) invalid(where, n + ".rope must not be null");
+    // The source's name, built only for a message (this runs on every call).
+    auto n_of = [&] { return std::string(name) + "[" + str(static_cast<int64_t>(i)) + "]"; };
+    if (sources[i].rope == nullptr) invalid(where, n_of() + ".rope must not be null");
     if (sources[i].seq_len && *sources[i].seq_len <= 0)
-      invalid(where, n + ".seq_len must be > 0 when given, got " + str(*sources[i].seq_len));
+      invalid(where, n_of() + ".seq_len must be > 0 when given, got " + str(*sources[i].seq_len));
     const Spec& s = sources[i].rope->spec();
     SourceGeometry h;
     h.head_dim = s.head_dim;
@@ -292,7 +293,7 @@ SourceGeometry check_sources(const std::vector<FrequencySource>& sources, const 
       continue;
     }
     if (h.head_dim != g.head_dim || h.rotary_dim != g.rotary_dim || h.pairing != g.pairing || h.n_axes != g.n_axes)
-      invalid(where, n + " must share head_dim " + str(g.head_dim) + ", rotary_dim " + str(g.rotary_dim) + ", pairing " +
+      invalid(where, n_of() + " must share head_dim " + str(g.head_dim) + ", rotary_dim " + str(g.rotary_dim) + ", pairing " +
                          pairing_name(g.pairing) + " and " + (g.n_axes > 1 ? "M-RoPE" : "no M-RoPE") + " with " + name +
                          "[0], got head_dim " + str(h.head_dim) + ", rotary_dim " + str(h.rotary_dim) + ", pairing " +
                          pairing_name(h.pairing) + (h.n_axes > 1 ? ", M-RoPE" : ", no M-RoPE"));

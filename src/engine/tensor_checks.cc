@@ -56,6 +56,19 @@ bool has_elements(const TensorView& v) {
   return true;
 }
 
+bool dense_view(const TensorView& v, int rank, int64_t* bytes) {
+  if (v.data == nullptr || v.rank != rank || !valid_dtype(v.dtype)) return false;
+  int64_t expect = 1;
+  for (int i = v.rank - 1; i >= 0; --i) {
+    if (v.shape[i] <= 0 || v.shape[i] >= (int64_t(1) << 31)) return false;
+    // a size-1 dim's stride never addresses anything (any non-negative value is valid)
+    if (v.shape[i] == 1 ? v.strides[i] < 0 : v.strides[i] != expect) return false;
+    if (__builtin_mul_overflow(expect, v.shape[i], &expect) || expect > (int64_t(1) << 56)) return false;
+  }
+  *bytes = expect * elem_size(v.dtype);
+  return true;
+}
+
 Canon canonical(const TensorView& v, Layout layout) {
   Canon c;
   switch (layout) {

@@ -41,6 +41,11 @@ inline int expected_rank(Layout l) { return l == Layout::kTHD ? 3 : 4; }
 /// "[B,S,H,D]" / "[B,H,S,D]" / "[T,H,D]".
 const char* layout_dims(Layout l);
 
+/// A present, row-major contiguous view of rank `rank` that passes check_view by construction (every dim
+/// in [1, 2^31), a size-1 dim's stride any value >= 0, at most 2^56 elements); `bytes` = its byte extent
+/// (dtype any valid one). The fast planners accept only such views.
+bool dense_view(const TensorView& v, int rank, int64_t* bytes);
+
 /// Same data, rank, shape and (on dims of size > 1) strides: an output that means "in place".
 bool same_view(const TensorView& a, const TensorView& b);
 

@@ -300,6 +300,131 @@ TEST(Prologue, ConcurrentCallsIntoDisjointSlotsOfOneCacheEqualOneCall) {
   EXPECT_EQ(whole.q.bytes, parts.q.bytes);
 }
 
+TEST(Prologue, WithoutNormQAndCachedKAreApplysRotationBitForBit) {
+  // Rows without a norm whose output keeps the input's dtype take the apply kernels' register path
+  // (cpu/kernels.h rotate_token_rows) where the rotated part is whole vectors, the prologue's own row
+  // path elsewhere: either way q (in place or to q_out) and k's cache rows must hold exactly what
+  // Rope::apply writes for the same rows, partial rotation (the copied channels) included.
+  constexpr int64_t T = 3, Hq = 4, Hkv = 2, NB = 2, BS = 4;
+  int64_t compared = 0;
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+      for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
+        for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {96, 64}, {64, 64}, {40, 24}, {16, 8}})
+          for (bool q_out : {false, true})
+            for (CacheLayout layout : {CacheLayout::kNHD, CacheLayout::kHND}) {
+              SCOPED_TRACE(std::string(dtype_name(dt)) + " " + pairing_name(pairing) + " D" + std::to_string(D) + " R" +
+                           std::to_string(R) + (q_out ? " q_out " : " ") + cache_layout_name(layout));
+              Spec spec;
+              spec.head_dim = D;
+              spec.rotary_dim = R;
+              spec.pairing = pairing;
+              Rope rope(spec);
+              const Buf q0(dt, T * Hq * D, 1), k0(dt, T * Hkv * D, 2), v0(dt, T * Hkv * D, 3);
+              Buf q = q0, k = k0, v = v0, qo(dt, T * Hq * D), kc(dt, NB * BS * Hkv * D), vc(dt, NB * BS * Hkv * D);
+              std::vector<int64_t> slots = {5, 0, 6};
+              PrologueArgs a;
+              a.layout = Layout::kTHD;
+              a.q = q.view({T, Hq, D});
+              a.k = k.view({T, Hkv, D});
+              a.v = v.view({T, Hkv, D});
+              if (q_out) a.q_out = qo.view({T, Hq, D});
+              a.positions = Positions::contiguous(1000);
+              a.sources = {{&rope, std::nullopt}};
+              a.cache_layout = layout;
+              a.k_cache = layout == CacheLayout::kNHD ? kc.view({NB, BS, Hkv, D}) : kc.view({NB, Hkv, BS, D});
+              a.v_cache = layout == CacheLayout::kNHD ? vc.view({NB, BS, Hkv, D}) : vc.view({NB, Hkv, BS, D});
+              a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+              a.threads = 1;
+              prologue(a);
+              Buf qa = q0, ka = k0;
+              ApplyArgs ap;
+              ap.layout = Layout::kTHD;
+              ap.q = qa.view({T, Hq, D});
+              ap.k = ka.view({T, Hkv, D});
+              ap.positions = a.positions;
+              ap.threads = 1;
+              rope.apply(ap);
+              EXPECT_EQ(q_out ? qo.bytes : q.bytes, qa.bytes) << "q";
+              const size_t row = static_cast<size_t>(D) * dtype_size(dt);
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t h = 0; h < Hkv; ++h) {
+                  const int64_t blk = slots[static_cast<size_t>(t)] / BS, off = slots[static_cast<size_t>(t)] % BS;
+                  const int64_t r = layout == CacheLayout::kNHD ? (blk * BS + off) * Hkv + h : (blk * Hkv + h) * BS + off;
+                  EXPECT_EQ(std::memcmp(kc.bytes.data() + static_cast<size_t>(r) * row,
+                                        ka.bytes.data() + static_cast<size_t>(t * Hkv + h) * row, row), 0)
+                      << "k t" << t << " h" << h;
+                  EXPECT_EQ(std::memcmp(vc.bytes.data() + static_cast<size_t>(r) * row,
+                                        v0.bytes.data() + static_cast<size_t>(t * Hkv + h) * row, row), 0)
+                      << "v t" << t << " h" << h;
+                }
+              ++compared;
+              if (HasFailure()) return;
+            }
+  });
+  EXPECT_GT(compared, 100);
+}
+
+TEST(Prologue, NormedBf16RowsAreTheF32ResultRoundedOnceOnEveryPath) {
+  // bf16 rows with a norm take, by target and shape, the block-order path (two vectors narrowed per
+  // pack), AVX512-BF16 narrowing, or the generic row path; into an f32 cache the same rows keep the f32
+  // result. Rows of q are also given as k (Hkv = Hq), so q's in-place bf16 output and k's bf16 cache
+  // rows must both equal the f32 cache's values rounded to nearest even, bit for bit.
+  constexpr int64_t T = 3, H = 4, NB = 1, BS = 4;
+  int64_t compared = 0;
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 32}, {96, 64}, {48, 48}})
+      for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
+        for (double offset : {0.0, 1.0}) {
+          SCOPED_TRACE("D" + std::to_string(D) + " R" + std::to_string(R) + " " + pairing_name(pairing));
+          Spec spec;
+          spec.head_dim = D;
+          spec.rotary_dim = R;
+          spec.pairing = pairing;
+          Rope rope(spec);
+          const Buf q0(DType::kBF16, T * H * D, 7), v0(DType::kBF16, T * H * D, 8);
+          Buf w(DType::kF32, D, 9, 0.3);
+          std::vector<int64_t> slots = {2, 0, 3};
+          std::vector<Buf> kc, vc, qs;
+          for (DType cache : {DType::kBF16, DType::kF32}) {
+            Buf q = q0, k = q0, v = v0;
+            kc.emplace_back(cache, NB * BS * H * D);
+            vc.emplace_back(cache, NB * BS * H * D);
+            PrologueArgs a;
+            a.layout = Layout::kTHD;
+            a.q = q.view({T, H, D});
+            a.k = k.view({T, H, D});
+            a.v = v.view({T, H, D});
+            a.positions = Positions::contiguous(77);
+            a.sources = {{&rope, std::nullopt}};
+            a.k_cache = kc.back().view({NB, BS, H, D});
+            a.v_cache = vc.back().view({NB, BS, H, D});
+            a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+            a.q_norm_weight = a.k_norm_weight = w.view({D});
+            a.norm_offset = offset;
+            a.threads = 1;
+            prologue(a);
+            qs.push_back(q);
+          }
+          const auto* k16 = reinterpret_cast<const uint16_t*>(kc[0].bytes.data());
+          const auto* k32 = reinterpret_cast<const float*>(kc[1].bytes.data());
+          const auto* q16 = reinterpret_cast<const uint16_t*>(qs[0].bytes.data());
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t h = 0; h < H; ++h)
+              for (int64_t d = 0; d < D; ++d) {
+                const int64_t row = slots[static_cast<size_t>(t)] * H + h;
+                const uint16_t want = detail::f32_to_bf16(k32[row * D + d]);
+                ASSERT_EQ(k16[row * D + d], want) << "k t" << t << " h" << h << " d" << d;
+                ASSERT_EQ(q16[(t * H + h) * D + d], want) << "q t" << t << " h" << h << " d" << d;
+              }
+          ++compared;
+        }
+  });
+  EXPECT_GT(compared, 40);
+}
+
 TEST(Prologue, LargeCacheWritesGiveTheSameBytesWhetherStreamedOrNot) {
   // A cache write of more than 16 MiB into 64-byte aligned rows is stored with non-temporal stores
   // (cpu_prologue.cc); the same tokens written in calls of a third of the size (stored normally), or into

@@ -1,0 +1,25 @@
+// Internal: the planners of rotary::prologue: the full validation and the shortcut for the common call (engine only).
+#pragma once
+
+#include "plan/prologue_plan.h"
+#include "rotary/prologue.h"
+
+namespace rotary::detail {
+
+/// Validates every argument of a prologue call into a plan (errors "[rotary_prologue] ..."): the
+/// shortcut below when it accepts the call, the full validation otherwise.
+ProloguePlan build_prologue_plan(const PrologueArgs& args);
+
+/// The full validation: every layout, position scheme, cache kind and aliasing rule.
+ProloguePlan build_prologue_plan_full(const PrologueArgs& args);
+
+/// Plans the common call (a decode step's or a prefill's: thd q, k, v dense and in disjoint memory,
+/// offset positions, one frequency source, a paged cache of dense tensors addressed by a dense i64
+/// slot_mapping) without the general checks, which it passes by construction. Returns false, having
+/// written nothing to *plan, for anything else. The checks it still makes (norm weights, cache rows,
+/// scales, slots) are the full validation's own functions called in its order, so an error it raises
+/// is the one build_prologue_plan_full raises; for every call it accepts, build_prologue_plan_full
+/// produces the same plan.
+bool build_prologue_plan_fast(const PrologueArgs& args, ProloguePlan* plan);
+
+}  // namespace rotary::detail
