@@ -85,22 +85,6 @@ def _specs(spec: Any, seq_len: Any):
     return specs, [None if n is None else int(n) for n in lens]
 
 
-def _torch_call(q: Any, k: Any, v: Any, q_out: Any, k_cache: Any, v_cache: Any) -> bool:
-    """A call of torch tensors that _rotary._torch_prologue may take as they are (no DLPack): q, k, v and the
-    caches present, one dtype for the activations (q_out too) and one for the caches. Everything else, and
-    any tensor that entry declines, goes through the generic conversion, which also reports errors."""
-    torch = _torch_module()
-    if torch is None:
-        return False
-    tensor = torch.Tensor
-    if not (isinstance(q, tensor) and isinstance(k, tensor) and isinstance(v, tensor) and isinstance(k_cache, tensor)
-            and isinstance(v_cache, tensor)):
-        return False
-    dt = q.dtype
-    return (k.dtype == dt and v.dtype == dt and k_cache.dtype == v_cache.dtype
-            and (q_out is None or (isinstance(q_out, tensor) and q_out.dtype == dt)))
-
-
 def _indices(a: Any, what: str):
     return None if a is None else _index_array(a, what, False)
 
@@ -154,7 +138,8 @@ def prologue(
     """
     if (type(positions) is int and type(spec) is Spec and seq_len is None and k_out is None and backend == "auto"
             and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
-            and k_scale is None and v_scale is None and _torch_call(q, k, v, q_out, k_cache, v_cache)
+            and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
+            # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
             and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
                                         cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
                                         float(norm_offset), layout, int(threads)) == 0):

@@ -32,6 +32,7 @@ struct TorchNames {
   PyObject* dtype = nullptr;
   PyObject* is_neg = nullptr;
   PyObject* is_cpu = nullptr;
+  PyObject* tensor_type = nullptr;  ///< torch.Tensor
 };
 
 const TorchNames& names() {
@@ -52,9 +53,23 @@ const TorchNames& names() {
     t.dtype = PyUnicode_InternFromString("dtype");
     t.is_neg = PyUnicode_InternFromString("is_neg");
     t.is_cpu = PyUnicode_InternFromString("is_cpu");
+    t.tensor_type = keep("Tensor");
     return t;
   }();
   return n;
+}
+
+/// Whether torch has been imported (without importing it); once true, true for the process.
+bool torch_imported() {
+  static bool seen = false;
+  if (seen) return true;
+  PyObject* m = PyImport_GetModule(nb::str("torch").ptr());
+  if (m == nullptr) {
+    if (PyErr_Occurred()) PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(m);
+  return seen = true;
 }
 
 nb::object call0(nb::handle t, PyObject* name) {
@@ -203,9 +218,16 @@ void bind_torch_entry(nb::module_& m) {
          nb::handle cache_positions, nb::handle q_norm_weight, nb::handle k_norm_weight, double norm_eps,
          double norm_offset, const std::string& layout, int threads) -> int {
         rotary::PrologueArgs a;
-        // Any tensor this entry cannot read as it is (a dtype the core takes only as raw bits, a broadcast
-        // axis, a negative-bit view, a tensor that is not CPU or strided) sends the call back to the generic
-        // path, which converts it or reports it.
+        // Only calls of torch tensors with q, k, v and both caches, one dtype for the activations (q_out
+        // too) and one for the caches; the generic path takes every other call and reports its errors in
+        // its own words. Any tensor this entry cannot read as it is (a dtype the core takes only as raw
+        // bits, a broadcast axis, a negative-bit view, a tensor that is not CPU or strided) sends the call
+        // back to the generic path too, which converts it or reports it.
+        if (!torch_imported()) return 1;  // no torch tensor can exist (names() would import torch)
+        const auto type = reinterpret_cast<PyTypeObject*>(names().tensor_type);
+        for (nb::handle t : {q, k, v, k_cache, v_cache})
+          if (!PyObject_TypeCheck(t.ptr(), type)) return 1;
+        if (!q_out.is_none() && !PyObject_TypeCheck(q_out.ptr(), type)) return 1;
         try {
           bool need = false;
           auto view = [&](nb::handle t, const char* what) {
@@ -222,6 +244,10 @@ void bind_torch_entry(nb::module_& m) {
           a.q_norm_weight = view(q_norm_weight, "q_norm_weight");
           a.k_norm_weight = view(k_norm_weight, "k_norm_weight");
           if (need) return 1;
+          const rotary::DType dt = a.q.dtype;
+          if (a.k.dtype != dt || a.v.dtype != dt || (!q_out.is_none() && a.q_out.dtype != dt) ||
+              a.v_cache.dtype != a.k_cache.dtype)
+            return 1;
         } catch (const nb::builtin_exception&) {
           return 1;
         } catch (const nb::python_error&) {

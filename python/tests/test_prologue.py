@@ -317,6 +317,11 @@ def test_torch_direct_path_reports_errors_as_the_generic_path_does():
     with pytest.raises(ValueError, match=r"\[rotary_prologue\] q_norm_weight must have shape \[D\] = \[64\]"):
         rotary.prologue(q, k, v, 3, spec, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([1]),
                         q_norm_weight=torch.ones(62))
+    # Mixed dtypes are left to the generic path, whose message names both dtypes.
+    with pytest.raises(TypeError, match=r"\[rotary_prologue\] k dtype must equal q dtype f32, got f16"):
+        rotary.prologue(q, k.half(), v, 3, spec, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([1]))
+    with pytest.raises(TypeError, match=r"\[rotary_prologue\] v_cache dtype must equal k_cache dtype f32, got bf16"):
+        rotary.prologue(q, k, v, 3, spec, k_cache=kc, v_cache=vc.bfloat16(), slot_mapping=torch.tensor([1]))
     assert not kc.any() and not vc.any() and not q.any()
 
 

@@ -142,9 +142,11 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   fast.half = rp.half;
   fast.rotary_dim = rp.rotary_dim;
   // The rows [in, in + n*in_step) to out (steps in elements) in registers; the channels past R are
-  // copied when the rows move. False: not done.
+  // copied when the rows move. False: not done. Whether the path applies depends only on the call's
+  // dtype, pairing and dims and on the target, so the first refusal holds for the whole call.
+  bool registers_apply = p.rotate;
   auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf) {
-    if (!p.rotate) return false;
+    if (!registers_apply) return false;
     TokenRowJob r = fast;
     r.in = in;
     r.out = out;
@@ -152,7 +154,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     r.in_step = in_step;
     r.out_step = out_step;
     r.prefetch = pf;
-    if (!rotate_token_rows(r)) return false;
+    if (!rotate_token_rows(r)) return registers_apply = false;
     if (R < D && static_cast<const void*>(in) != static_cast<const void*>(out))
       for (int64_t k = 0; k < n; ++k) std::memcpy(out + k * out_step + R, in + k * in_step + R, (D - R) * sizeof(T));
     return true;
@@ -186,6 +188,25 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)cs, (void)wb, (void)factors, (void)K, (void)half;
 #endif
   };
+  // The token's rotation for the row path (StoreRow, CacheRow): interleaved rows multiply by per-channel
+  // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
+  // registers build their own).
+  bool per_channel = false;
+  auto rows = [&]() -> const RowRotation& {
+    if constexpr (P == Pairing::kInterleaved) {
+      if (p.rotate && !per_channel) {
+        for (size_t i = 0; i < h; ++i) {
+          cd[2 * i] = cd[2 * i + 1] = fast.c[i];
+          sd[2 * i] = -fast.s[i];
+          sd[2 * i + 1] = fast.s[i];
+        }
+        rot.c = cd;
+        rot.s = sd;
+        per_channel = true;
+      }
+    }
+    return rot;
+  };
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t b = g / rp.S, s = g % rp.S;
     if (p.rotate) {
@@ -200,18 +221,9 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         RunsToBlockOrder(nb_k, sn, h, 1, csb + h);
       }
 #endif
-      if constexpr (P == Pairing::kHalfSplit) {
-        rot.c = c;
-        rot.s = sn;
-      } else {
-        for (size_t i = 0; i < h; ++i) {
-          cd[2 * i] = cd[2 * i + 1] = c[i];
-          sd[2 * i] = -sn[i];
-          sd[2 * i + 1] = sn[i];
-        }
-        rot.c = cd;
-        rot.s = sd;
-      }
+      rot.c = c;  // half-split rows use the plain rows; interleaved ones get theirs from rows() when needed
+      rot.s = sn;
+      per_channel = false;
     }
     const int64_t slot = p.slots != nullptr ? p.slots[g] : -1;
     if (p.q_index >= 0) {
@@ -225,7 +237,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       } else if (p.q_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
         NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
         for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.q_norm, p.eps, tmp, rms[head]);
+          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, rms[head]);
       }
     }
     if (p.k_index >= 0) {
@@ -242,14 +254,14 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
                                                                 t.heads, t.in_sh, kc.s_head, pf_k))) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh)
-            CacheRow<EI, P>(in, kc, slot, head, rot, p.k_norm, p.eps, tmp, stream, rms[head]);
+            CacheRow<EI, P>(in, kc, slot, head, rows(), p.k_norm, p.eps, tmp, stream, rms[head]);
         }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
         if (p.k_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-            StoreRow<EI, P>(in, out, qdt, 1.0f, D, rot, p.k_norm, p.eps, tmp, rms[head]);
+            StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, rms[head]);
         }
       }
     }

@@ -186,12 +186,11 @@ HWY_INLINE void HalfBF16NormBlockRows(const uint16_t* in, uint16_t* out, int64_t
   }
 }
 
-/// K of HalfBF16NormBlockRows for half `h` (whole pairs of vectors per half, at most 8 vectors), else 0.
+/// K of HalfBF16NormBlockRows for half `h`: the half-split register paths' K (RegisterVectors) when it is
+/// even (vectors narrowed in pairs), else 0.
 HWY_INLINE size_t NormBlockVectors(size_t h) {
-  const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  if (h % (2 * N) != 0) return 0;
-  const size_t k = h / N;
-  return k == 2 || k == 4 || k == 8 ? k : 0;
+  const size_t k = RegisterVectors<Pairing::kHalfSplit>(static_cast<int64_t>(h), 2 * static_cast<int64_t>(h));
+  return k % 2 == 0 ? k : 0;
 }
 
 /// HalfBF16NormBlockRows with K chosen at run time (NormBlockVectors).

@@ -2,7 +2,8 @@
 //
 // A Highway "-inl.h" piece, re-included per target by kernels.cc. These loops take any rotated width
 // (tails use narrower capped tags of the same steps) and any alignment; rows whose halves are 1-16
-// whole vectors take rows_in_registers-inl.h instead, built from the same HalfStep/InterleavedStep.
+// whole vectors take rows_in_registers-inl.h instead, built from the same HalfStep/InterleavedStep
+// (RegisterVectors, at the end of this file, says when; prologue_rows-inl.h asks it too).
 #if defined(ROTARY_CPU_ROWS_GENERAL_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_ROWS_GENERAL_INL_H_
 #undef ROTARY_CPU_ROWS_GENERAL_INL_H_
@@ -233,6 +234,30 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
   }
   if (j < rdim) Remainder<8, 2>(j, rdim, narrow);
 #endif
+}
+
+/// Vectors per half (half-split) or per rotated row (interleaved) when the register paths apply
+/// (RowsInRegisters, rows_in_registers-inl.h; the prologue's HalfBF16NormBlockRows): a multiple of the
+/// vector length, at most 8 vectors (16 interleaved), else 0.
+template <Pairing P>
+HWY_INLINE size_t RegisterVectors(int64_t half, int64_t rotary_dim) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)half;
+  (void)rotary_dim;
+  return 0;
+#else
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(half) : static_cast<size_t>(rotary_dim);
+  if (len % N != 0) return 0;
+  const size_t k = len / N;
+  // Interleaved rows of 16 vectors: head_dim 128 on 8-lane (AVX2) vectors.
+  return (k == 1 || k == 2 || k == 4 || k == 8 || (P == Pairing::kInterleaved && k == 16)) ? k : 0;
+#endif
+}
+
+template <Pairing P>
+HWY_INLINE size_t RegisterVectors(const Plan& p) {
+  return RegisterVectors<P>(p.half, p.rotary_dim);
 }
 
 }  // namespace rotary::detail::cpu::HWY_NAMESPACE

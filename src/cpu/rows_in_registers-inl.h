@@ -2,9 +2,9 @@
 //
 // A Highway "-inl.h" piece, re-included per target by kernels.cc. RowsInRegisters serves rows whose
 // rotated half (half-split) or row (interleaved) is K = 1, 2, 4, 8 (or 16 interleaved) whole vectors;
-// RegisterVectors says when it applies. bf16 takes paths of its own here: pairs kept in their 32-bit
-// lanes (interleaved), 128-bit-block widening (half-split, x86 without AVX512-BF16), and the
-// AVX512-BF16 steps of bf16_native-inl.h.
+// RegisterVectors (rows_general-inl.h) says when it applies. bf16 takes paths of its own here: pairs
+// kept in their 32-bit lanes (interleaved), 128-bit-block widening (half-split, x86 without
+// AVX512-BF16), and the AVX512-BF16 steps of bf16_native-inl.h.
 #if defined(ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_
 #undef ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_
@@ -181,29 +181,6 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
       }
     }
   }
-}
-
-/// Vectors per half (half-split) or per rotated row (interleaved) when RowsInRegisters applies
-/// (a multiple of the vector length, at most 8 vectors), else 0.
-template <Pairing P>
-HWY_INLINE size_t RegisterVectors(int64_t half, int64_t rotary_dim) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)half;
-  (void)rotary_dim;
-  return 0;
-#else
-  const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  const size_t len = P == Pairing::kHalfSplit ? static_cast<size_t>(half) : static_cast<size_t>(rotary_dim);
-  if (len % N != 0) return 0;
-  const size_t k = len / N;
-  // Interleaved rows of 16 vectors: head_dim 128 on 8-lane (AVX2) vectors.
-  return (k == 1 || k == 2 || k == 4 || k == 8 || (P == Pairing::kInterleaved && k == 16)) ? k : 0;
-#endif
-}
-
-template <Pairing P>
-HWY_INLINE size_t RegisterVectors(const Plan& p) {
-  return RegisterVectors<P>(p.half, p.rotary_dim);
 }
 
 /// RowsInRegisters with K chosen at run time.

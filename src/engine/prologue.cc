@@ -117,6 +117,11 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
       }
     }
   }
+  if (nsrc == 1) {  // the common call: the source stays in the rotation plan (ProloguePlan::source_of)
+    const FrequencySource& fs = a.sources[0];
+    RopeAccess::attach(*fs.rope, ranges[0], fs.seq_len, std::max<int64_t>(1, counts[0]), rp, p.freq_storage);
+    return;
+  }
   p.sources.resize(static_cast<size_t>(nsrc));
   for (int64_t i = 0; i < nsrc; ++i) {
     const FrequencySource& fs = a.sources[static_cast<size_t>(i)];

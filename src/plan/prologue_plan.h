@@ -37,13 +37,13 @@ struct PlanRows {
 /// plan's tensors) or into a PlanRows cache.
 struct ProloguePlan {
   /// q (t[q_index]) and k (t[k_index]) as an apply plan: dims, strides (canonical b, s, h, d), pairing,
-  /// positions. Its `cs` is unused: `sources` holds the cos/sin sources. t[k_index].out is k_out (or k)
-  /// when there is no cache; with a cache it is unused.
+  /// positions. Its `cs` is the cos/sin source of a call with one source (with several, `sources` holds
+  /// them). t[k_index].out is k_out (or k) when there is no cache; with a cache it is unused.
   Plan rope;
   int q_index = -1, k_index = -1;  ///< -1: absent (or no heads)
   int64_t hkv = 0;                 ///< k's (and v's and the caches') heads
   bool rotate = false;             ///< false: no frequency source (norm and cache write only)
-  std::vector<PlanCosSin> sources;
+  std::vector<PlanCosSin> sources;  ///< empty: one source, rope.cs
   /// Source of each token (b * S + s); empty = source 0 for every token.
   std::vector<uint8_t> token_source;
   /// v (input only): canonical strides, Hkv heads of v_dim channels.
@@ -67,6 +67,7 @@ struct ProloguePlan {
   std::list<Frequencies> freq_storage;
 
   const PlanCosSin& source_of(int64_t token) const {
+    if (sources.empty()) return rope.cs;
     return sources[token_source.empty() ? 0 : token_source[static_cast<size_t>(token)]];
   }
 };

@@ -10,6 +10,7 @@
 #include "engine/build_plan.h"
 #include "engine/fast_plan.h"
 #include "rotary/apply.h"
+#include "testing/plan_compare.h"
 
 namespace rotary {
 namespace {
@@ -20,28 +21,7 @@ using detail::PositionRange;
 
 void expect_same_plan(const Plan& a, const Plan& b, const PositionRange& ra, const PositionRange& rb,
                       const std::string& what) {
-  EXPECT_EQ(a.dtype, b.dtype) << what;
-  EXPECT_EQ(a.pairing, b.pairing) << what;
-  EXPECT_EQ(a.direction, b.direction) << what;
-  EXPECT_EQ(a.head_dim, b.head_dim) << what;
-  EXPECT_EQ(a.rotary_dim, b.rotary_dim) << what;
-  EXPECT_EQ(a.half, b.half) << what;
-  EXPECT_EQ(a.B, b.B) << what;
-  EXPECT_EQ(a.S, b.S) << what;
-  EXPECT_EQ(a.threads, b.threads) << what;
-  ASSERT_EQ(a.ntensors, b.ntensors) << what;
-  for (int i = 0; i < a.ntensors; ++i) {
-    const auto &x = a.t[i], &y = b.t[i];
-    EXPECT_EQ(x.in, y.in) << what << " tensor " << i;
-    EXPECT_EQ(x.out, y.out) << what << " tensor " << i;
-    EXPECT_EQ(x.heads, y.heads) << what << " tensor " << i;
-    const int64_t xs[8] = {x.in_sb, x.in_ss, x.in_sh, x.in_sd, x.out_sb, x.out_ss, x.out_sh, x.out_sd};
-    const int64_t ys[8] = {y.in_sb, y.in_ss, y.in_sh, y.in_sd, y.out_sb, y.out_ss, y.out_sh, y.out_sd};
-    for (int j = 0; j < 8; ++j) EXPECT_EQ(xs[j], ys[j]) << what << " tensor " << i << " stride " << j;
-  }
-  EXPECT_EQ(a.pos.kind, b.pos.kind) << what;
-  EXPECT_EQ(a.pos.offset, b.pos.offset) << what;
-  EXPECT_EQ(a.pos.batch_offsets, b.pos.batch_offsets) << what;
+  testing::expect_same_rotation(a, b, what);
   EXPECT_EQ(ra.any, rb.any) << what;
   EXPECT_EQ(ra.fractional, rb.fractional) << what;
   EXPECT_EQ(ra.max_int, rb.max_int) << what;

@@ -14,22 +14,13 @@
 #include "engine/prologue_build.h"
 #include "rotary/prologue.h"
 #include "rotary/rotary.h"
+#include "testing/plan_compare.h"
 
 namespace rotary {
 namespace {
 
 using detail::ProloguePlan;
 using detail::PlanRows;
-using detail::PlanTensor;
-
-void expect_same_tensor(const PlanTensor& x, const PlanTensor& y, const std::string& what) {
-  EXPECT_EQ(x.in, y.in) << what;
-  EXPECT_EQ(x.out, y.out) << what;
-  EXPECT_EQ(x.heads, y.heads) << what;
-  const int64_t xs[8] = {x.in_sb, x.in_ss, x.in_sh, x.in_sd, x.out_sb, x.out_ss, x.out_sh, x.out_sd};
-  const int64_t ys[8] = {y.in_sb, y.in_ss, y.in_sh, y.in_sd, y.out_sb, y.out_ss, y.out_sh, y.out_sd};
-  for (int j = 0; j < 8; ++j) EXPECT_EQ(xs[j], ys[j]) << what << " stride " << j;
-}
 
 void expect_same_rows(const PlanRows& x, const PlanRows& y, const std::string& what) {
   EXPECT_EQ(x.data, y.data) << what;
@@ -52,42 +43,28 @@ void expect_same_weight(const float* x, const float* y, int64_t D, const std::st
 
 void expect_same_plan(const ProloguePlan& a, const ProloguePlan& b, const std::string& what) {
   const auto &x = a.rope, &y = b.rope;
-  EXPECT_EQ(x.dtype, y.dtype) << what;
-  EXPECT_EQ(x.pairing, y.pairing) << what;
-  EXPECT_EQ(x.direction, y.direction) << what;
-  EXPECT_EQ(x.head_dim, y.head_dim) << what;
-  EXPECT_EQ(x.rotary_dim, y.rotary_dim) << what;
-  EXPECT_EQ(x.half, y.half) << what;
-  EXPECT_EQ(x.B, y.B) << what;
-  EXPECT_EQ(x.S, y.S) << what;
-  EXPECT_EQ(x.threads, y.threads) << what;
-  EXPECT_EQ(x.device, y.device) << what;
-  ASSERT_EQ(x.ntensors, y.ntensors) << what;
-  for (int i = 0; i < x.ntensors; ++i) expect_same_tensor(x.t[i], y.t[i], what + " rope tensor " + std::to_string(i));
-  EXPECT_EQ(x.pos.kind, y.pos.kind) << what;
-  EXPECT_EQ(x.pos.offset, y.pos.offset) << what;
-  EXPECT_EQ(x.pos.batch_offsets, y.pos.batch_offsets) << what;
-  EXPECT_EQ(x.pos.n_axes, y.pos.n_axes) << what;
+  testing::expect_same_rotation(x, y, what + " rope");
   EXPECT_EQ(a.q_index, b.q_index) << what;
   EXPECT_EQ(a.k_index, b.k_index) << what;
   EXPECT_EQ(a.hkv, b.hkv) << what;
   EXPECT_EQ(a.rotate, b.rotate) << what;
-  ASSERT_EQ(a.sources.size(), b.sources.size()) << what;
-  for (size_t i = 0; i < a.sources.size(); ++i) {
-    const auto &s = a.sources[i], &t = b.sources[i];
-    EXPECT_EQ(s.kind, t.kind) << what;
-    EXPECT_EQ(s.table, t.table) << what;
-    EXPECT_EQ(s.table_size, t.table_size) << what;
-    EXPECT_EQ(s.attention_factor, t.attention_factor) << what;
-    EXPECT_EQ(s.inv_freq == nullptr, t.inv_freq == nullptr) << what;
+  auto same_source = [&](const detail::PlanCosSin& s, const detail::PlanCosSin& t, const std::string& which) {
+    EXPECT_EQ(s.kind, t.kind) << which;
+    EXPECT_EQ(s.table, t.table) << which;
+    EXPECT_EQ(s.table_size, t.table_size) << which;
+    EXPECT_EQ(s.attention_factor, t.attention_factor) << which;
+    EXPECT_EQ(s.inv_freq == nullptr, t.inv_freq == nullptr) << which;
     for (int64_t j = 0; s.inv_freq != nullptr && t.inv_freq != nullptr && j < x.half; ++j)
-      EXPECT_EQ(s.inv_freq[j], t.inv_freq[j]) << what << " inv_freq " << j;
-    EXPECT_EQ(s.axis_of_freq, t.axis_of_freq) << what;
-  }
+      EXPECT_EQ(s.inv_freq[j], t.inv_freq[j]) << which << " inv_freq " << j;
+    EXPECT_EQ(s.axis_of_freq, t.axis_of_freq) << which;
+  };
+  same_source(x.cs, y.cs, what + " rope.cs");  // a one-source call's source
+  ASSERT_EQ(a.sources.size(), b.sources.size()) << what;
+  for (size_t i = 0; i < a.sources.size(); ++i) same_source(a.sources[i], b.sources[i], what + " source " + std::to_string(i));
   EXPECT_EQ(a.token_source, b.token_source) << what;
   EXPECT_EQ(a.has_v, b.has_v) << what;
   EXPECT_EQ(a.v_dim, b.v_dim) << what;
-  expect_same_tensor(a.v, b.v, what + " v");
+  testing::expect_same_tensor(a.v, b.v, what + " v");
   expect_same_rows(a.k_cache, b.k_cache, what + " k_cache");
   expect_same_rows(a.v_cache, b.v_cache, what + " v_cache");
   EXPECT_EQ(a.slots, b.slots) << what;
