@@ -327,6 +327,8 @@ void check_data_size(uint64_t avail, int64_t nbytes, const std::string& name) {
 void fortran_to_c(NpyArray& a) {
   const size_t es = dtype_size(a.dtype), rank = a.shape.size();
   const int64_t n = static_cast<int64_t>(a.data.size() / es);
+  // No elements, nothing to move; and with a zero dim the other dims' strides could overflow int64.
+  if (n == 0) return;
   std::vector<unsigned char> c_order(a.data.size());
   std::vector<int64_t> index(rank, 0), f_stride(rank, 1);
   for (size_t k = 1; k < rank; ++k) f_stride[k] = f_stride[k - 1] * a.shape[k - 1];

@@ -286,6 +286,13 @@ TEST(Npy, FortranOrderIsReadInCOrder) {
   std::memcpy(bytes.data(), f.data(), 96);
   NpyArray b = npy_parse(make_npy(1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3, 4), }", bytes), "f3.npy");
   for (int c = 0; c < 24; ++c) EXPECT_EQ(b.as<float>()[c], static_cast<float>(c)) << c;
+  // No elements: a zero dim after dims whose product overflows int64 (found by fuzz/npy_fuzzer.cc under UBSan).
+  NpyArray e = npy_parse(make_npy(1, 0, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 444, 44444444444, 4244, "
+                                        "444444, 4, 0), }",
+                                  ""),
+                         "empty.npy");
+  EXPECT_EQ(e.shape, (std::vector<int64_t>{2, 444, 44444444444, 4244, 444444, 4, 0}));
+  EXPECT_TRUE(e.data.empty());
 }
 
 TEST(Npy, ReadsEveryReferenceFile) {

@@ -126,8 +126,12 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
       v(static_cast<size_t>(Tmax * kHkv * kD * 4));
   Buffer kc(static_cast<size_t>(rows * kHkv * kD * 4)), vc(static_cast<size_t>(rows * kHkv * kD * 4));
   Buffer ks(static_cast<size_t>(rows * kHkv * 4)), vs(static_cast<size_t>(rows * kHkv * 4));
-  std::vector<float> wq(kD, 1.0f), wk(kD, 1.0f);
-  for (int64_t i = 0; i < kD; ++i) wq[static_cast<size_t>(i)] = 0.9f + 0.001f * static_cast<float>(i);
+  // Every timed call normalises and rotates q in place, tens of thousands of times per decode configuration.
+  // With unequal q weights that repeated normalisation scales channel i by w_i / rms per call and drives the
+  // smaller channels to subnormals and zeros (which no real step sees, and which take slow paths), so q's
+  // weight is one value; k goes to the cache (its input is never overwritten) and keeps unequal weights.
+  std::vector<float> wq(kD, 0.95f), wk(kD, 1.0f);
+  for (int64_t i = 0; i < kD; ++i) wk[static_cast<size_t>(i)] = 0.9f + 0.001f * static_cast<float>(i);
   float fp8_scale = 0.01f;
   std::vector<int64_t> slots(static_cast<size_t>(Tmax));
   Limits limits(static_cast<size_t>(Tmax * (kHq + 2 * kHkv) * kD * 4 * 2));
@@ -146,14 +150,15 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
       const Timing timing = decode ? decode_timing(quick) : prefill_timing(quick);
       for (int64_t t = 0; t < ph.tokens; ++t) slots[static_cast<size_t>(t)] = ph.position + t;
       for (DType dt : dtypes) {
-        fill(q.data(), static_cast<size_t>(ph.tokens * kHq * kD), dt, 1);
-        fill(k.data(), static_cast<size_t>(ph.tokens * kHkv * kD), dt, 2);
-        fill(v.data(), static_cast<size_t>(ph.tokens * kHkv * kD), dt, 3);
         for (DType cd : caches)
           for (bool norm : {false, true})
             for (int threads : thread_counts) {
               if (decode && threads != thread_counts.front()) continue;  // decode runs on the calling thread
               const int thr = decode ? 1 : threads;
+              // The same inputs for every configuration, whatever ran before (q is rotated in place).
+              fill(q.data(), static_cast<size_t>(ph.tokens * kHq * kD), dt, 1);
+              fill(k.data(), static_cast<size_t>(ph.tokens * kHkv * kD), dt, 2);
+              fill(v.data(), static_cast<size_t>(ph.tokens * kHkv * kD), dt, 3);
               PrologueArgs a;
               a.layout = Layout::kTHD;
               a.q = TensorView::contiguous(q.data(), dt, {ph.tokens, kHq, kD});
