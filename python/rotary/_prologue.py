@@ -136,7 +136,7 @@ def prologue(
       scale per row and head); fp8 caches, a float (the per-tensor scale). q_out: None writes q in place.
     Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
     """
-    if (type(positions) is int and type(spec) is Spec and seq_len is None and k_out is None and backend == "auto"
+    if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto"
             and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
             and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
             # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)

@@ -213,7 +213,7 @@ void bind_torch_entry(nb::module_& m) {
 
   m.def(
       "_torch_prologue",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle q_out, int64_t offset, const PySpec& spec,
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle q_out, nb::handle positions, const PySpec& spec,
          const std::string& cache_layout, nb::handle k_cache, nb::handle v_cache, nb::handle slot_mapping,
          nb::handle cache_positions, nb::handle q_norm_weight, nb::handle k_norm_weight, double norm_eps,
          double norm_offset, const std::string& layout, int threads) -> int {
@@ -243,6 +243,22 @@ void bind_torch_entry(nb::module_& m) {
           a.cache_positions = view(cache_positions, "cache_positions");
           a.q_norm_weight = view(q_norm_weight, "q_norm_weight");
           a.k_norm_weight = view(k_norm_weight, "k_norm_weight");
+          // positions: a non-negative int (the offset) or a torch tensor of ids of rank >= 1; anything else
+          // (a 0-d tensor, which means an offset, a negative or huge int, a list) goes the generic way.
+          if (PyLong_CheckExact(positions.ptr())) {
+            const long long offset = PyLong_AsLongLong(positions.ptr());
+            if (offset == -1 && PyErr_Occurred()) {
+              PyErr_Clear();
+              return 1;
+            }
+            if (offset < 0) return 1;
+            a.positions = rotary::Positions::contiguous(offset);
+          } else {
+            if (!PyObject_TypeCheck(positions.ptr(), type)) return 1;
+            const rotary::TensorView ids = torch_view(positions, "positions", false, need);
+            if (ids.rank == 0) return 1;
+            a.positions = rotary::Positions::from_ids(ids);
+          }
           if (need) return 1;
           const rotary::DType dt = a.q.dtype;
           if (a.k.dtype != dt || a.v.dtype != dt || (!q_out.is_none() && a.q_out.dtype != dt) ||
@@ -253,7 +269,6 @@ void bind_torch_entry(nb::module_& m) {
         } catch (const nb::python_error&) {
           return 1;
         }
-        a.positions = rotary::Positions::contiguous(offset);
         a.sources = {{&spec.rope(), std::nullopt}};
         a.layout = parse_layout(layout);
         a.cache_layout = rotary::parse_cache_layout(cache_layout);
@@ -269,14 +284,14 @@ void bind_torch_entry(nb::module_& m) {
         }
         return 0;
       },
-      nb::arg("q").none(), nb::arg("k"), nb::arg("v").none(), nb::arg("q_out").none(), nb::arg("offset"),
+      nb::arg("q").none(), nb::arg("k"), nb::arg("v").none(), nb::arg("q_out").none(), nb::arg("positions"),
       nb::arg("spec"), nb::arg("cache_layout"), nb::arg("k_cache").none(), nb::arg("v_cache").none(),
       nb::arg("slot_mapping").none(), nb::arg("cache_positions").none(), nb::arg("q_norm_weight").none(),
       nb::arg("k_norm_weight").none(), nb::arg("norm_eps"), nb::arg("norm_offset"), nb::arg("layout"),
       nb::arg("threads"),
       "Private (rotary.prologue's torch path): the prologue of torch CPU tensors read field by field (no DLPack) "
-      "for one Spec and an offset. Returns 0 when done, 1 (having done nothing) when a tensor must go through the "
-      "generic conversion.");
+      "for one Spec and an int offset or a tensor of position ids. Returns 0 when done, 1 (having done nothing) "
+      "when the call must go through the generic conversion.");
 
   m.def("_cuda_available", [] { return rotary::backend_available(rotary::Backend::kCuda); },
         "Private (rotary.torch): True when rotary's CUDA backend is built in and a device is present.");

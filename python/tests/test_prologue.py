@@ -307,6 +307,56 @@ def test_torch_calls_take_the_direct_path_and_give_numpys_bytes(monkeypatch, dty
         assert calls == [1]
 
 
+@pytest.mark.parametrize("layout", ["thd", "bshd"])
+def test_torch_position_ids_take_the_direct_path_and_give_numpys_bytes(monkeypatch, layout):
+    # Position ids as a torch tensor (as rotary.torch's patched attention layers pass them) go to the direct entry
+    # too; a 0-d tensor (an offset), a negative offset and a list go the generic way. Same bytes either way.
+    torch = pytest.importorskip("torch")
+    import rotary._prologue as rp
+
+    calls = []
+    real = rp._rotary._torch_prologue
+    monkeypatch.setattr(rp._rotary, "_torch_prologue", lambda *a: calls.append(real(*a)) or calls[-1])
+    HQ_, HK_, D_ = 4, 2, 64
+    g = torch.Generator().manual_seed(11)
+    lead = (4,) if layout == "thd" else (2, 2)
+    q, k, v = (torch.randn(*lead, h, D_, generator=g) for h in (HQ_, HK_, HK_))
+    ids = torch.tensor([5, 9, 2, 700]).reshape(lead)
+    spec = rotary.Spec(D_, base=10000.0)
+    if layout == "thd":
+        shape, addr = (3, 4, HK_, D_), dict(slot_mapping=torch.tensor([6, 1, -1, 11]), cache_layout="nhd")
+    else:
+        shape, addr = (2, HK_, 8, D_), dict(cache_positions=torch.tensor([3, 1]), cache_layout="bhsd")
+    kc, vc = torch.zeros(shape), torch.zeros(shape)
+    w = 1.0 + 0.2 * torch.randn(D_, generator=g)
+    qt = q.clone()
+    rotary.prologue(qt, k, v, ids, spec, k_cache=kc, v_cache=vc, q_norm_weight=w, k_norm_weight=w, layout=layout,
+                    threads=1, **addr)
+    assert calls == [0]
+    qn, kcn, vcn = q.numpy().copy(), np.zeros(shape, np.float32), np.zeros(shape, np.float32)
+    rotary.prologue(qn, k.numpy(), v.numpy(), ids.numpy(), spec, k_cache=kcn, v_cache=vcn, q_norm_weight=w.numpy(),
+                    k_norm_weight=w.numpy(), layout=layout, threads=1, **{n: (a if isinstance(a, str) else a.numpy())
+                                                                           for n, a in addr.items()})
+    np.testing.assert_array_equal(qt.numpy(), qn)
+    np.testing.assert_array_equal(kc.numpy(), kcn)
+    np.testing.assert_array_equal(vc.numpy(), vcn)
+    # A 0-d tensor means an offset, as an int does; both give the same bytes, the tensor by the generic way.
+    calls.clear()
+    outs = []
+    for pos in (7, torch.tensor(7)):
+        qt, kc2, vc2 = q.clone(), torch.zeros(shape), torch.zeros(shape)
+        rotary.prologue(qt, k, v, pos, spec, k_cache=kc2, v_cache=vc2, layout=layout, threads=1, **addr)
+        outs.append((qt, kc2, vc2))
+    assert calls == [0, 1]
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    calls.clear()
+    with pytest.raises((ValueError, TypeError), match=r"\[rotary"):
+        rotary.prologue(q.clone(), k, v, -3, spec, k_cache=torch.zeros(shape), v_cache=torch.zeros(shape), layout=layout,
+                        threads=1, **addr)
+    assert calls == [1]
+
+
 def test_torch_direct_path_reports_errors_as_the_generic_path_does():
     torch = pytest.importorskip("torch")
     spec = rotary.Spec(64)

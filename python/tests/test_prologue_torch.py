@@ -48,6 +48,49 @@ def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
                            "nhd", None, 1.0, 1), test_utils=("test_schema", "test_faketensor"))
 
 
+def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_otherwise():
+    # _call_prologue (what patched attention layers call): in plain eager code the op's implementation directly,
+    # with the same results and the same version-counter bumps as torch.ops.rotary.prologue; under a dispatch
+    # mode (as under torch.compile, torch.func, jit tracing or the profiler) the operator itself, which the mode sees.
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    key = prologue_torch.spec_key(rotary.Spec(64, base=10000.0))
+    g = torch.Generator().manual_seed(4)
+    base = dict(q=torch.randn((1, 2, 4, 64), generator=g), k=torch.randn((1, 2, 2, 64), generator=g),
+                v=torch.randn((1, 2, 2, 64), generator=g), kc=torch.zeros((1, 2, 8, 64)), vc=torch.zeros((1, 2, 8, 64)),
+                w=1.0 + 0.1 * torch.randn(64, generator=g))
+
+    def args():
+        t = {n: x.clone() for n, x in base.items()}
+        out = torch.empty((1, 4, 2, 64)).transpose(1, 2)
+        return t, (t["q"], t["k"], t["v"], torch.tensor([[7, 8]]), key, t["kc"], t["vc"], None, torch.tensor([3]),
+                   "bhsd", "bshd", t["w"], t["w"], 1e-6, 0.0, None, None, 1.0, 1.0, out, 1)
+
+    results = []
+    for fn in (prologue_torch._call_prologue, torch.ops.rotary.prologue):
+        t, a = args()
+        before = [x._version for x in (t["q"], a[-2], t["kc"], t["vc"], t["k"])]
+        fn(*a)
+        results.append((a[-2].clone(), t["kc"], t["vc"], [x._version for x in (t["q"], a[-2], t["kc"], t["vc"], t["k"])],
+                        before))
+    (o1, k1, v1, after1, before1), (o2, k2, v2, after2, before2) = results
+    assert torch.equal(o1, o2) and torch.equal(k1, k2) and torch.equal(v1, v2) and k1.abs().sum() > 0
+    assert [x - y for x, y in zip(after1, before1)] == [x - y for x, y in zip(after2, before2)]
+
+    seen = []
+
+    class Seen(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    t, a = args()
+    with Seen():
+        prologue_torch._call_prologue(*a)
+    assert any("rotary.prologue" in name for name in seen), seen
+    assert torch.equal(t["kc"], k1)
+
+
 def test_rerotate_op_equals_rotating_at_the_new_positions():
     spec = rotary.Spec(64)
     key = prologue_torch.spec_key(spec)
