@@ -68,11 +68,11 @@ def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
         return torch.ops.rotary.prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions,
                                          cache_layout, layout, q_norm_weight, k_norm_weight, norm_eps, norm_offset,
                                          k_scale, v_scale, fp8_k_scale, fp8_v_scale, q_out, threads)
+    # The op's mutates_args, bumped before the kernel runs (as its ADInplaceOrView layer does, error or not).
+    torch._C._increment_version([t for t in (q, q_out, k_cache, v_cache, k_scale, v_scale) if t is not None])
     _prologue_impl(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
                    q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
                    q_out, threads)
-    mutated = [t for t in (q, q_out, k_cache, v_cache, k_scale, v_scale) if t is not None]  # the op's mutates_args
-    torch._C._increment_version(mutated)
 
 
 @_prologue_op.register_fake

@@ -68,8 +68,9 @@ bool torch_imported() {
     if (PyErr_Occurred()) PyErr_Clear();
     return false;
   }
+  const bool real = m != Py_None;  // sys.modules["torch"] = None blocks the import
   Py_DECREF(m);
-  return seen = true;
+  return seen = real;
 }
 
 nb::object call0(nb::handle t, PyObject* name) {
@@ -224,11 +225,11 @@ void bind_torch_entry(nb::module_& m) {
         // bits, a broadcast axis, a negative-bit view, a tensor that is not CPU or strided) sends the call
         // back to the generic path too, which converts it or reports it.
         if (!torch_imported()) return 1;  // no torch tensor can exist (names() would import torch)
-        const auto type = reinterpret_cast<PyTypeObject*>(names().tensor_type);
-        for (nb::handle t : {q, k, v, k_cache, v_cache})
-          if (!PyObject_TypeCheck(t.ptr(), type)) return 1;
-        if (!q_out.is_none() && !PyObject_TypeCheck(q_out.ptr(), type)) return 1;
         try {
+          const auto type = reinterpret_cast<PyTypeObject*>(names().tensor_type);
+          for (nb::handle t : {q, k, v, k_cache, v_cache})
+            if (!PyObject_TypeCheck(t.ptr(), type)) return 1;
+          if (!q_out.is_none() && !PyObject_TypeCheck(q_out.ptr(), type)) return 1;
           bool need = false;
           auto view = [&](nb::handle t, const char* what) {
             return t.is_none() ? rotary::TensorView{} : torch_view(t, what, false, need);
@@ -256,7 +257,11 @@ void bind_torch_entry(nb::module_& m) {
           } else {
             if (!PyObject_TypeCheck(positions.ptr(), type)) return 1;
             const rotary::TensorView ids = torch_view(positions, "positions", false, need);
-            if (ids.rank == 0) return 1;
+            // The core's id dtypes only (the generic path converts f16/bf16 ids to f64).
+            const rotary::DType pd = ids.dtype;
+            if (ids.rank == 0 || (pd != rotary::DType::kI64 && pd != rotary::DType::kI32 && pd != rotary::DType::kF32 &&
+                                  pd != rotary::DType::kF64))
+              return 1;
             a.positions = rotary::Positions::from_ids(ids);
           }
           if (need) return 1;
@@ -266,7 +271,7 @@ void bind_torch_entry(nb::module_& m) {
             return 1;
         } catch (const nb::builtin_exception&) {
           return 1;
-        } catch (const nb::python_error&) {
+        } catch (const nb::python_error&) {  // also torch's import or attribute errors in names()
           return 1;
         }
         a.sources = {{&spec.rope(), std::nullopt}};

@@ -357,8 +357,19 @@ def test_torch_position_ids_take_the_direct_path_and_give_numpys_bytes(monkeypat
     assert calls == [1]
 
 
-def test_torch_direct_path_reports_errors_as_the_generic_path_does():
+def test_torch_direct_path_reports_errors_as_the_generic_path_does(monkeypatch):
     torch = pytest.importorskip("torch")
+    import rotary._prologue as rp
+
+    calls = []
+    real = rp._rotary._torch_prologue
+
+    def spy(*a):  # "raised" stays when the entry raises
+        calls.append("raised")
+        calls[-1] = real(*a)
+        return calls[-1]
+
+    monkeypatch.setattr(rp._rotary, "_torch_prologue", spy)
     spec = rotary.Spec(64)
     q, k, v = torch.zeros(1, 4, 64), torch.zeros(1, 2, 64), torch.zeros(1, 2, 64)
     kc, vc = torch.zeros(2, 4, 2, 64), torch.zeros(2, 4, 2, 64)
@@ -367,11 +378,25 @@ def test_torch_direct_path_reports_errors_as_the_generic_path_does():
     with pytest.raises(ValueError, match=r"\[rotary_prologue\] q_norm_weight must have shape \[D\] = \[64\]"):
         rotary.prologue(q, k, v, 3, spec, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([1]),
                         q_norm_weight=torch.ones(62))
-    # Mixed dtypes are left to the generic path, whose message names both dtypes.
+    assert calls == ["raised", "raised"]  # both errors raised by the direct entry's call into the core
+    # Mixed dtypes are left to the generic path (the entry declines them), whose message names both dtypes.
+    calls.clear()
     with pytest.raises(TypeError, match=r"\[rotary_prologue\] k dtype must equal q dtype f32, got f16"):
         rotary.prologue(q, k.half(), v, 3, spec, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([1]))
     with pytest.raises(TypeError, match=r"\[rotary_prologue\] v_cache dtype must equal k_cache dtype f32, got bf16"):
         rotary.prologue(q, k, v, 3, spec, k_cache=kc, v_cache=vc.bfloat16(), slot_mapping=torch.tensor([1]))
+    assert calls == [1, 1]
+    # bf16 position ids: the core takes integer and f32/f64 ids only; the generic path converts them (same result).
+    calls.clear()
+    outs = []
+    for ids in (torch.tensor([3]), torch.tensor([3]).bfloat16()):
+        kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(vc)
+        q2 = torch.randn(1, 4, 64, generator=torch.Generator().manual_seed(2))
+        rotary.prologue(q2, k + 1, v + 1, ids, spec, k_cache=kc2, v_cache=vc2, slot_mapping=torch.tensor([1]))
+        outs.append((q2, kc2, vc2))
+    assert calls == [0, 1]
+    for x, y in zip(*outs):
+        assert torch.equal(x, y)
     assert not kc.any() and not vc.any() and not q.any()
 
 

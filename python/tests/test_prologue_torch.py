@@ -48,7 +48,7 @@ def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
                            "nhd", None, 1.0, 1), test_utils=("test_schema", "test_faketensor"))
 
 
-def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_otherwise():
+def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_otherwise(monkeypatch):
     # _call_prologue (what patched attention layers call): in plain eager code the op's implementation directly,
     # with the same results and the same version-counter bumps as torch.ops.rotary.prologue; under a dispatch
     # mode (as under torch.compile, torch.func, jit tracing or the profiler) the operator itself, which the mode sees.
@@ -66,11 +66,16 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
         return t, (t["q"], t["k"], t["v"], torch.tensor([[7, 8]]), key, t["kc"], t["vc"], None, torch.tensor([3]),
                    "bhsd", "bshd", t["w"], t["w"], 1e-6, 0.0, None, None, 1.0, 1.0, out, 1)
 
+    direct = []  # calls of the implementation by _call_prologue's own direct branch (the operator keeps its reference)
+    real = prologue_torch._prologue_impl
+    monkeypatch.setattr(prologue_torch, "_prologue_impl", lambda *a: (direct.append(1), real(*a))[1])
     results = []
-    for fn in (prologue_torch._call_prologue, torch.ops.rotary.prologue):
+    for fn, want in ((prologue_torch._call_prologue, [1]), (torch.ops.rotary.prologue, [])):
+        direct.clear()
         t, a = args()
         before = [x._version for x in (t["q"], a[-2], t["kc"], t["vc"], t["k"])]
         fn(*a)
+        assert direct == want
         results.append((a[-2].clone(), t["kc"], t["vc"], [x._version for x in (t["q"], a[-2], t["kc"], t["vc"], t["k"])],
                         before))
     (o1, k1, v1, after1, before1), (o2, k2, v2, after2, before2) = results
@@ -85,9 +90,11 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
             return func(*args, **(kwargs or {}))
 
     t, a = args()
+    direct.clear()
     with Seen():
         prologue_torch._call_prologue(*a)
     assert any("rotary.prologue" in name for name in seen), seen
+    assert direct == []
     assert torch.equal(t["kc"], k1)
 
 

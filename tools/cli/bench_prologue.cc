@@ -129,7 +129,8 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
   // Every timed call normalises and rotates q in place, tens of thousands of times per decode configuration.
   // With unequal q weights that repeated normalisation scales channel i by w_i / rms per call and drives the
   // smaller channels to subnormals and zeros (which no real step sees, and which take slow paths), so q's
-  // weight is one value; k goes to the cache (its input is never overwritten) and keeps unequal weights.
+  // weight is one value; k goes to the cache (its input is never overwritten) and gets the unequal weights
+  // (q's before 2026-12-02; k's were all 1).
   std::vector<float> wq(kD, 0.95f), wk(kD, 1.0f);
   for (int64_t i = 0; i < kD; ++i) wk[static_cast<size_t>(i)] = 0.9f + 0.001f * static_cast<float>(i);
   float fp8_scale = 0.01f;
