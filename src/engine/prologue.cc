@@ -132,6 +132,8 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
   }
 }
 
+void contiguous_slots(const PrologueArgs& a, const Sequences& seqs, int64_t major, ProloguePlan& p);
+
 /// Cache rows, scales and the slot of every token.
 void plan_cache(const PrologueArgs& a, const Sequences& seqs, ProloguePlan& p) {
   Plan& rp = p.rope;
@@ -177,6 +179,14 @@ void plan_cache(const PrologueArgs& a, const Sequences& seqs, ProloguePlan& p) {
   if (!absent(a.slot_mapping))
     invalid(std::string("slot_mapping addresses paged caches (nhd, hnd); cache_layout ") + cache_layout_name(a.cache_layout) +
             " takes cache_positions, got slot_mapping shape " + shape_str(a.slot_mapping));
+  contiguous_slots(a, seqs, major, p);
+}
+
+/// The slot of every token in a contiguous cache ([B, S_max, ...] of `major` rows of S_max): row n * S_max +
+/// cache_positions[n] + (index in sequence n), after checking cache_positions and the cache's B and S_max.
+void contiguous_slots(const PrologueArgs& a, const Sequences& seqs, int64_t major, ProloguePlan& p) {
+  const Plan& rp = p.rope;
+  const int64_t tokens = rp.B * rp.S, minor = p.k_cache.minor_count;
   std::vector<int64_t> start(static_cast<size_t>(seqs.count), 0);
   if (!absent(a.cache_positions))
     read_indices(a.cache_positions, "cache_positions", seqs.count,
@@ -301,31 +311,42 @@ Extent extent(const TensorView& v, int64_t bytes) {
 
 bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   // Pure tests first: nothing is written and nothing throws until every one has passed.
-  if ((a.backend != Backend::kAuto && a.backend != Backend::kCpu) || a.layout != Layout::kTHD || a.threads < 0) return false;
+  const int li = static_cast<int>(a.layout), ci = static_cast<int>(a.cache_layout);
+  if ((a.backend != Backend::kAuto && a.backend != Backend::kCpu) || li < 0 || li > 2 || ci < 0 || ci > 3 || a.threads < 0)
+    return false;
   if (a.sources.size() != 1 || !absent(a.source_index)) return false;
   const FrequencySource& fs = a.sources[0];
   if (fs.rope == nullptr || (fs.seq_len && *fs.seq_len <= 0)) return false;
   const Spec& spec = fs.rope->spec();
   if (spec.mrope.enabled()) return false;
-  if (absent(a.q) || !absent(a.q_out) || !absent(a.k_out) || absent(a.v)) return false;
-  if (!is_paged(a.cache_layout) || absent(a.k_cache) || absent(a.v_cache) || !absent(a.cache_positions)) return false;
+  if (absent(a.q) || !absent(a.q_out) || !absent(a.k_out) || absent(a.v) || absent(a.k_cache) || absent(a.v_cache))
+    return false;
+  // Paged caches: thd tokens addressed by a dense i64 slot_mapping [T]. Contiguous caches: cache_positions
+  // absent or a dense i64 [N] (N sequences: 1 in thd, B in bshd / bhsd).
+  const bool paged = is_paged(a.cache_layout);
+  if (paged ? (a.layout != Layout::kTHD || !absent(a.cache_positions)) : !absent(a.slot_mapping)) return false;
   if (!std::isfinite(a.norm_eps) || a.norm_eps < 0 || !std::isfinite(a.norm_offset)) return false;
-  int64_t qb = 0, kb = 0, vb = 0, kcb = 0, vcb = 0, smb = 0;
-  if (!dense_view(a.q, 3, &qb) || !dense_view(a.k, 3, &kb) || !dense_view(a.v, 3, &vb)) return false;
+  const int rank = expected_rank(a.layout);
+  int64_t qb = 0, kb = 0, vb = 0, kcb = 0, vcb = 0, ab = 0;
+  if (!dense_view(a.q, rank, &qb) || !dense_view(a.k, rank, &kb) || !dense_view(a.v, rank, &vb)) return false;
   const DType dt = a.q.dtype;
   if ((dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16) || a.k.dtype != dt || a.v.dtype != dt) return false;
-  const int64_t T = a.q.shape[0], D = a.q.shape[2], Hkv = a.k.shape[1], Dv = a.v.shape[2];
-  if (a.k.shape[0] != T || a.k.shape[2] != D || a.v.shape[0] != T || a.v.shape[1] != Hkv || D != spec.head_dim) return false;
+  const Canon cq = canonical(a.q, a.layout), ck = canonical(a.k, a.layout), cv = canonical(a.v, a.layout);
+  const int64_t T = cq.B * cq.S, D = cq.D, Hkv = ck.H, Dv = cv.D;
+  if (ck.B != cq.B || ck.S != cq.S || ck.D != D || cv.B != cq.B || cv.S != cq.S || cv.H != Hkv || D != spec.head_dim)
+    return false;
   const TensorView &kc = a.k_cache, &vc = a.v_cache;
   if (!dense_view(kc, 4, &kcb) || !dense_view(vc, 4, &vcb) || vc.dtype != kc.dtype) return false;
-  const int head_axis = a.cache_layout == CacheLayout::kNHD ? 2 : 1;
+  const int head_axis = a.cache_layout == CacheLayout::kNHD || a.cache_layout == CacheLayout::kBSHD ? 2 : 1;
   if (kc.shape[head_axis] != Hkv || kc.shape[3] != D || vc.shape[0] != kc.shape[0] || vc.shape[1] != kc.shape[1] ||
       vc.shape[2] != kc.shape[2] || vc.shape[3] != Dv)
     return false;
   const bool i8 = kc.dtype == DType::kI8, fp8 = is_fp8(kc.dtype);
   if (!i8 && !fp8 && kc.dtype != DType::kF32 && kc.dtype != DType::kF16 && kc.dtype != DType::kBF16) return false;
-  const TensorView& sm = a.slot_mapping;
-  if (!dense_view(sm, 1, &smb) || sm.dtype != DType::kI64 || sm.shape[0] != T) return false;
+  const TensorView& addr = paged ? a.slot_mapping : a.cache_positions;  // what addresses the cache rows
+  const int64_t n_addr = paged ? T : (a.layout == Layout::kTHD ? 1 : cq.B);
+  if (!absent(addr) && (!dense_view(addr, 1, &ab) || addr.dtype != DType::kI64 || addr.shape[0] != n_addr)) return false;
+  if (paged && absent(addr)) return false;
   // Everything written (q in place, the caches, i8 scales) touches nothing else of the call; q, k and v
   // are apart (as the apply checks require of q and k). Else the full validation decides.
   Extent writes[5], reads[7];
@@ -335,7 +356,7 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   writes[nw++] = extent(vc, vcb);
   reads[nr++] = extent(a.k, kb);
   reads[nr++] = extent(a.v, vb);
-  reads[nr++] = extent(sm, smb);
+  if (!absent(addr)) reads[nr++] = extent(addr, ab);
   for (const TensorView* w : {&a.q_norm_weight, &a.k_norm_weight}) {
     int64_t bytes = 0;
     if (absent(*w)) continue;
@@ -375,7 +396,6 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   p.k_index = 1;
   p.hkv = Hkv;
   p.rotate = true;
-  const Canon cv = canonical(a.v, a.layout);
   p.has_v = true;
   p.v.in = a.v.data;
   p.v.out = nullptr;
@@ -390,8 +410,14 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   p.v_cache = cache_rows(vc, a.cache_layout, "v_cache", Hkv, Dv, kWhere, &v_major);
   attach_scale(p.k_cache, a.k_scale, kc, a.cache_layout, "k_scale", "k_cache", kWhere);
   attach_scale(p.v_cache, a.v_scale, vc, a.cache_layout, "v_scale", "v_cache", kWhere);
-  p.slots = static_cast<const int64_t*>(sm.data);
-  check_slots(p.slots, T, major * p.k_cache.minor_count, "slot_mapping", "num_blocks * block_size", kWhere);
+  if (paged) {
+    p.slots = static_cast<const int64_t*>(addr.data);
+    check_slots(p.slots, T, major * p.k_cache.minor_count, "slot_mapping", "num_blocks * block_size", kWhere);
+  } else {
+    Sequences seqs;
+    seqs.count = n_addr;
+    contiguous_slots(a, seqs, major, p);
+  }
   attach_sources(a, Sequences{}, range, p);
   p.threads = a.threads;
   return true;

@@ -13,11 +13,13 @@ ProloguePlan build_prologue_plan(const PrologueArgs& args);
 /// The full validation: every layout, position scheme, cache kind and aliasing rule.
 ProloguePlan build_prologue_plan_full(const PrologueArgs& args);
 
-/// Plans the common call (a decode step's or a prefill's: thd q, k, v dense and in disjoint memory,
-/// offset positions, one frequency source, a paged cache of dense tensors addressed by a dense i64
-/// slot_mapping) without the general checks, which it passes by construction. Returns false, having
-/// written nothing to *plan, for anything else. The checks it still makes (norm weights, cache rows,
-/// scales, slots) are the full validation's own functions called in its order, so an error it raises
+/// Plans the common call (a decode step's or a prefill's: q, k, v dense and in disjoint memory, offset
+/// positions, one frequency source, and either a paged cache of dense tensors addressed by a dense i64
+/// slot_mapping of thd tokens, or a contiguous bshd / bhsd cache (HF StaticCache) of dense tensors with
+/// cache_positions absent or a dense i64 [N]) without the general checks, which it passes by construction.
+/// Returns false, having written nothing to *plan, for anything else. The checks it still makes (norm
+/// weights, cache rows, scales, slots or cache positions) are the full validation's own functions called
+/// in its order, so an error it raises
 /// is the one build_prologue_plan_full raises; for every call it accepts, build_prologue_plan_full
 /// produces the same plan.
 bool build_prologue_plan_fast(const PrologueArgs& args, ProloguePlan* plan);

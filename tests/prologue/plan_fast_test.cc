@@ -67,7 +67,11 @@ void expect_same_plan(const ProloguePlan& a, const ProloguePlan& b, const std::s
   testing::expect_same_tensor(a.v, b.v, what + " v");
   expect_same_rows(a.k_cache, b.k_cache, what + " k_cache");
   expect_same_rows(a.v_cache, b.v_cache, what + " v_cache");
-  EXPECT_EQ(a.slots, b.slots) << what;
+  // The caller's slot_mapping (the same pointer), or slots computed into each plan's own storage (the same values).
+  ASSERT_EQ(a.slots == nullptr, b.slots == nullptr) << what;
+  if (a.slot_storage.empty() && b.slot_storage.empty()) EXPECT_EQ(a.slots, b.slots) << what;
+  for (int64_t g = 0; a.slots != nullptr && !(a.slot_storage.empty() && b.slot_storage.empty()) && g < x.B * x.S; ++g)
+    EXPECT_EQ(a.slots[g], b.slots[g]) << what << " slot of token " << g;
   expect_same_weight(a.q_norm, b.q_norm, x.head_dim, what + " q_norm");
   expect_same_weight(a.k_norm, b.k_norm, x.head_dim, what + " k_norm");
   EXPECT_EQ(a.eps, b.eps) << what;
@@ -110,47 +114,67 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
   };
   const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
   const DType caches[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kF8E4M3, DType::kF8E5M2};
-  int accepted = 0, declined = 0;
+  int accepted = 0, declined = 0, accepted_contiguous = 0;
   float fp8_scale = 0.05f;
-  for (int iter = 0; iter < 600; ++iter) {
+  for (int iter = 0; iter < 800; ++iter) {
     Call c;
     const DType dt = dtypes[pick(3)], cd = caches[pick(6)];
-    const int64_t T = 1 + pick(5), Hq = 1 + pick(4), Hkv = 1 + pick(3), D = 2 * (1 + pick(8));
+    const Layout lay = static_cast<Layout>(pick(3));  // thd, bshd, bhsd
+    const int64_t B = lay == Layout::kTHD ? 1 : 1 + pick(2), S = 1 + pick(lay == Layout::kTHD ? 5 : 3), T = B * S;
+    const int64_t Hq = 1 + pick(4), Hkv = 1 + pick(3), D = 2 * (1 + pick(8));
     const int64_t R = pick(3) == 0 ? 2 * (1 + pick(static_cast<int>(D / 2))) : D;
     const int64_t Dv = pick(3) == 0 ? 1 + pick(20) : D;
-    const int64_t NB = 1 + pick(4), BS = 1 + pick(8);
-    const CacheLayout cl = pick(2) == 0 ? CacheLayout::kNHD : CacheLayout::kHND;
+    // Paged caches mostly with thd tokens (the shortcut takes no others); contiguous ones with any layout.
+    const CacheLayout cl = static_cast<CacheLayout>(lay == Layout::kTHD ? pick(4) : pick(8) == 0 ? pick(2) : 2 + pick(2));
+    const bool paged = is_paged(cl);
+    const int64_t N = lay == Layout::kTHD ? 1 : B;  // sequences (contiguous caches: one row of the cache each)
+    const int64_t NB = paged ? 1 + pick(4) : N + pick(2), BS = paged ? 1 + pick(8) : S + pick(6);
     const int64_t es = static_cast<int64_t>(dtype_size(dt)), ces = static_cast<int64_t>(dtype_size(cd));
     Rope& rope = rope_for(D, R, pick(2) == 0 ? Pairing::kHalfSplit : Pairing::kInterleaved, R > 2 && pick(4) == 0 ? 1 : 0);
+    auto act = [&](int64_t H, int64_t dim) {  // q, k or v in the draw's layout
+      const int64_t bytes = T * H * dim * es;
+      if (lay == Layout::kTHD) return TensorView::contiguous(c.take(bytes, rng), dt, {T, H, dim});
+      if (lay == Layout::kBSHD) return TensorView::contiguous(c.take(bytes, rng), dt, {B, S, H, dim});
+      return TensorView::contiguous(c.take(bytes, rng), dt, {B, H, S, dim});
+    };
     PrologueArgs a;
-    a.q = TensorView::contiguous(c.take(T * Hq * D * es, rng), dt, {T, Hq, D});
-    a.k = TensorView::contiguous(c.take(T * Hkv * D * es, rng), dt, {T, Hkv, D});
-    a.v = TensorView::contiguous(c.take(T * Hkv * Dv * es, rng), dt, {T, Hkv, Dv});
+    a.layout = lay;
+    a.q = act(Hq, D);
+    a.k = act(Hkv, D);
+    a.v = act(Hkv, Dv);
     a.positions = Positions::contiguous(pick(3) == 0 ? 0 : pick(100000));
     a.sources = {{&rope, pick(4) == 0 ? std::optional<int64_t>(1 + pick(500)) : std::nullopt}};
     a.cache_layout = cl;
     const int64_t rows = NB * BS;
+    // nhd / bshd: [NB, BS, Hkv, dim]; hnd / bhsd: [NB, Hkv, BS, dim] (NB = B rows and BS = S_max when contiguous).
+    const bool heads_third = cl == CacheLayout::kNHD || cl == CacheLayout::kBSHD;
     auto cache = [&](int64_t dim) {
       const std::initializer_list<int64_t> nhd = {NB, BS, Hkv, dim}, hnd = {NB, Hkv, BS, dim};
-      return TensorView::contiguous(c.take(rows * Hkv * dim * ces, rng), cd, cl == CacheLayout::kNHD ? nhd : hnd);
+      return TensorView::contiguous(c.take(rows * Hkv * dim * ces, rng), cd, heads_third ? nhd : hnd);
     };
     a.k_cache = cache(D);
     a.v_cache = cache(Dv);
     if (cd == DType::kI8) {
       const std::initializer_list<int64_t> nhd = {NB, BS, Hkv}, hnd = {NB, Hkv, BS};
-      a.k_scale = TensorView::contiguous(c.take(rows * Hkv * 4, rng), DType::kF32, cl == CacheLayout::kNHD ? nhd : hnd);
-      a.v_scale = TensorView::contiguous(c.take(rows * Hkv * 4, rng), DType::kF32, cl == CacheLayout::kNHD ? nhd : hnd);
+      a.k_scale = TensorView::contiguous(c.take(rows * Hkv * 4, rng), DType::kF32, heads_third ? nhd : hnd);
+      a.v_scale = TensorView::contiguous(c.take(rows * Hkv * 4, rng), DType::kF32, heads_third ? nhd : hnd);
     } else if (is_fp8(cd)) {
       a.k_scale = a.v_scale = TensorView::contiguous(&fp8_scale, DType::kF32, {1});
     }
-    // Distinct slots (some -1) within the pool, or, rarely, one out of range / repeated (an error).
-    std::vector<int64_t> pool(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) pool[static_cast<size_t>(i)] = i;
-    std::shuffle(pool.begin(), pool.end(), rng);
-    c.slots.resize(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t)
-      c.slots[static_cast<size_t>(t)] = (t >= rows || pick(5) == 0) ? -1 : pool[static_cast<size_t>(t)];
-    a.slot_mapping = TensorView::contiguous(c.slots.data(), DType::kI64, {T});
+    if (paged) {
+      // Distinct slots (some -1) within the pool, or, rarely, one out of range / repeated (an error).
+      std::vector<int64_t> pool(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < rows; ++i) pool[static_cast<size_t>(i)] = i;
+      std::shuffle(pool.begin(), pool.end(), rng);
+      c.slots.resize(static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t)
+        c.slots[static_cast<size_t>(t)] = (t >= rows || pick(5) == 0) ? -1 : pool[static_cast<size_t>(t)];
+      a.slot_mapping = TensorView::contiguous(c.slots.data(), DType::kI64, {T});
+    } else if (pick(4) != 0) {  // the start row of each sequence (absent: 0)
+      c.slots.resize(static_cast<size_t>(N));
+      for (int64_t n = 0; n < N; ++n) c.slots[static_cast<size_t>(n)] = pick(static_cast<int>(BS - S + 1));
+      a.cache_positions = TensorView::contiguous(c.slots.data(), DType::kI64, {N});
+    }
     const DType wdt = pick(2) == 0 ? DType::kF32 : DType::kBF16;
     for (TensorView* w : {&a.q_norm_weight, &a.k_norm_weight})
       if (pick(2) == 0) {
@@ -164,24 +188,30 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
     a.norm_offset = pick(3) == 0 ? 1.0 : 0.0;
     a.threads = pick(3);
     a.backend = pick(4) == 0 ? Backend::kCpu : Backend::kAuto;
-    // Departures from the common call that the shortcut must decline.
-    bool expect_declined = false;
+    // Departures from the common call that the shortcut must decline (or errors it must raise as the full path does).
+    bool expect_declined = paged && lay != Layout::kTHD;
+    TensorView& addr = paged ? a.slot_mapping : a.cache_positions;
     switch (pick(16)) {
-      case 0: a.q_out = TensorView::contiguous(c.take(T * Hq * D * es, rng), dt, {T, Hq, D}); expect_declined = true; break;
-      case 1: a.k.strides[0] += 2 * (T > 1); expect_declined = T > 1; break;  // a strided k (rows apart)
-      case 2: a.v = TensorView::contiguous(a.k.data, dt, {T, Hkv, Dv}); expect_declined = true; break;  // v over k
+      case 0: a.q_out = a.q; a.q_out.data = c.take(T * Hq * D * es, rng); expect_declined = true; break;
+      case 1: a.k.strides[0] += 2 * (a.k.shape[0] > 1); expect_declined |= a.k.shape[0] > 1; break;  // rows apart
+      case 2: a.v.data = a.k.data; expect_declined = true; break;  // v over k
       case 3: a.backend = Backend::kReference; expect_declined = true; break;
       case 4: a.positions = Positions::from_ids(TensorView::contiguous(c.take(T * 8, rng), DType::kI64, {T}));
               expect_declined = true; break;
-      case 5: c.slots[0] = rows + pick(3); break;                          // out of range: the same error
-      case 6: if (T > 1 && c.slots[0] >= 0) c.slots[T - 1] = c.slots[0]; break;  // repeated: the same error
+      case 5: if (!c.slots.empty()) c.slots[0] = (paged ? rows : BS) + pick(3); break;  // out of range: the same error
+      case 6: if (paged && T > 1 && c.slots[0] >= 0) c.slots[T - 1] = c.slots[0];     // repeated: the same error
+              if (!paged && N > 1) a.k_cache.shape[0] = a.v_cache.shape[0] = N - 1;  // a row short: the same error
+              break;
       case 7: a.q_norm_weight = TensorView::contiguous(c.take((D + 2) * 4, rng), DType::kF32, {D + 2}); break;  // wrong length
-      case 8: a.slot_mapping.dtype = DType::kI32; a.slot_mapping.shape[0] = T; expect_declined = true; break;
+      case 8: if (addr.data != nullptr) { addr.dtype = DType::kI32; expect_declined = true; } break;
       case 9: a.k_cache.data = a.q.data; expect_declined = true; break;  // the cache over q
+      case 10: if (!paged) { a.slot_mapping = TensorView::contiguous(c.take(T * 8, rng), DType::kI64, {T});
+                             expect_declined = true; } break;  // a slot mapping with a contiguous cache
       default: break;
     }
-    const std::string what = "iter " + std::to_string(iter) + " (" + dtype_name(dt) + " cache " + dtype_name(cd) + " T " +
-                             std::to_string(T) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) + ")";
+    const std::string what = "iter " + std::to_string(iter) + " (" + dtype_name(dt) + " " + layout_name(lay) + " cache " +
+                             dtype_name(cd) + " " + cache_layout_name(cl) + " T " + std::to_string(T) + " D " +
+                             std::to_string(D) + " Dv " + std::to_string(Dv) + ")";
     ProloguePlan fast;
     std::string fast_error, full_error;
     bool took = false;
@@ -205,12 +235,14 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
     EXPECT_EQ(fast_error, full_error) << what;
     if (fast_error.empty() && full_error.empty()) {
       ++accepted;
+      accepted_contiguous += !paged;
       expect_same_plan(fast, full, what);
     }
     if (HasFailure()) break;
   }
-  EXPECT_GT(accepted, 200);  // the draw must exercise the shortcut, and the departures its refusals
+  EXPECT_GT(accepted, 250);  // the draw must exercise the shortcut, and the departures its refusals
   EXPECT_GT(declined, 100);
+  EXPECT_GT(accepted_contiguous, 100);  // bshd / bhsd caches (HF StaticCache) with cache_positions
 }
 
 }  // namespace
