@@ -114,13 +114,13 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
   };
   const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16};
   const DType caches[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kF8E4M3, DType::kF8E5M2};
-  int accepted = 0, declined = 0, accepted_contiguous = 0;
+  int accepted = 0, declined = 0, accepted_contiguous = 0, errors = 0;
   float fp8_scale = 0.05f;
-  for (int iter = 0; iter < 800; ++iter) {
+  for (int iter = 0; iter < 1000; ++iter) {
     Call c;
     const DType dt = dtypes[pick(3)], cd = caches[pick(6)];
-    const Layout lay = static_cast<Layout>(pick(3));  // thd, bshd, bhsd
-    const int64_t B = lay == Layout::kTHD ? 1 : 1 + pick(2), S = 1 + pick(lay == Layout::kTHD ? 5 : 3), T = B * S;
+    const Layout lay = static_cast<Layout>(pick(3));  // bshd, bhsd or thd
+    const int64_t B = lay == Layout::kTHD ? 1 : 1 + pick(3), S = 1 + pick(lay == Layout::kTHD ? 5 : 3), T = B * S;
     const int64_t Hq = 1 + pick(4), Hkv = 1 + pick(3), D = 2 * (1 + pick(8));
     const int64_t R = pick(3) == 0 ? 2 * (1 + pick(static_cast<int>(D / 2))) : D;
     const int64_t Dv = pick(3) == 0 ? 1 + pick(20) : D;
@@ -128,7 +128,9 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
     const CacheLayout cl = static_cast<CacheLayout>(lay == Layout::kTHD ? pick(4) : pick(8) == 0 ? pick(2) : 2 + pick(2));
     const bool paged = is_paged(cl);
     const int64_t N = lay == Layout::kTHD ? 1 : B;  // sequences (contiguous caches: one row of the cache each)
-    const int64_t NB = paged ? 1 + pick(4) : N + pick(2), BS = paged ? 1 + pick(8) : S + pick(6);
+    // Contiguous: now and then an S_max below the sequence's length (an error whatever the cache positions).
+    const int64_t NB = paged ? 1 + pick(4) : N + pick(2);
+    const int64_t BS = paged ? 1 + pick(8) : pick(10) == 0 ? std::max<int64_t>(1, S - 1) : S + pick(6);
     const int64_t es = static_cast<int64_t>(dtype_size(dt)), ces = static_cast<int64_t>(dtype_size(cd));
     Rope& rope = rope_for(D, R, pick(2) == 0 ? Pairing::kHalfSplit : Pairing::kInterleaved, R > 2 && pick(4) == 0 ? 1 : 0);
     auto act = [&](int64_t H, int64_t dim) {  // q, k or v in the draw's layout
@@ -172,7 +174,7 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
       a.slot_mapping = TensorView::contiguous(c.slots.data(), DType::kI64, {T});
     } else if (pick(4) != 0) {  // the start row of each sequence (absent: 0)
       c.slots.resize(static_cast<size_t>(N));
-      for (int64_t n = 0; n < N; ++n) c.slots[static_cast<size_t>(n)] = pick(static_cast<int>(BS - S + 1));
+      for (int64_t n = 0; n < N; ++n) c.slots[static_cast<size_t>(n)] = pick(static_cast<int>(std::max<int64_t>(1, BS - S + 1)));
       a.cache_positions = TensorView::contiguous(c.slots.data(), DType::kI64, {N});
     }
     const DType wdt = pick(2) == 0 ? DType::kF32 : DType::kBF16;
@@ -200,13 +202,28 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
               expect_declined = true; break;
       case 5: if (!c.slots.empty()) c.slots[0] = (paged ? rows : BS) + pick(3); break;  // out of range: the same error
       case 6: if (paged && T > 1 && c.slots[0] >= 0) c.slots[T - 1] = c.slots[0];     // repeated: the same error
-              if (!paged && N > 1) a.k_cache.shape[0] = a.v_cache.shape[0] = N - 1;  // a row short: the same error
+              if (!paged && N > 1) {  // a row short: the same error
+                a.k_cache.shape[0] = a.v_cache.shape[0] = N - 1;
+                if (cd == DType::kI8) a.k_scale.shape[0] = a.v_scale.shape[0] = N - 1;
+              }
               break;
       case 7: a.q_norm_weight = TensorView::contiguous(c.take((D + 2) * 4, rng), DType::kF32, {D + 2}); break;  // wrong length
       case 8: if (addr.data != nullptr) { addr.dtype = DType::kI32; expect_declined = true; } break;
       case 9: a.k_cache.data = a.q.data; expect_declined = true; break;  // the cache over q
       case 10: if (!paged) { a.slot_mapping = TensorView::contiguous(c.take(T * 8, rng), DType::kI64, {T});
                              expect_declined = true; } break;  // a slot mapping with a contiguous cache
+      case 11: if (!paged && !c.slots.empty()) c.slots[0] = -1 - pick(3); break;  // a negative start: the same error
+      case 12: if (!paged && !c.slots.empty()) { ++addr.shape[0]; c.slots.push_back(0); addr.data = c.slots.data();
+                                                 expect_declined = true; } break;  // one start too many
+      case 13: if (!paged && N > 1 && !c.slots.empty()) {  // strided starts (every other element of a buffer)
+                 std::vector<int64_t> wide(static_cast<size_t>(2 * N), 0);
+                 for (int64_t n = 0; n < N; ++n) wide[static_cast<size_t>(2 * n)] = c.slots[static_cast<size_t>(n)];
+                 c.slots = wide;
+                 addr.data = c.slots.data();
+                 addr.strides[0] = 2;
+                 expect_declined = true;
+               }
+               break;
       default: break;
     }
     const std::string what = "iter " + std::to_string(iter) + " (" + dtype_name(dt) + " " + layout_name(lay) + " cache " +
@@ -233,6 +250,7 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
       full_error = e.what();
     }
     EXPECT_EQ(fast_error, full_error) << what;
+    errors += !fast_error.empty();
     if (fast_error.empty() && full_error.empty()) {
       ++accepted;
       accepted_contiguous += !paged;
@@ -240,9 +258,10 @@ TEST(ProloguePlanFast, AcceptedCallsPlanLikeTheFullValidationAndTheRestAreDeclin
     }
     if (HasFailure()) break;
   }
-  EXPECT_GT(accepted, 250);  // the draw must exercise the shortcut, and the departures its refusals
+  EXPECT_GT(accepted, 200);  // the draw must exercise the shortcut, and the departures its refusals
   EXPECT_GT(declined, 100);
-  EXPECT_GT(accepted_contiguous, 100);  // bshd / bhsd caches (HF StaticCache) with cache_positions
+  EXPECT_GT(accepted_contiguous, 100);  // bshd / bhsd caches (HF StaticCache), cache_positions given or not
+  EXPECT_GT(errors, 40);                // errors raised by the shortcut, each the full validation's
 }
 
 }  // namespace
