@@ -136,7 +136,8 @@ def prologue(
       scale per row and head); fp8 caches, a float (the per-tensor scale). q_out: None writes q in place.
     Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
     """
-    if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto"
+    if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto" and type(layout) is str
+            and type(cache_layout) is str
             and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
             and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
             # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
@@ -144,6 +145,8 @@ def prologue(
                                         cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
                                         float(norm_offset), layout, int(threads)) == 0):
         return q_out if q_out is not None else q
+    if k is None:  # the core's own words (its binding takes no None for k)
+        raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
     (qv, kv, vv, qov, kov), act = _group([("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out)], False)
     (kcv, vcv), cache_bits = _group([("k_cache", k_cache), ("v_cache", v_cache)], False)
     (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)], True)

@@ -35,11 +35,11 @@ def _spec(key: str) -> Spec:
 
 
 def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, spec: str,
-                 k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: Optional[torch.Tensor],
-                 cache_positions: Optional[torch.Tensor], cache_layout: str, layout: str,
-                 q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], norm_eps: float,
-                 norm_offset: float, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
-                 fp8_k_scale: float, fp8_v_scale: float, q_out: Optional[torch.Tensor], threads: int) -> None:
+                   k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: Optional[torch.Tensor],
+                   cache_positions: Optional[torch.Tensor], cache_layout: str, layout: str,
+                   q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], norm_eps: float,
+                   norm_offset: float, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
+                   fp8_k_scale: float, fp8_v_scale: float, q_out: Optional[torch.Tensor], threads: int) -> None:
     """q rotated in place (after its norm) or into q_out; k and v written into the caches; int8 scales written."""
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
     _prologue.prologue(q, k, v, positions, _spec(spec), k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,

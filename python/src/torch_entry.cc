@@ -289,7 +289,7 @@ void bind_torch_entry(nb::module_& m) {
         }
         return 0;
       },
-      nb::arg("q").none(), nb::arg("k"), nb::arg("v").none(), nb::arg("q_out").none(), nb::arg("positions"),
+      nb::arg("q").none(), nb::arg("k").none(), nb::arg("v").none(), nb::arg("q_out").none(), nb::arg("positions").none(),
       nb::arg("spec"), nb::arg("cache_layout"), nb::arg("k_cache").none(), nb::arg("v_cache").none(),
       nb::arg("slot_mapping").none(), nb::arg("cache_positions").none(), nb::arg("q_norm_weight").none(),
       nb::arg("k_norm_weight").none(), nb::arg("norm_eps"), nb::arg("norm_offset"), nb::arg("layout"),

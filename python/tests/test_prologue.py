@@ -397,6 +397,16 @@ def test_torch_direct_path_reports_errors_as_the_generic_path_does(monkeypatch):
     assert calls == [0, 1]
     for x, y in zip(*outs):
         assert torch.equal(x, y)
+    # positions None (offset 0) and a missing k: the generic path's result and error.
+    calls.clear()
+    kc2, vc2 = torch.zeros_like(kc), torch.zeros_like(vc)
+    rotary.prologue(q + 1, k + 1, v + 1, None, spec, k_cache=kc2, v_cache=vc2, slot_mapping=torch.tensor([1]))
+    kc3, vc3 = torch.zeros_like(kc), torch.zeros_like(vc)
+    rotary.prologue(q + 1, k + 1, v + 1, 0, spec, k_cache=kc3, v_cache=vc3, slot_mapping=torch.tensor([1]))
+    assert torch.equal(kc2, kc3) and torch.equal(vc2, vc3) and kc2.any()
+    with pytest.raises(ValueError, match=r"\[rotary_prologue\] k must be given"):
+        rotary.prologue(q, None, v, 3, spec, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([1]))
+    assert calls == [1, 0, 1]
     assert not kc.any() and not vc.any() and not q.any()
 
 
