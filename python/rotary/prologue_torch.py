@@ -20,6 +20,7 @@ import torch
 
 from . import _prologue
 from ._rotary import Spec
+from .torch import _eager
 
 __all__ = ["spec_key", "patch_prologue", "unpatch_prologue"]
 
@@ -61,8 +62,6 @@ def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
     (rotary.torch._eager: plain CPU tensors needing no gradient, outside torch.compile, torch.func, dispatch and
     function modes, jit tracing and the profiler), with the mutated tensors' version counters bumped as the
     operator's dispatch does. The dispatcher's layers cost ~14 µs per call, most of a decode step's prologue."""
-    from .torch import _eager
-
     if not _eager(q, k, v, positions, k_cache, v_cache, slot_mapping, cache_positions, q_norm_weight, k_norm_weight,
                   k_scale, v_scale, q_out):
         return torch.ops.rotary.prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions,

@@ -322,13 +322,11 @@ void check_data_size(uint64_t avail, int64_t nbytes, const std::string& name) {
                       " unexpected bytes after the data (shape needs " + std::to_string(nbytes) + ")");
 }
 
-/// Reorders a.data from Fortran (column-major) to C order: the same logical array. Needs a second buffer
-/// of the array's size for the duration of the copy.
+/// Reorders a.data from Fortran (column-major) to C order (the same logical array) through a second buffer.
 void fortran_to_c(NpyArray& a) {
   const size_t es = dtype_size(a.dtype), rank = a.shape.size();
   const int64_t n = static_cast<int64_t>(a.data.size() / es);
-  // No elements, nothing to move; and with a zero dim the other dims' strides could overflow int64.
-  if (n == 0) return;
+  if (n == 0) return;  // nothing to move (and with a zero dim the other dims' strides could overflow int64)
   std::vector<unsigned char> c_order(a.data.size());
   std::vector<int64_t> index(rank, 0), f_stride(rank, 1);
   for (size_t k = 1; k < rank; ++k) f_stride[k] = f_stride[k - 1] * a.shape[k - 1];
