@@ -237,6 +237,20 @@ bool RotateTokenRowsT(const TokenRowJob& r) {
   const auto* in = static_cast<const T*>(r.in);
   auto* out = static_cast<T*>(r.out);
   const auto h = static_cast<size_t>(r.half);
+  if (r.stream) {
+    const hn::ScalableTag<float> d;
+    const auto line_unit = (P == Pairing::kHalfSplit ? h : static_cast<size_t>(r.rotary_dim)) * sizeof(T);
+    const auto es = static_cast<int64_t>(sizeof(T));
+    if (HWY_TARGET == HWY_SCALAR || hn::Lanes(d) * sizeof(T) < 16 || line_unit % kLine != 0 ||
+        reinterpret_cast<uintptr_t>(out) % kLine != 0 || (r.out_step * es) % static_cast<int64_t>(kLine) != 0)
+      return false;
+    if (r.prefetch != 0) {
+      RowsInRegistersK<E, P, true, true>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, r.prefetch);
+    } else {
+      RowsInRegistersK<E, P, true, false>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, 0);
+    }
+    return true;
+  }
   if (r.prefetch != 0) {
     RowsInRegistersK<E, P, false, true>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, r.prefetch);
   } else {

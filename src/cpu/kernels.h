@@ -44,12 +44,17 @@ struct TokenRowJob {
   const float* c = nullptr;
   const float* s = nullptr;
   int64_t prefetch = 0;  ///< bytes past each input row to prefetch while it is read (0: none)
+  /// Non-temporal stores (the caller flushes them: hwy::FlushStream). Taken only where every output row,
+  /// and each half of a half-split row, is whole cache lines on line boundaries and the target stores
+  /// whole vectors of at least 16 bytes; rotate_token_rows returns false otherwise.
+  bool stream = false;
 };
 
 /// Rotates `rows` with the token's cos/sin held in registers (the apply kernels' RowsInRegisters:
 /// the same operations as every other row path, so the same results) and returns true; returns false,
 /// touching nothing, when the rotated part is not a whole number of vectors that path takes on the
-/// dispatched target. For callers with rows of their own addressing (the prologue's cache rows).
+/// dispatched target (or, with `stream`, when the rows cannot be streamed). For callers with rows of their
+/// own addressing (the prologue's cache rows).
 bool rotate_token_rows(const TokenRowJob& rows);
 
 /// Whether bf16 outputs on the AVX3 target use AVX512-BF16 narrowing (VCVTNE2PS2BF16 / VCVTNEPS2BF16;

@@ -68,8 +68,18 @@ HWY_INLINE void StreamRow(const float* HWY_RESTRICT y, Storage<EO>* HWY_RESTRICT
   for (size_t i = 0; i < D; i += N) StoreX<EO, kWhole>(d, hn::LoadU(d, y + i), out + i);
 }
 
-/// Writes row (slot, head) of a cache from `in`; `stream`: through the f32 scratch `tmp` and
-/// non-temporal stores (PrologueJob::stream_cache).
+/// The row `in` copied to `out` (D values of T, whole 64-byte lines, `out` on a line) with non-temporal stores.
+template <class T>
+HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, size_t D) {
+  const hn::ScalableTag<uint8_t> d8;
+  const size_t N = hn::Lanes(d8);
+  const auto* src = reinterpret_cast<const uint8_t*>(in);
+  auto* dst = reinterpret_cast<uint8_t*>(out);
+  for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
+}
+
+/// Writes row (slot, head) of a cache from `in`; `stream`: with non-temporal stores (PrologueJob::stream_cache),
+/// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
 template <Elem EI, Pairing P>
 ROTARY_ROW_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
                          const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
@@ -77,6 +87,8 @@ ROTARY_ROW_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_
   const auto D = static_cast<size_t>(c.dim);
   void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
   if (stream) {
+    constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
+    if (rot.R == 0 && w == nullptr && c.dtype == kInput) return StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
     Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
     if (c.dtype == DType::kF32) return StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
     if (c.dtype == DType::kF16) return StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
@@ -144,9 +156,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   // The rows [in, in + n*in_step) to out (steps in elements) in registers; the channels past R are
   // copied when the rows move. False: not done. Whether the path applies depends only on the call's
   // dtype, pairing and dims and on the target, so the first refusal holds for the whole call.
-  bool registers_apply = p.rotate;
-  auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf) {
-    if (!registers_apply) return false;
+  // Streamed cache rows (`to_cache` with job.stream_cache) take the path streaming where their halves are
+  // whole lines; the first refusal of that holds for the call too (cache rows share their alignment).
+  bool registers_apply = p.rotate, registers_stream = stream;
+  auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf,
+                          bool to_cache = false) {
+    if (!registers_apply || (to_cache && stream && !registers_stream)) return false;
     TokenRowJob r = fast;
     r.in = in;
     r.out = out;
@@ -154,12 +169,17 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     r.in_step = in_step;
     r.out_step = out_step;
     r.prefetch = pf;
-    if (!rotate_token_rows(r)) return registers_apply = false;
+    r.stream = to_cache && stream;
+    if (!rotate_token_rows(r)) {
+      if (r.stream) return registers_stream = false;
+      return registers_apply = false;
+    }
     if (R < D && static_cast<const void*>(in) != static_cast<const void*>(out))
       for (int64_t k = 0; k < n; ++k) std::memcpy(out + k * out_step + R, in + k * in_step + R, (D - R) * sizeof(T));
     return true;
   };
-  const bool k_cache_fast = p.k_cache.present() && p.k_norm == nullptr && p.k_cache.dtype == qdt && !stream;
+  const bool k_cache_fast = p.k_cache.present() && p.k_norm == nullptr && p.k_cache.dtype == qdt;
+  const bool k_norm_fast = p.k_cache.present() && p.k_norm != nullptr && p.k_cache.dtype == qdt;
   // bf16 half-split rows with a norm, fully rotated, into bf16 (q; k into a bf16 cache): two vectors
   // narrowed per pack in block order (HalfBF16NormBlockRows), the weights put in that order once here
   // and each token's cos/sin once per token. Not where AVX512-BF16 narrows bf16 (StoreRow's own path).
@@ -177,16 +197,44 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   }
 #endif
   const bool q_blocks = nb_k != 0 && p.q_norm != nullptr;
-  const bool k_blocks = nb_k != 0 && p.k_norm != nullptr && p.k_cache.present() && p.k_cache.dtype == DType::kBF16 && !stream;
+  // Streamed k rows take it where each half is whole lines (the rows are: stream_cache).
+  const bool k_blocks = nb_k != 0 && p.k_norm != nullptr && p.k_cache.present() && p.k_cache.dtype == DType::kBF16 &&
+                        (!stream || (h * sizeof(uint16_t)) % 64 == 0);
   // The block path's rows (bf16 storage; only reached when nb_k != 0, so only for bf16 inputs).
   auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* cs,
-                           const float* wb, const float* factors, size_t K, size_t half) {
+                           const float* wb, const float* factors, size_t K, size_t half, bool streamed) {
 #if ROTARY_PROLOGUE_BF16_BLOCKS
-    if constexpr (EI == Elem::kBF16)
-      HalfBF16NormBlockRowsK(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
+    if constexpr (EI == Elem::kBF16) {
+      if (streamed) return HalfBF16NormBlockRowsK<true>(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
+      HalfBF16NormBlockRowsK<false>(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
+    }
 #else
-    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)cs, (void)wb, (void)factors, (void)K, (void)half;
+    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)cs, (void)wb, (void)factors, (void)K, (void)half,
+        (void)streamed;
 #endif
+  };
+  // Half-split rows with a norm, fully rotated, into storage of the input's dtype (q; k into a cache of that
+  // dtype): each row loaded once into registers (HalfNormRowsInRegisters; `to_cache` rows streamed with
+  // job.stream_cache). The first refusal of a kind holds for the call (it depends on dims and alignment).
+  bool norm_registers = P == Pairing::kHalfSplit && p.rotate && R == D, norm_stream = stream;
+  auto norm_in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* w,
+                               int64_t pf, bool to_cache) {
+    const bool streamed = to_cache && stream;
+    if (!norm_registers || (streamed && !norm_stream)) return false;
+    bool done = false;
+#if ROTARY_BF16_NATIVE
+    if constexpr (EI == Elem::kBF16) {
+      if (NativeBF16()) {
+        done = HalfNormRowsInRegistersK<EI, Elem::kBF16Native>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps,
+                                                               h, pf, streamed);
+        if (!done) (streamed ? norm_stream : norm_registers) = false;
+        return done;
+      }
+    }
+#endif
+    done = HalfNormRowsInRegistersK<EI, EI>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps, h, pf, streamed);
+    if (!done) (streamed ? norm_stream : norm_registers) = false;
+    return done;
   };
   // The token's rotation for the row path (StoreRow, CacheRow): interleaved rows multiply by per-channel
   // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
@@ -233,8 +281,9 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
         NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
-        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, csb, wqb, rms, nb_k, h);
-      } else if (p.q_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
+        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, csb, wqb, rms, nb_k, h, false);
+      } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
+                                     : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
         NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
         for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
           StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, rms[head]);
@@ -249,16 +298,20 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         if (slot >= 0 && k_blocks) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           NormBlockRows(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads, t.in_sh, kc.s_head, csb, wkb, rms,
-                        nb_k, h);
-        } else if (slot >= 0 && !(k_cache_fast && in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0),
-                                                                t.heads, t.in_sh, kc.s_head, pf_k))) {
+                        nb_k, h, stream);
+        } else if (slot >= 0 &&
+                   !(k_cache_fast && in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads,
+                                                  t.in_sh, kc.s_head, pf_k, true)) &&
+                   !(k_norm_fast && norm_in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads,
+                                                      t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh)
             CacheRow<EI, P>(in, kc, slot, head, rows(), p.k_norm, p.eps, tmp, stream, rms[head]);
         }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
-        if (p.k_norm != nullptr || !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
+        if (p.k_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.k_norm, pf_k, false)
+                                : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
             StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, rms[head]);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/elements-inl.h"
 #include "cpu/rows_general-inl.h"
@@ -48,8 +49,10 @@ HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float ep
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   size_t i = 0;
   for (; i + 4 * N <= D; i += 4 * N) {
-    PrefetchAhead(in + i, pf);
-    PrefetchAhead(in + i + 2 * N, pf);
+    // Every line of the four vectors (f32 vectors are a line each, so one prefetch per two would leave
+    // half the lines to the hardware prefetcher).
+    for (size_t off = 0; off < 4 * N * sizeof(Storage<E>); off += 64)
+      PrefetchAhead(reinterpret_cast<const char*>(in + i) + off, pf);
     const auto x0 = LoadX<E>(d, in + i), x1 = LoadX<E>(d, in + i + N);
     const auto x2 = LoadX<E>(d, in + i + 2 * N), x3 = LoadX<E>(d, in + i + 3 * N);
     a0 = hn::MulAdd(x0, x0, a0);
@@ -147,6 +150,101 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
   }
 }
 
+/// `n` half-split rows of one token with RMSNorm, fully rotated (D = 2h, h = K vectors), each row loaded
+/// once into registers: its sum of squares in RmsFactor's order (vector j into partial sum j % 4, those
+/// past the last whole group of four into the first), its factor as RmsFactor computes it, then
+/// NormRotateRow's operations; so the results are RmsFactor's and NormRotateRow's. Row r from
+/// in + r * in_step to out + r * out_step (the same rows or apart); `c`, `s` the token's cos and signed sin.
+/// kStream: non-temporal stores (every row and half on a 64-byte line, vectors of at least 16 bytes).
+template <size_t K, Elem EI, Elem EO, bool kStream>
+HWY_INLINE void HalfNormRowsInRegisters(const Storage<EI>* in, Storage<EO>* out, int64_t n, int64_t in_step,
+                                        int64_t out_step, const float* HWY_RESTRICT c, const float* HWY_RESTRICT s,
+                                        const float* HWY_RESTRICT w, float eps, size_t h, int64_t pf) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  using V = hn::Vec<decltype(d)>;
+  constexpr size_t kV = 2 * K, kGrouped = kV / 4 * 4;
+  const float Df = static_cast<float>(2 * h);
+  // Row r + 1 is loaded and reduced before row r is scaled and stored, so that each row's factor (a
+  // reduction, a square root and a division) is computed while the previous row is written.
+  auto load = [&](const Storage<EI>* row, V* x) HWY_ATTR {
+    if (pf != 0)
+      for (size_t off = 0; off < 2 * h * sizeof(Storage<EI>); off += 64)
+        PrefetchAhead(reinterpret_cast<const char*>(row) + off, pf);
+    for (size_t j = 0; j < kV; ++j) x[j] = LoadX<EI>(d, row + j * N);
+    V acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+    for (size_t j = 0; j < kV; ++j) {
+      const size_t a = j < kGrouped ? j % 4 : 0;
+      acc[a] = hn::MulAdd(x[j], x[j], acc[a]);
+    }
+    const float ss = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(acc[0], acc[1]), hn::Add(acc[2], acc[3]))));
+    return 1.0f / std::sqrt(ss / Df + eps);
+  };
+  auto store = [&](const V* x, float r, Storage<EO>* row) HWY_ATTR {
+    const V rv = hn::Set(d, r);
+    for (size_t k = 0; k < K; ++k) {
+      const V a = hn::Mul(hn::Mul(x[k], rv), hn::LoadU(d, w + k * N));
+      const V b = hn::Mul(hn::Mul(x[K + k], rv), hn::LoadU(d, w + h + k * N));
+      const V vc = hn::LoadU(d, c + k * N), vs = hn::LoadU(d, s + k * N);
+      StoreX<EO, kStream>(d, hn::NegMulAdd(b, vs, hn::Mul(a, vc)), row + k * N);
+      StoreX<EO, kStream>(d, hn::MulAdd(a, vs, hn::Mul(b, vc)), row + h + k * N);
+    }
+  };
+  if (n <= 0) return;
+  V xa[kV], xb[kV];
+  float ra = load(in, xa);
+  int64_t r = 1;
+  for (; r + 1 < n; r += 2) {  // two rows per step: the rows swap between xa and xb without copies
+    const float rb = load(in + r * in_step, xb);
+    store(xa, ra, out + (r - 1) * out_step);
+    ra = load(in + (r + 1) * in_step, xa);
+    store(xb, rb, out + r * out_step);
+  }
+  if (r < n) {
+    const float rb = load(in + r * in_step, xb);
+    store(xa, ra, out + (r - 1) * out_step);
+    store(xb, rb, out + r * out_step);
+  } else {
+    store(xa, ra, out + (n - 1) * out_step);
+  }
+}
+
+/// HalfNormRowsInRegisters with K = h / N chosen at run time; false (nothing done) for a K it does not take,
+/// or, with `stream`, for rows it cannot stream (a half not whole lines, vectors under 16 bytes).
+template <Elem EI, Elem EO>
+HWY_INLINE bool HalfNormRowsInRegistersK(const Storage<EI>* in, Storage<EO>* out, int64_t n, int64_t in_step,
+                                         int64_t out_step, const float* c, const float* s, const float* w, float eps,
+                                         size_t h, int64_t pf, bool stream) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)c, (void)s, (void)w, (void)eps, (void)h, (void)pf,
+      (void)stream;
+  return false;
+#else
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  // Two rows live in registers (4K vectors): K up to 4 with 32 vector registers (AVX-512), up to 2 with 16.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr size_t kMaxK = 4;
+#else
+  constexpr size_t kMaxK = 2;
+#endif
+  if (h % N != 0 || h / N > kMaxK) return false;
+  if (stream && ((h * sizeof(Storage<EO>)) % 64 != 0 || N * sizeof(Storage<EO>) < 16)) return false;
+  auto run = [&](auto k_tag, auto stream_tag) HWY_ATTR {
+    HalfNormRowsInRegisters<decltype(k_tag)::value, EI, EO, decltype(stream_tag)::value>(in, out, n, in_step, out_step,
+                                                                                          c, s, w, eps, h, pf);
+    return true;
+  };
+  using S1 = std::true_type;
+  using S0 = std::false_type;
+  switch (h / N) {
+    case 1: return stream ? run(std::integral_constant<size_t, 1>(), S1()) : run(std::integral_constant<size_t, 1>(), S0());
+    case 2: return stream ? run(std::integral_constant<size_t, 2>(), S1()) : run(std::integral_constant<size_t, 2>(), S0());
+    case 4: return stream ? run(std::integral_constant<size_t, 4>(), S1()) : run(std::integral_constant<size_t, 4>(), S0());
+    default: return false;
+  }
+#endif
+}
+
 #undef ROTARY_PROLOGUE_BF16_BLOCKS
 #if ROTARY_BF16_BLOCK_ORDER
 #define ROTARY_PROLOGUE_BF16_BLOCKS 1
@@ -156,7 +254,8 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
 /// both halves and `cb`, `sb` the token's cos and sin in block order (ToBlockOrder: wb [2][h], cb, sb [h]).
 /// Each value takes NormRotateRow's operations ((x * r) * w, then the rotation, then round to nearest
 /// even), so the results are the same; two vectors are narrowed by one pack, no lane crosses a block.
-template <size_t K>
+/// kStream: non-temporal stores (every row and half on a 64-byte line).
+template <size_t K, bool kStream>
 HWY_INLINE void HalfBF16NormBlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
                                       int64_t out_step, const float* HWY_RESTRICT cb, const float* HWY_RESTRICT sb,
                                       const float* HWY_RESTRICT wb, const float* rms, size_t h, int64_t pf) {
@@ -178,10 +277,10 @@ HWY_INLINE void HalfBF16NormBlockRows(const uint16_t* in, uint16_t* out, int64_t
       b_hi = hn::Mul(hn::Mul(b_hi, rv), hn::LoadU(d, wb + h + i + N));
       const V c_lo = hn::LoadU(d, cb + i), c_hi = hn::LoadU(d, cb + i + N);
       const V s_lo = hn::LoadU(d, sb + i), s_hi = hn::LoadU(d, sb + i + N);
-      StoreBF16Blocks<false>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
-                             out + i);
-      StoreBF16Blocks<false>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
-                             out + h + i);
+      StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
+                               out + i);
+      StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
+                               out + h + i);
     }
   }
 }
@@ -194,13 +293,14 @@ HWY_INLINE size_t NormBlockVectors(size_t h) {
 }
 
 /// HalfBF16NormBlockRows with K chosen at run time (NormBlockVectors).
+template <bool kStream>
 HWY_INLINE void HalfBF16NormBlockRowsK(size_t K, const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
                                        int64_t out_step, const float* cb, const float* sb, const float* wb,
                                        const float* rms, size_t h, int64_t pf) {
   switch (K) {
-    case 2: return HalfBF16NormBlockRows<2>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
-    case 4: return HalfBF16NormBlockRows<4>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
-    default: return HalfBF16NormBlockRows<8>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+    case 2: return HalfBF16NormBlockRows<2, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+    case 4: return HalfBF16NormBlockRows<4, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
+    default: return HalfBF16NormBlockRows<8, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, h, pf);
   }
 }
 
