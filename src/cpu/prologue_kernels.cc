@@ -221,18 +221,17 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
                                int64_t pf, bool to_cache) {
     const bool streamed = to_cache && stream;
     if (!norm_registers || (streamed && !norm_stream)) return false;
-    bool done = false;
+    bool done = false, native = false;
 #if ROTARY_BF16_NATIVE
     if constexpr (EI == Elem::kBF16) {
-      if (NativeBF16()) {
+      native = NativeBF16();
+      if (native)
         done = HalfNormRowsInRegistersK<EI, Elem::kBF16Native>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps,
                                                                h, pf, streamed);
-        if (!done) (streamed ? norm_stream : norm_registers) = false;
-        return done;
-      }
     }
 #endif
-    done = HalfNormRowsInRegistersK<EI, EI>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps, h, pf, streamed);
+    if (!native)
+      done = HalfNormRowsInRegistersK<EI, EI>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps, h, pf, streamed);
     if (!done) (streamed ? norm_stream : norm_registers) = false;
     return done;
   };
@@ -295,15 +294,13 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       if (p.k_cache.present()) {
         const PlanRows& kc = p.k_cache;
+        // The token's first cache row, for the paths below that take a cache of the input's dtype.
+        T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-          NormBlockRows(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads, t.in_sh, kc.s_head, csb, wkb, rms,
-                        nb_k, h, stream);
-        } else if (slot >= 0 &&
-                   !(k_cache_fast && in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads,
-                                                  t.in_sh, kc.s_head, pf_k, true)) &&
-                   !(k_norm_fast && norm_in_registers(in, static_cast<T*>(kc.data) + kc.row_offset(slot, 0), t.heads,
-                                                      t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
+          NormBlockRows(in, krow, t.heads, t.in_sh, kc.s_head, csb, wkb, rms, nb_k, h, stream);
+        } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
+                   !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
           for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh)
             CacheRow<EI, P>(in, kc, slot, head, rows(), p.k_norm, p.eps, tmp, stream, rms[head]);
