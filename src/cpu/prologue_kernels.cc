@@ -242,11 +242,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   auto rows = [&]() -> const RowRotation& {
     if constexpr (P == Pairing::kInterleaved) {
       if (p.rotate && !per_channel) {
-        for (size_t i = 0; i < h; ++i) {
-          cd[2 * i] = cd[2 * i + 1] = fast.c[i];
-          sd[2 * i] = -fast.s[i];
-          sd[2 * i + 1] = fast.s[i];
-        }
+        InterleavedChannelRows(fast.c, fast.s, h, 1.0f, cd, sd);
         rot.c = cd;
         rot.s = sd;
         per_channel = true;
@@ -368,11 +364,7 @@ void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
         rot.c = c;
         rot.s = s;
       } else {
-        for (size_t j = 0; j < h; ++j) {
-          cd[2 * j] = cd[2 * j + 1] = c[j];
-          sd[2 * j] = -s[j];
-          sd[2 * j + 1] = s[j];
-        }
+        InterleavedChannelRows(c, s, h, 1.0f, cd, sd);
         rot.c = cd;
         rot.s = sd;
       }

@@ -23,11 +23,19 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-/// Rounds to the nearest integer, ties to even, by the FPU's own rounding of |v| + 2^23 (|v| < 2^22).
+/// Whole-number f32 lanes converted exactly to i32 where they are in its range; on x86 by the one conversion
+/// instruction, without ConvertTo's saturation of lanes out of range (those give 0x80000000; callers
+/// only pass such lanes when they discard them).
 template <class D>
-HWY_INLINE hn::Vec<D> RoundHalfEven(D d, hn::Vec<D> v) {
-  const auto magic = hn::Set(d, 8388608.0f);
-  return hn::CopySignToAbs(hn::Sub(hn::Add(hn::Abs(v), magic), magic), v);
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> WholeToI32(D d, hn::Vec<D> v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (hn::MaxLanes(D()) == 8) return hn::Vec<hn::RebindToSigned<D>>{_mm256_cvttps_epi32(v.raw)};
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(D()) == 16) return hn::Vec<hn::RebindToSigned<D>>{_mm512_cvttps_epi32(v.raw)};
+#endif
+#endif
+  (void)d;
+  return hn::ConvertTo(hn::RebindToSigned<D>(), v);
 }
 
 /// fp8 codes (0..255 in 32-bit lanes) of f32 lanes, as f32_to_fp8: saturating, nearest even, NaN kept.
@@ -39,7 +47,7 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> v) {
   const auto a = hn::Min(hn::Abs(v), hn::Set(d, kE4M3 ? 448.0f : 57344.0f));  // a NaN lane is replaced below
   const auto ab = hn::BitCast(di, a);
   // Below the smallest normal: a multiple of the subnormal step, rounded by the FPU.
-  const auto sub = hn::ConvertTo(di, RoundHalfEven(d, hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f))));
+  const auto sub = WholeToI32(d, hn::Round(hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f))));  // ties to even
   // Normal: round the mantissa to 3 / 2 bits (nearest even), rebias the exponent.
   const auto r = hn::Add(hn::Add(ab, hn::Set(di, (1 << (kShift - 1)) - 1)), hn::And(hn::ShiftRight<kShift>(ab), hn::Set(di, 1)));
   const auto normal = hn::Sub(hn::ShiftRight<kShift>(r), hn::Set(di, kE4M3 ? (120 << 3) : (112 << 2)));
@@ -48,16 +56,42 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> v) {
   return hn::Or(code, sign);
 }
 
+/// Stores whole numbers held in 32-bit lanes as bytes — int8 values in [-127, 127] (kSigned) or fp8 codes in
+/// [0, 255] — from `lanes(j)`, the lanes of elements j .. j + N - 1, where a target narrows several vectors at
+/// once: AVX2 four vectors by three packs (which cannot saturate these values) and one permute back into
+/// order, AVX-512 one vector by VPMOVDB (its truncation keeps these values). Returns how many elements it
+/// stored (0 elsewhere); the caller stores the rest.
+template <bool kSigned, class F>
+HWY_INLINE size_t StoreWholeBytes(size_t n, F lanes, uint8_t* HWY_RESTRICT out) {
+  size_t j = 0;
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (; j + 32 <= n; j += 32) {
+    const __m256i ab = _mm256_packs_epi32(lanes(j).raw, lanes(j + 8).raw);
+    const __m256i ce = _mm256_packs_epi32(lanes(j + 16).raw, lanes(j + 24).raw);
+    const __m256i packed = kSigned ? _mm256_packs_epi16(ab, ce) : _mm256_packus_epi16(ab, ce);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_permutevar8x32_epi32(packed, order));
+  }
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (; j + 16 <= n; j += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), _mm512_cvtepi32_epi8(lanes(j).raw));
+#else
+  (void)n, (void)lanes, (void)out;
+#endif
+  return j;
+}
+
 /// Writes y[0, n) into an fp8 row: f32_to_fp8(fl32(y / scale)).
 template <bool kE4M3>
 HWY_INLINE void StoreRowFp8(const float* HWY_RESTRICT y, size_t n, uint8_t* HWY_RESTRICT out, float scale) {
+  auto codes = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
+    return EncodeFp8<kE4M3>(dc, hn::Div(hn::LoadU(dc, y + i), hn::Set(dc, scale)));
+  };
   auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     const hn::Rebind<uint8_t, decltype(dc)> d8;
-    const auto v = hn::Div(hn::LoadU(dc, y + i), hn::Set(dc, scale));
-    hn::StoreU(hn::DemoteTo(d8, EncodeFp8<kE4M3>(dc, v)), d8, out + i);
+    hn::StoreU(hn::DemoteTo(d8, codes(dc, i)), d8, out + i);
   };
   const hn::ScalableTag<float> d;
-  size_t i = 0;
+  size_t i = StoreWholeBytes<false>(n, [&](size_t k) HWY_ATTR { return codes(d, k); }, out);
   for (; i + hn::Lanes(d) <= n; i += hn::Lanes(d)) step(d, i);
   if (i < n) Remainder<8, 1>(i, n, step);
 }
@@ -66,15 +100,26 @@ HWY_INLINE void StoreRowFp8(const float* HWY_RESTRICT y, size_t n, uint8_t* HWY_
 HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  auto amax_v = hn::Zero(d);
+  // |y|'s maximum in four independent chains; any NaN lane flags the row.
+  auto m0 = hn::Zero(d), m1 = hn::Zero(d), m2 = hn::Zero(d), m3 = hn::Zero(d);
   auto nan_v = hn::Zero(d);
+  auto flag_nan = [&](hn::Vec<decltype(d)> v) HWY_ATTR { nan_v = hn::Or(nan_v, hn::VecFromMask(d, hn::IsNaN(v))); };
   size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto v0 = hn::LoadU(d, y + i), v1 = hn::LoadU(d, y + i + N);
+    const auto v2 = hn::LoadU(d, y + i + 2 * N), v3 = hn::LoadU(d, y + i + 3 * N);
+    m0 = hn::Max(m0, hn::Abs(v0));
+    m1 = hn::Max(m1, hn::Abs(v1));
+    m2 = hn::Max(m2, hn::Abs(v2));
+    m3 = hn::Max(m3, hn::Abs(v3));
+    flag_nan(v0), flag_nan(v1), flag_nan(v2), flag_nan(v3);
+  }
   for (; i + N <= n; i += N) {
     const auto v = hn::LoadU(d, y + i);
-    amax_v = hn::Max(amax_v, hn::Abs(v));
-    nan_v = hn::Or(nan_v, hn::VecFromMask(d, hn::IsNaN(v)));
+    m0 = hn::Max(m0, hn::Abs(v));
+    flag_nan(v);
   }
-  float amax = hn::GetLane(hn::MaxOfLanes(d, amax_v));
+  float amax = hn::GetLane(hn::MaxOfLanes(d, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
   bool nan = !hn::AllFalse(d, hn::MaskFromVec(nan_v));
   for (; i < n; ++i) {
     nan = nan || std::isnan(y[i]);
@@ -82,14 +127,17 @@ HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_R
   }
   const float scale = nan ? std::nanf("") : amax / 127.0f;
   const bool usable = std::isfinite(scale) && scale > 0.0f;
-  auto step = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
-    const hn::Rebind<int8_t, decltype(dc)> d8;
-    const hn::RebindToSigned<decltype(dc)> di;
-    auto v = usable ? hn::Div(hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
-    v = hn::Min(hn::Max(v, hn::Set(dc, -127.0f)), hn::Set(dc, 127.0f));
-    hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, RoundHalfEven(dc, v))), d8, out + j);
+  // fl32(y / scale) clamped to [-127, 127] and rounded to an integer, ties to even (in f32 lanes).
+  auto quantised = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
+    const auto v = usable ? hn::Div(hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
+    return hn::Round(hn::Min(hn::Max(v, hn::Set(dc, -127.0f)), hn::Set(dc, 127.0f)));
   };
-  size_t j = 0;
+  size_t j = StoreWholeBytes<true>(n, [&](size_t k) HWY_ATTR { return WholeToI32(d, quantised(d, k)); },
+                                   reinterpret_cast<uint8_t*>(out));
+  auto step = [&](auto dc, size_t k) ROTARY_STEP_INLINE {
+    const hn::Rebind<int8_t, decltype(dc)> d8;
+    hn::StoreU(hn::DemoteTo(d8, WholeToI32(dc, quantised(dc, k))), d8, out + k);
+  };
   for (; j + N <= n; j += N) step(d, j);
   if (j < n) Remainder<8, 1>(j, n, step);
   return scale;

@@ -26,6 +26,16 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+/// The per-channel rows that interleaved pairs multiply by, from a token's `h` cos and sin values:
+/// cd = [c0 c0 c1 c1 ..], sd = [-s0 s0 -s1 s1 ..] times `sign` (-1: the inverse rotation).
+HWY_INLINE void InterleavedChannelRows(const float* c, const float* s, size_t h, float sign, float* cd, float* sd) {
+  for (size_t i = 0; i < h; ++i) {
+    cd[2 * i] = cd[2 * i + 1] = c[i];
+    sd[2 * i] = -sign * s[i];
+    sd[2 * i + 1] = sign * s[i];
+  }
+}
+
 /// Half-split pairs (x[i], x[i+h]):  y0 = x0*c - x1*s,  y1 = x1*c + x0*s  (s already signed by direction).
 template <Elem E, bool kStream, class D>
 HWY_INLINE void HalfStep(D d, const Storage<E>* in, Storage<E>* out, hn::Vec<D> vc, hn::Vec<D> vs, size_t i,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "cpu/rows_general-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
@@ -59,17 +60,9 @@ HWY_INLINE void TokenRows(const RowJob& job, int64_t b, int64_t s, float* resolv
       *s_use = prepared;
     }
   } else {
-    float* cd = prepared;
-    float* sd = prepared + 2 * h;
-    const float sign = inverse ? -1.0f : 1.0f;
-    for (size_t i = 0; i < h; ++i) {
-      cd[2 * i] = crow[i];
-      cd[2 * i + 1] = crow[i];
-      sd[2 * i] = -sign * srow[i];
-      sd[2 * i + 1] = sign * srow[i];
-    }
-    *c_use = cd;
-    *s_use = sd;
+    InterleavedChannelRows(crow, srow, h, inverse ? -1.0f : 1.0f, prepared, prepared + 2 * h);
+    *c_use = prepared;
+    *s_use = prepared + 2 * h;
   }
 }
 
