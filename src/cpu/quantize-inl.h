@@ -23,6 +23,20 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+/// Rounds to the nearest integer, ties to even: on x86 from SSE4 by ROUNDPS (Highway's Round), elsewhere by
+/// the FPU's own rounding of |v| + 2^23 (|v| < 2^22), which Highway 1.0.3's software Round does not match
+/// (it rounds 0.5 - 2^-25 up).
+template <class D>
+HWY_INLINE hn::Vec<D> RoundHalfEven(D d, hn::Vec<D> v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+  (void)d;
+  return hn::Round(v);
+#else
+  const auto magic = hn::Set(d, 8388608.0f);
+  return hn::CopySignToAbs(hn::Sub(hn::Add(hn::Abs(v), magic), magic), v);
+#endif
+}
+
 /// Whole-number f32 lanes converted exactly to i32 where they are in its range; on x86 by the one conversion
 /// instruction, without ConvertTo's saturation of lanes out of range (those give 0x80000000; callers
 /// only pass such lanes when they discard them).
@@ -47,7 +61,7 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> v) {
   const auto a = hn::Min(hn::Abs(v), hn::Set(d, kE4M3 ? 448.0f : 57344.0f));  // a NaN lane is replaced below
   const auto ab = hn::BitCast(di, a);
   // Below the smallest normal: a multiple of the subnormal step, rounded by the FPU.
-  const auto sub = WholeToI32(d, hn::Round(hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f))));  // ties to even
+  const auto sub = WholeToI32(d, RoundHalfEven(d, hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f))));
   // Normal: round the mantissa to 3 / 2 bits (nearest even), rebias the exponent.
   const auto r = hn::Add(hn::Add(ab, hn::Set(di, (1 << (kShift - 1)) - 1)), hn::And(hn::ShiftRight<kShift>(ab), hn::Set(di, 1)));
   const auto normal = hn::Sub(hn::ShiftRight<kShift>(r), hn::Set(di, kE4M3 ? (120 << 3) : (112 << 2)));
@@ -130,7 +144,7 @@ HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_R
   // fl32(y / scale) clamped to [-127, 127] and rounded to an integer, ties to even (in f32 lanes).
   auto quantised = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
     const auto v = usable ? hn::Div(hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
-    return hn::Round(hn::Min(hn::Max(v, hn::Set(dc, -127.0f)), hn::Set(dc, 127.0f)));
+    return RoundHalfEven(dc, hn::Min(hn::Max(v, hn::Set(dc, -127.0f)), hn::Set(dc, 127.0f)));
   };
   size_t j = StoreWholeBytes<true>(n, [&](size_t k) HWY_ATTR { return WholeToI32(d, quantised(d, k)); },
                                    reinterpret_cast<uint8_t*>(out));

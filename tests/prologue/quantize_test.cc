@@ -109,8 +109,9 @@ std::vector<float> fp8_edge_values(DType dt) {
 /// The SIMD cache writer (every ISA target the CPU runs) on crafted values: v rows copied into a cache with
 /// scale 1 must hold exactly the scalar rule's bytes. Random data almost never lands on a tie; these do.
 TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues) {
-  // Rows of 48: the AVX2 writers narrow 32 values per step, AVX-512 16, the rest go one vector at a time.
-  constexpr int64_t W = 48;
+  // Rows of 80: the int8 writer's maximum takes 4 vectors per step (64 values on AVX-512), the AVX2 writers
+  // narrow 32 values per step, AVX-512 16; the rest go one vector at a time.
+  constexpr int64_t W = 80;
   testing::for_each_target([](const std::string& target) {
   SCOPED_TRACE(target);
   for (Backend backend : {Backend::kCpu, Backend::kReference})
@@ -119,6 +120,10 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
       if (dt == DType::kI8) {  // rows with amax 127 (scale 1): halves are ties
         for (int r = 0; r < 40; ++r)
           for (int i = 0; i < W; ++i) v.push_back(i == 0 ? 127.0f : (r - 20) * 3.0f + (i % 2 ? 0.5f : -0.5f) + i % 20);
+        // Just below and above ties: software roundings that add 0.5 round 0.5 - 2^-25 up.
+        const float near_ties[] = {127.0f, std::nextafter(0.5f, 0.0f), -std::nextafter(0.5f, 0.0f), std::nextafter(0.5f, 1.0f),
+                                   std::nextafter(1.5f, 0.0f), std::nextafter(2.5f, 3.0f), -std::nextafter(2.5f, 0.0f)};
+        for (int i = 0; i < W; ++i) v.push_back(i < 7 ? near_ties[i] : 0.5f * static_cast<float>(i % 9));
         for (int i = 0; i < W; ++i) v.push_back(i == 3 ? NAN : 1.0f);  // unusable rows: zeros
         for (int i = 0; i < W; ++i) v.push_back(i == 40 ? -INFINITY : 1.0f);
         for (int i = 0; i < W; ++i) v.push_back(0.0f);
