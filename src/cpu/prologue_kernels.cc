@@ -242,7 +242,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   auto rows = [&]() -> const RowRotation& {
     if constexpr (P == Pairing::kInterleaved) {
       if (p.rotate && !per_channel) {
-        InterleavedChannelRows(fast.c, fast.s, h, 1.0f, cd, sd);
+        InterleavedChannelRows(fast.c, fast.s, h, false, cd, sd);
         rot.c = cd;
         rot.s = sd;
         per_channel = true;
@@ -364,7 +364,7 @@ void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
         rot.c = c;
         rot.s = s;
       } else {
-        InterleavedChannelRows(c, s, h, 1.0f, cd, sd);
+        InterleavedChannelRows(c, s, h, false, cd, sd);
         rot.c = cd;
         rot.s = sd;
       }

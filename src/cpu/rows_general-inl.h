@@ -27,12 +27,12 @@ namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 /// The per-channel rows that interleaved pairs multiply by, from a token's `h` cos and sin values:
-/// cd = [c0 c0 c1 c1 ..], sd = [-s0 s0 -s1 s1 ..] times `sign` (-1: the inverse rotation).
-HWY_INLINE void InterleavedChannelRows(const float* c, const float* s, size_t h, float sign, float* cd, float* sd) {
+/// cd = [c0 c0 c1 c1 ..], sd = [-s0 s0 -s1 s1 ..], or [s0 -s0 s1 -s1 ..] for the inverse rotation.
+HWY_INLINE void InterleavedChannelRows(const float* c, const float* s, size_t h, bool inverse, float* cd, float* sd) {
   for (size_t i = 0; i < h; ++i) {
     cd[2 * i] = cd[2 * i + 1] = c[i];
-    sd[2 * i] = -sign * s[i];
-    sd[2 * i + 1] = sign * s[i];
+    sd[2 * i] = inverse ? s[i] : -s[i];
+    sd[2 * i + 1] = inverse ? -s[i] : s[i];
   }
 }
 

@@ -60,7 +60,7 @@ HWY_INLINE void TokenRows(const RowJob& job, int64_t b, int64_t s, float* resolv
       *s_use = prepared;
     }
   } else {
-    InterleavedChannelRows(crow, srow, h, inverse ? -1.0f : 1.0f, prepared, prepared + 2 * h);
+    InterleavedChannelRows(crow, srow, h, inverse, prepared, prepared + 2 * h);
     *c_use = prepared;
     *s_use = prepared + 2 * h;
   }
