@@ -24,8 +24,8 @@ namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 /// Rounds to the nearest integer, ties to even: on x86 from SSE4 by ROUNDPS (Highway's Round), elsewhere by
-/// the FPU's own rounding of |v| + 2^23 (|v| < 2^22), which Highway 1.0.3's software Round does not match
-/// (it rounds 0.5 - 2^-25 up).
+/// the FPU's own rounding of |v| + 2^23 (|v| < 2^22). Highway 1.0.3's software Round (EMU128, SCALAR) adds
+/// 0.5 in f32, and 0.5 - 2^-25 + 0.5 is itself a tie in f32, so it is not relied on there.
 template <class D>
 HWY_INLINE hn::Vec<D> RoundHalfEven(D d, hn::Vec<D> v) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
