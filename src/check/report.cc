@@ -114,7 +114,7 @@ std::string check_result_json(const CheckResult& r) {
             {"bands_disagreeing", bad},
             {"bands", bands},
             {"notes", r.notes}};
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";  // U+FFFD for a name that is not UTF-8
 }
 
 std::string check_result_text(const CheckResult& r) {

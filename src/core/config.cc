@@ -50,6 +50,13 @@ void check_depth(std::string_view text, const std::string& source) {
   }
 }
 
+/// A JSON string literal of `text`'s first `max_bytes` bytes, in ASCII (\uXXXX escapes): a cut through a
+/// multi-byte UTF-8 character becomes U+FFFD instead of making the dump throw, and the result may be cut again
+/// anywhere without leaving invalid UTF-8 in a message.
+std::string ascii_literal(const std::string& text, std::size_t max_bytes) {
+  return json(text.substr(0, max_bytes)).dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+}
+
 /// Renders `v` as JSON into `out`, stopping once `out` holds more than `budget` characters: the cost is
 /// bounded by the budget (and the depth, bounded by check_depth), not by the size of the value.
 void render(const json& v, std::string& out, std::size_t budget) {
@@ -61,7 +68,7 @@ void render(const json& v, std::string& out, std::size_t budget) {
     for (auto it = v.begin(); it != v.end() && out.size() <= budget; ++it) {
       if (!first) out += ',';
       first = false;
-      if (obj) out += json(it.key().substr(0, budget + 1)).dump() + ':';
+      if (obj) out += ascii_literal(it.key(), budget + 1) + ':';
       render(it.value(), out, budget);
     }
     out += obj ? '}' : ']';
@@ -69,7 +76,7 @@ void render(const json& v, std::string& out, std::size_t budget) {
   }
   if (v.is_string()) {
     const std::string& str = v.get_ref<const std::string&>();
-    out += json(str.substr(0, budget + 1)).dump();  // a long string is cut below anyway
+    out += ascii_literal(str, budget + 1);  // a long string is cut below anyway
     return;
   }
   out += v.dump();  // numbers, booleans, null: short
@@ -79,7 +86,12 @@ void render(const json& v, std::string& out, std::size_t budget) {
 std::string show(const json& v) {
   std::string s;
   render(v, s, kShowChars);
-  if (s.size() > kShowChars) s = s.substr(0, kShowChars - 3) + "...";
+  if (s.size() > kShowChars) {
+    std::size_t cut = kShowChars - 3;
+    const std::size_t esc = s.rfind("\\u", cut - 1);  // end before a \uXXXX escape rather than inside it
+    if (esc != std::string::npos && esc + 6 > cut) cut = esc;
+    s = s.substr(0, cut) + "...";
+  }
   return s;
 }
 
@@ -430,7 +442,8 @@ std::string spec_to_json(const Spec& spec, int indent) {
   doc["max_position_embeddings"] = spec.max_position_embeddings;
   doc["rope_interleave"] = spec.pairing == Pairing::kInterleaved;
   doc["rope_parameters"] = std::move(rp);
-  return doc.dump(indent);
+  // A name that is not UTF-8 (a file path in another encoding) is written with U+FFFD, not refused.
+  return doc.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace rotary

@@ -117,7 +117,15 @@ void check_frequencies(const Spec& s) {
                 ", max_position_embeddings " + std::to_string(s.max_position_embeddings) + ", R " +
                 std::to_string(s.rotary_dim) + "); it must be finite and > 0");
     }
-    const Frequencies f = detail::frequencies_unchecked(s, len);
+    if (sc.type == RopeType::kNtk && !sc.mixed_b && sc.factor && !std::isfinite(s.base * *sc.factor))
+      invalid("scaling.factor " + num(*sc.factor) + " gives the NTK base " + num(s.base * *sc.factor) +
+              " (base * factor with base " + num(s.base) + "); it must be finite");
+    Frequencies f;
+    try {
+      f = detail::frequencies_unchecked(s, len);
+    } catch (const Error& e) {  // a case the checks above missed still fails as a spec error, naming the cause
+      invalid(std::string("the frequencies cannot be computed: ") + e.what());
+    }
     const double af = f.attention_factor;
     if (!in_f32_range(af) || !(af > 0))
       invalid(attention_factor_source(s) + " gives attention_factor " + num(af) +

@@ -195,7 +195,12 @@ std::string safetensors_serialize(const TensorFile& file) {
     j[n] = {{"dtype", safetensors_dtype(a.dtype)}, {"shape", a.shape}, {"data_offsets", {at, at + nbytes}}};
     at += nbytes;
   }
-  std::string header = j.dump();
+  std::string header;
+  try {
+    header = j.dump();
+  } catch (const nlohmann::json::type_error&) {  // nlohmann refuses to write text that is not UTF-8
+    fail(Error::Kind::kInvalidArgument, "safetensors", "tensor names and metadata must be UTF-8 text");
+  }
   header.append((8 - header.size() % 8) % 8, ' ');
   std::string out(8, '\0');
   uint64_t n = header.size();

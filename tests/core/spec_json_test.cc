@@ -182,6 +182,15 @@ TEST(SpecJson, LayoutIsHuggingFaceV5) {
   EXPECT_EQ(json::parse(rotary::spec_to_json(s)).at("rope_parameters").at("mrope_section"), json({16, 24, 24}));
 }
 
+TEST(SpecJson, ANameThatIsNotUtf8IsWrittenWithTheReplacementCharacter) {
+  Spec s;
+  s.head_dim = 8;
+  s.name = "model\xff";  // e.g. a config path in Latin-1
+  const std::string text = spec_to_json(s);
+  EXPECT_NE(text.find("\"model\xef\xbf\xbd\""), std::string::npos) << text;
+  EXPECT_EQ(rotary::spec_from_hf_config_json(text, "t.json").head_dim, 8);
+}
+
 TEST(SpecJson, DocsListEveryKey) {
   const std::string doc = rotary::testing::read_file(std::string(ROTARY_SOURCE_DIR) + "/docs/cli.md");
   const json j = json::parse(rotary::spec_to_json(rotary::preset("llama-3.1-8b")));

@@ -94,6 +94,9 @@ std::vector<Case> cases() {
       {"config rope_theta nested 100000 arrays deep", [hd] { spec_from_hf_config_json(deep_array("rope_theta", 100000, hd), "deep.json"); }, K::kIo, {"deeper than 64 levels"}},
       {"config rope_scaling nested 100000 objects deep", [] { spec_from_hf_config_json(deep_object(100000), "deep.json"); }, K::kIo, {"deeper than 64 levels"}},
       {"config unknown key nested 65 arrays deep", [] { spec_from_hf_config_json(deep_array("unused", 65, R"(, "head_dim": 8)"), "deep.json"); }, K::kIo, {"deeper than 64 levels", "at byte 74"}},
+      // A quoted value is cut at a byte count: inside a 2-byte character here (the fuzzer's find).
+      {"config.json that is a string of 40 two-byte characters", [] { spec_from_hf_config_json("\"" + repeat("\xc3\xa9", 40) + "\"", "s.json"); }, K::kIo, {"s.json must hold a JSON object, got \"\\u00e9\\u00e9", "..."}},
+      {"config head_dim an object with a key of 40 two-byte characters", [] { spec_from_hf_config_json("{\"head_dim\": {\"" + repeat("\xc3\xa9", 40) + "\": 1}}", "k.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got {\"\\u00e9"}},
       {"config head_dim nested 63 arrays deep (parsed, value refused)", [] { spec_from_hf_config_json(deep_array("head_dim", 63), "c.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got [[[[", "..."}},
       // ---- config.json: bad values are quoted cut short, whatever their size
       {"config head_dim a 1e6-element array", [] { spec_from_hf_config_json("{\"head_dim\": [" + repeat("1,", 999999) + "1]}", "c.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got [1,1,1", "..."}},
@@ -150,12 +153,26 @@ std::vector<Case> cases() {
       {"spec longrope long_factor 1e-320", [] { Spec s = spec8(); s.max_position_embeddings = 8192; s.scaling.type = RopeType::kLongRope; s.scaling.original_max_position_embeddings = 4096; s.scaling.short_factor = {1, 1, 1, 1}; s.scaling.long_factor = {1e-320, 1, 1, 1}; s.validate(); }, K::kInvalidArgument, {"scaling.long_factor[0] 1e-320", "inv_freq[0] = inf"}},
       {"spec dynamic with factor 1e300", [] { Spec s = spec8(); s.max_position_embeddings = 64; s.scaling.type = RopeType::kDynamic; s.scaling.factor = 1e300; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1e+300 gives the dynamic NTK base 0 at seq_len max_position_embeddings", "finite and > 0"}},
       {"spec dynamic base 1e280 factor 1e15 (base overflows at seq_len 2^31)", [] { Spec s = spec8(); s.max_position_embeddings = 64; s.scaling.type = RopeType::kDynamic; s.scaling.factor = 1e15; s.base = 1e280; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1000000000000000 gives the dynamic NTK base inf at seq_len 2147483648"}},
+      {"spec ntk base 1e300 factor 1e15 (base * factor overflows)", [] { Spec s = spec8(); s.scaling.type = RopeType::kNtk; s.scaling.factor = 1e15; s.base = 1e300; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1000000000000000 gives the NTK base inf", "base 1e+300"}},
       {"spec yarn mscale_all_dim making the denominator 0", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = std::exp(1.0); s.scaling.original_max_position_embeddings = 4096; s.scaling.mscale = 1.0; s.scaling.mscale_all_dim = -10.0; s.validate(); }, K::kInvalidArgument, {"scaling.mscale 1 and scaling.mscale_all_dim -10", "attention_factor"}},
       {"spec yarn mscale giving a negative attention factor", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = std::exp(1.0); s.scaling.original_max_position_embeddings = 4096; s.scaling.mscale = -20.0; s.scaling.mscale_all_dim = 1.0; s.validate(); }, K::kInvalidArgument, {"scaling.mscale -20", "gives attention_factor -", "> 0"}},
       {"spec attention_factor 1e39 (above the f32 maximum)", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = 2.0; s.scaling.original_max_position_embeddings = 4096; s.scaling.attention_factor = 1e39; s.validate(); }, K::kInvalidArgument, {"scaling.attention_factor 1e+39 gives attention_factor 1e+39", "f32 maximum"}},
       {"compute_frequencies seq_len 2^31 + 1", [] { compute_frequencies(spec8(), (int64_t(1) << 31) + 1); }, K::kOutOfRange, {"seq_len must be in [0, 2^31]", "2147483649"}},
       {"apply seq_len 2^40", [] { float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}; Rope r(spec8()); ApplyArgs a; a.q = TensorView::contiguous(x, DType::kF32, {1, 1, 1, 8}); a.seq_len = int64_t(1) << 40; r.apply(a); }, K::kOutOfRange, {"seq_len must be <= 2^31", "1099511627776"}},
   };
+}
+
+/// True when `s` is well-formed UTF-8 (Python decodes every message; a quote cut inside a character is not).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    i += n;
+  }
+  return true;
 }
 
 const char* kind_name(K k) {
@@ -184,6 +201,7 @@ TEST(HostileCpp, EveryCaseOfTheLimitsFailsWithItsKindAndAShortMessageNamingTheFi
       EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(c.kind)) << msg;
       EXPECT_EQ(msg.rfind("[rotary_", 0) == 0 || msg.rfind("[npy]", 0) == 0, true) << msg;
       EXPECT_LE(msg.size(), kMaxMessage) << msg.substr(0, 600);
+      EXPECT_TRUE(valid_utf8(msg)) << msg;
       for (const auto& n : c.needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "non-rotary exception: " << std::string(e.what()).substr(0, 300);

@@ -108,6 +108,19 @@ TEST(Safetensors, WriterRejectsBadTensors) {
   short_data.data.pop_back();
   f.tensors = {{"a", short_data}};
   EXPECT_THROW(safetensors_serialize(f), Error);
+  // A name or metadata that is not UTF-8: rotary's error, not the JSON library's.
+  for (const bool in_metadata : {false, true}) {
+    TensorFile g;
+    g.tensors = {{in_metadata ? "a" : "w\xc3", filled(DType::kF32, {2}, 1)}};
+    if (in_metadata) g.metadata["note"] = "\xff";
+    try {
+      safetensors_serialize(g);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("must be UTF-8"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
