@@ -24,6 +24,20 @@
 
 namespace rotary::fuzz {
 
+/// True when `s` is well-formed UTF-8: Python decodes every message, so a quote cut inside a character, or
+/// raw bytes of the input copied into a message, is a defect.
+inline bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
+    i += n;
+  }
+  return true;
+}
+
 // ------------------------------------------------------------------------------------------ config.json
 
 /// spec_from_hf_config_json: only rotary::Error may escape; a returned Spec is valid and its
@@ -38,6 +52,7 @@ inline const char* config_target(const uint8_t* data, size_t size) {
     // Bad values are quoted cut short: the message stays short whatever the input (4096 bytes here,
     // megabytes in tests/hostile/cpp_limits_hostile_test.cc).
     if (std::string_view(e.what()).size() > 700) return "config error message is not short";
+    if (!valid_utf8(e.what())) return "config error message is not valid UTF-8";
     return nullptr;
   }
   try {
@@ -68,6 +83,7 @@ inline const char* npy_target(const uint8_t* data, size_t size) {
   } catch (const Error& e) {
     if (e.kind() != Error::Kind::kIo) return "npy_parse failed with a kind other than kIo";
     if (std::string_view(e.what()).size() > 700) return "npy error message is not short";
+    if (!valid_utf8(e.what())) return "npy error message is not valid UTF-8";
     return nullptr;
   }
   for (int64_t d : a.shape)

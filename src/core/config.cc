@@ -86,18 +86,37 @@ void render(const json& v, std::string& out, std::size_t budget) {
 std::string show(const json& v) {
   std::string s;
   render(v, s, kShowChars);
-  if (s.size() > kShowChars) {
-    std::size_t cut = kShowChars - 3;
-    const std::size_t esc = s.rfind("\\u", cut - 1);  // end before a \uXXXX escape rather than inside it
-    if (esc != std::string::npos && esc + 6 > cut) cut = esc;
-    s = s.substr(0, cut) + "...";
+  if (s.size() <= kShowChars) return s;
+  // Cut between characters of the rendering: never inside an escape (\n, \", \uXXXX, nor between the two
+  // halves of a surrogate pair \ud83d\ude00), which render() writes in lower-case hex.
+  std::size_t cut = 0;
+  while (cut < s.size()) {
+    std::size_t n = 1;
+    if (s[cut] == '\\' && cut + 1 < s.size()) {
+      n = s[cut + 1] == 'u' ? 6 : 2;
+      const bool high = n == 6 && cut + 12 <= s.size() && s[cut + 2] == 'd' && std::strchr("89ab", s[cut + 3]);
+      if (high && s[cut + 6] == '\\' && s[cut + 7] == 'u') n = 12;
+    }
+    if (cut + n > kShowChars - 3) break;
+    cut += n;
   }
-  return s;
+  return s.substr(0, cut) + "...";
 }
 
 /// The parser's message with its quoted token cut short (nlohmann quotes the whole token read so far).
 std::string parse_error_text(const char* what) {
-  std::string s(what);
+  std::string s;
+  for (const char c : std::string_view(what)) {  // the parser copies the input's bytes: keep the message ASCII
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80) {
+      s += c;
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      s += "\\x";
+      s += kHex[u >> 4];
+      s += kHex[u & 15];
+    }
+  }
   const std::size_t mark = s.find("last read: '");
   if (mark == std::string::npos || s.size() - mark < 200) return s.size() > 400 ? s.substr(0, 397) + "..." : s;
   const std::size_t start = mark + 12;

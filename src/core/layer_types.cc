@@ -41,6 +41,14 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
   return keys;
 }
 
+/// True for a key that a message may show as it is: printable ASCII, at most 32 characters.
+bool is_plain_name(const std::string& k) {
+  if (k.empty() || k.size() > 32) return false;
+  for (const char c : k)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
 /// Gemma 3's legacy config.json form: a top-level rope_local_base_freq next to a flat rope dict.
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
   return keys.empty() && r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
@@ -78,13 +86,14 @@ namespace detail {
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
   const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
   if (!keys.empty()) {
-    std::string names;
-    for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+    std::string names;  // short: a key is the input's text, and there may be many
+    for (std::size_t i = 0; i < keys.size() && i < 2; ++i)
+      names += (i ? ", " : "") + (is_plain_name(keys[i]) ? keys[i] : quote_value(keys[i], 16));
+    if (keys.size() > 2) names += ", ... (" + std::to_string(keys.size()) + " keys)";
     fail(Error::Kind::kUnsupported, kConfigWhere,
          d.field + " is nested per layer type (" + names +
              "): one Spec cannot describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, "
-             "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
-             "got keys " + show_json(*d.dict));
+             "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   }
   if (legacy_gemma3(r, keys))
     fail(Error::Kind::kUnsupported, kConfigWhere,

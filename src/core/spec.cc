@@ -123,7 +123,8 @@ void check_frequencies(const Spec& s) {
     Frequencies f;
     try {
       f = detail::frequencies_unchecked(s, len);
-    } catch (const Error& e) {  // a case the checks above missed still fails as a spec error, naming the cause
+    } catch (const Error& e) {  // a bad value the checks above missed still fails as a spec error, naming the cause
+      if (e.kind() != Error::Kind::kInvalidArgument) throw;
       invalid(std::string("the frequencies cannot be computed: ") + e.what());
     }
     const double af = f.attention_factor;
@@ -225,7 +226,13 @@ void Spec::validate() const {
       break;
     case RopeType::kNtk:
       check_factor(s, true);
-      if (s.mixed_b) require_positive("scaling.mixed_b", *s.mixed_b);
+      if (s.mixed_b) {
+        require_positive("scaling.mixed_b", *s.mixed_b);
+        // a = ln(factor) / (R/2)^b, then exp(a * (i+1)^b): (R/2)^b must be finite (inf gives 0 * inf = NaN).
+        if (!std::isfinite(std::pow(r / 2.0, *s.mixed_b)))
+          invalid("scaling.mixed_b must keep (rotary_dim/2)^mixed_b finite (rotary_dim " + std::to_string(r) + "), got " +
+                  num(*s.mixed_b));
+      }
       break;
     case RopeType::kYarn: {
       check_factor(s, false);

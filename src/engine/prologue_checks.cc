@@ -28,7 +28,7 @@ CacheLayout parse_cache_layout(std::string_view name, const char* what) {
   for (int i = 0; i < 4; ++i)
     if (name == cache_layout_name(static_cast<CacheLayout>(i))) return static_cast<CacheLayout>(i);
   fail(Error::Kind::kInvalidArgument, "rotary",
-       std::string(what) + " must be nhd, hnd, bshd or bhsd, got \"" + std::string(name.substr(0, 64)) + "\"");
+       std::string(what) + " must be nhd, hnd, bshd or bhsd, got " + quote_value(name));
 }
 
 namespace detail {

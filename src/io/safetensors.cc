@@ -48,6 +48,12 @@ std::string read_all(const std::string& path, const char* where) {
   return ss.str();
 }
 
+/// A header value as a message shows it: JSON in ASCII, cut short (a shape entry may be a long string).
+std::string shown(const nlohmann::json& v) {
+  const std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true);
+  return s.size() <= 48 ? s : s.substr(0, 45) + "...";
+}
+
 /// Parses JSON, rejecting duplicate keys in any object (nlohmann would keep the last one silently).
 nlohmann::json parse_json_strict(std::string_view text, const std::string& name) {
   std::vector<std::set<std::string>> keys;
@@ -66,9 +72,9 @@ nlohmann::json parse_json_strict(std::string_view text, const std::string& name)
   try {
     j = nlohmann::json::parse(text.begin(), text.end(), cb);
   } catch (const nlohmann::json::exception& e) {
-    io_fail(name, std::string("malformed JSON header: ") + e.what());
+    io_fail(name, "malformed JSON header: " + quote_value(e.what(), 200));  // the parser quotes the input's bytes
   }
-  if (!duplicate.empty()) io_fail(name, "duplicate key \"" + duplicate + "\" in the header");
+  if (!duplicate.empty()) io_fail(name, "duplicate key " + quote_value(duplicate) + " in the header");
   return j;
 }
 
@@ -113,17 +119,17 @@ TensorFile safetensors_parse(std::string_view bytes, const std::string& name) {
       if (!v.is_object()) io_fail(name, "__metadata__ must be an object of strings, got " + std::string(v.type_name()));
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          io_fail(name, "__metadata__[\"" + m.key() + "\"] must be a string, got " + std::string(m.value().type_name()));
+          io_fail(name, "__metadata__[" + quote_value(m.key()) + "] must be a string, got " + std::string(m.value().type_name()));
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string what = "tensor \"" + key + "\"";
+    const std::string what = "tensor " + quote_value(key);
     if (key.empty()) io_fail(name, "a tensor has an empty name");
     if (!v.is_object()) io_fail(name, what + " must be an object, got " + std::string(v.type_name()));
     for (auto f = v.begin(); f != v.end(); ++f)
       if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
-        io_fail(name, what + " has unexpected key \"" + f.key() + "\" (expected dtype, shape, data_offsets)");
+        io_fail(name, what + " has unexpected key " + quote_value(f.key()) + " (expected dtype, shape, data_offsets)");
     if (!v.contains("dtype") || !v["dtype"].is_string()) io_fail(name, what + " needs a string \"dtype\"");
     if (!v.contains("shape") || !v["shape"].is_array()) io_fail(name, what + " needs a \"shape\" array");
     if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
@@ -133,23 +139,23 @@ TensorFile safetensors_parse(std::string_view bytes, const std::string& name) {
     bool known = false;
     for (const auto& e : kDTypes)
       if (dt == e.name) { a.dtype = e.dtype; known = true; }
-    if (!known) io_fail(name, what + " has unsupported dtype \"" + dt + "\" (expected F64, F32, F16, BF16, I64 or I32)");
+    if (!known) io_fail(name, what + " has unsupported dtype " + quote_value(dt) + " (expected F64, F32, F16, BF16, I64 or I32)");
     if (v["shape"].size() > 8) io_fail(name, what + " has rank " + std::to_string(v["shape"].size()) + " > 8");
     bool zero = false;
     for (const auto& d : v["shape"]) {
       if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        io_fail(name, what + " has a shape entry that is not a non-negative integer: " + d.dump());
+        io_fail(name, what + " has a shape entry that is not a non-negative integer: " + shown(d));
       a.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       zero = zero || a.shape.back() == 0;
     }
     uint64_t nbytes = dtype_size(a.dtype);
     for (int64_t d : a.shape)
       if (!zero && __builtin_mul_overflow(nbytes, static_cast<uint64_t>(d), &nbytes))
-        io_fail(name, what + " has a shape that overflows: " + v["shape"].dump());
+        io_fail(name, what + " has a shape that overflows: " + shown(v["shape"]));
     if (zero) nbytes = 0;
     const auto& off = v["data_offsets"];
     if (!off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-      io_fail(name, what + " data_offsets must be non-negative integers, got " + off.dump());
+      io_fail(name, what + " data_offsets must be non-negative integers, got " + shown(off));
     const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
     if (b > e) io_fail(name, what + " data_offsets are reversed: " + off.dump());
     if (e > buffer)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../../fuzz/fuzz_targets.h"
 #include "npy.h"
 #include "rotary/rotary.h"
 #include "testing/errors_doc.h"
@@ -97,12 +98,14 @@ std::vector<Case> cases() {
       // A quoted value is cut at a byte count: inside a 2-byte character here (the fuzzer's find).
       {"config.json that is a string of 40 two-byte characters", [] { spec_from_hf_config_json("\"" + repeat("\xc3\xa9", 40) + "\"", "s.json"); }, K::kIo, {"s.json must hold a JSON object, got \"\\u00e9\\u00e9", "..."}},
       {"config head_dim an object with a key of 40 two-byte characters", [] { spec_from_hf_config_json("{\"head_dim\": {\"" + repeat("\xc3\xa9", 40) + "\": 1}}", "k.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got {\"\\u00e9"}},
+      {"config.json with a raw 0xff byte in a string", [] { spec_from_hf_config_json("{\"a\": \"\xff\"}", "x.json"); }, K::kIo, {"x.json is not valid JSON", "\\xff"}},
+      {"config rope_scaling nested per layer type under 5 keys of 300 characters", [] { std::string d; for (char c : std::string("abcde")) d += std::string(d.empty() ? "" : ", ") + "\"" + std::string(300, c) + "\": {}"; spec_from_hf_config_json("{\"head_dim\": 8, \"rope_scaling\": {" + d + "}}", "l.json"); }, K::kUnsupported, {"is nested per layer type (\"aaaaaaaaaaaaaaaa...\" (300 bytes), \"bbbb", ", ... (5 keys)"}},
       {"config head_dim nested 63 arrays deep (parsed, value refused)", [] { spec_from_hf_config_json(deep_array("head_dim", 63), "c.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got [[[[", "..."}},
       // ---- config.json: bad values are quoted cut short, whatever their size
       {"config head_dim a 1e6-element array", [] { spec_from_hf_config_json("{\"head_dim\": [" + repeat("1,", 999999) + "1]}", "c.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got [1,1,1", "..."}},
       {"config head_dim a 1 MB string of brackets", [] { spec_from_hf_config_json("{\"head_dim\": \"" + std::string(1 << 20, '[') + "\"}", "c.json"); }, K::kInvalidArgument, {"head_dim must be an integer, got \"[[[", "..."}},
       {"config rope_type a 1 MB name", [] { spec_from_hf_config_json("{\"head_dim\": 8, \"rope_scaling\": {\"rope_type\": \"" + std::string(1 << 20, 'x') + "\"}}", "c.json"); }, K::kInvalidArgument, {"rope_scaling.rope_type must be one of", "(1048576 bytes)"}},
-      {"config rope_scaling an object with a 1 MB key", [] { spec_from_hf_config_json("{\"head_dim\": 8, \"rope_scaling\": {\"full_attention\": {}, \"" + std::string(1 << 20, 'k') + "\": 1}}", "c.json"); }, K::kUnsupported, {"is nested per layer type", "..."}},
+      {"config rope_scaling an object with a 1 MB key", [] { spec_from_hf_config_json("{\"head_dim\": 8, \"rope_scaling\": {\"full_attention\": {}, \"" + std::string(1 << 20, 'k') + "\": 1}}", "c.json"); }, K::kUnsupported, {"is nested per layer type (full_attention):"}},
       {"config unterminated 1 MB string", [] { spec_from_hf_config_json("{\"head_dim\": \"" + std::string(1 << 20, 'a'), "c.json"); }, K::kIo, {"c.json is not valid JSON", "last read: \"\"aaaa", "bytes)"}},
       {"preset name of 1 MB", [] { preset(std::string(1 << 20, 'p')); }, K::kInvalidArgument, {"preset must be one of", "\"pppp", "(1048576 bytes)"}},
       {"rope_type name with control bytes", [] { parse_rope_type(std::string("ya\x01rn\n"), "rope_type"); }, K::kInvalidArgument, {"got \"ya\\x01rn\\x0a\""}},
@@ -154,25 +157,13 @@ std::vector<Case> cases() {
       {"spec dynamic with factor 1e300", [] { Spec s = spec8(); s.max_position_embeddings = 64; s.scaling.type = RopeType::kDynamic; s.scaling.factor = 1e300; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1e+300 gives the dynamic NTK base 0 at seq_len max_position_embeddings", "finite and > 0"}},
       {"spec dynamic base 1e280 factor 1e15 (base overflows at seq_len 2^31)", [] { Spec s = spec8(); s.max_position_embeddings = 64; s.scaling.type = RopeType::kDynamic; s.scaling.factor = 1e15; s.base = 1e280; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1000000000000000 gives the dynamic NTK base inf at seq_len 2147483648"}},
       {"spec ntk base 1e300 factor 1e15 (base * factor overflows)", [] { Spec s = spec8(); s.scaling.type = RopeType::kNtk; s.scaling.factor = 1e15; s.base = 1e300; s.validate(); }, K::kInvalidArgument, {"scaling.factor 1000000000000000 gives the NTK base inf", "base 1e+300"}},
+      {"spec ntk mixed_b 600 ((R/2)^b overflows)", [] { Spec s = spec8(); s.scaling.type = RopeType::kNtk; s.scaling.factor = 2.0; s.scaling.mixed_b = 600.0; s.validate(); }, K::kInvalidArgument, {"scaling.mixed_b must keep (rotary_dim/2)^mixed_b finite (rotary_dim 8), got 600"}},
       {"spec yarn mscale_all_dim making the denominator 0", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = std::exp(1.0); s.scaling.original_max_position_embeddings = 4096; s.scaling.mscale = 1.0; s.scaling.mscale_all_dim = -10.0; s.validate(); }, K::kInvalidArgument, {"scaling.mscale 1 and scaling.mscale_all_dim -10", "attention_factor"}},
       {"spec yarn mscale giving a negative attention factor", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = std::exp(1.0); s.scaling.original_max_position_embeddings = 4096; s.scaling.mscale = -20.0; s.scaling.mscale_all_dim = 1.0; s.validate(); }, K::kInvalidArgument, {"scaling.mscale -20", "gives attention_factor -", "> 0"}},
       {"spec attention_factor 1e39 (above the f32 maximum)", [] { Spec s = spec8(); s.scaling.type = RopeType::kYarn; s.scaling.factor = 2.0; s.scaling.original_max_position_embeddings = 4096; s.scaling.attention_factor = 1e39; s.validate(); }, K::kInvalidArgument, {"scaling.attention_factor 1e+39 gives attention_factor 1e+39", "f32 maximum"}},
       {"compute_frequencies seq_len 2^31 + 1", [] { compute_frequencies(spec8(), (int64_t(1) << 31) + 1); }, K::kOutOfRange, {"seq_len must be in [0, 2^31]", "2147483649"}},
       {"apply seq_len 2^40", [] { float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}; Rope r(spec8()); ApplyArgs a; a.q = TensorView::contiguous(x, DType::kF32, {1, 1, 1, 8}); a.seq_len = int64_t(1) << 40; r.apply(a); }, K::kOutOfRange, {"seq_len must be <= 2^31", "1099511627776"}},
   };
-}
-
-/// True when `s` is well-formed UTF-8 (Python decodes every message; a quote cut inside a character is not).
-bool valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n;
-  }
-  return true;
 }
 
 const char* kind_name(K k) {
@@ -201,7 +192,7 @@ TEST(HostileCpp, EveryCaseOfTheLimitsFailsWithItsKindAndAShortMessageNamingTheFi
       EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(c.kind)) << msg;
       EXPECT_EQ(msg.rfind("[rotary_", 0) == 0 || msg.rfind("[npy]", 0) == 0, true) << msg;
       EXPECT_LE(msg.size(), kMaxMessage) << msg.substr(0, 600);
-      EXPECT_TRUE(valid_utf8(msg)) << msg;
+      EXPECT_TRUE(fuzz::valid_utf8(msg)) << msg;  // Python and terminals decode every message
       for (const auto& n : c.needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "non-rotary exception: " << std::string(e.what()).substr(0, 300);

@@ -109,6 +109,20 @@ TEST(Safetensors, WriterRejectsBadTensors) {
   f.tensors = {{"a", short_data}};
   EXPECT_THROW(safetensors_serialize(f), Error);
   // A name or metadata that is not UTF-8: rotary's error, not the JSON library's.
+  // (Reading: a long tensor name or value is quoted cut short.)
+  {
+    const std::string header = "{\"" + std::string(100000, 'w') + "\": {\"dtype\": \"" + std::string(100000, 'x') +
+                               "\", \"shape\": [], \"data_offsets\": [0, 0]}}";
+    std::string file(8, '\0');
+    for (int b = 0; b < 8; ++b) file[b] = static_cast<char>((header.size() >> (8 * b)) & 0xff);
+    try {
+      safetensors_parse(file + header, "long.safetensors");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u) << std::string(e.what()).substr(0, 500);
+      EXPECT_NE(std::string(e.what()).find("unsupported dtype \"xxx"), std::string::npos) << e.what();
+    }
+  }
   for (const bool in_metadata : {false, true}) {
     TensorFile g;
     g.tensors = {{in_metadata ? "a" : "w\xc3", filled(DType::kF32, {2}, 1)}};

@@ -94,7 +94,7 @@ Json run_report(const ReportOptions& o) {
   rep["files"] = {"report.json", "bands.csv", "decay.csv", "score.csv", "phase_error.csv"};
   {
     TextFile f(dir / "report.json");
-    f << rep.dump(2) << "\n";
+    f << rep.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";  // U+FFFD for a non-UTF-8 name
     f.commit();
   }
   std::printf("\nwrote %s/{report.json, bands.csv, decay.csv, score.csv, phase_error.csv}\n", o.out_dir.c_str());
