@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "check/canonical.h"
+#include "core/messages.h"
 #include "plan/dtype_scalar.h"
 #include "rotary/ggml.h"
 
@@ -146,9 +147,9 @@ const NpyArray& pick_tensor(const TensorFile& f, const std::vector<std::string>&
   for (const auto& n : names)
     if (const NpyArray* a = f.find_like(n)) return *a;
   if (allow_single && f.tensors.size() == 1) return f.tensors[0].second;
-  std::string have;
-  for (const auto& [key, arr] : f.tensors) have += (have.empty() ? "" : ", ") + key;
-  bad(std::string(layout) + " layout needs a tensor named \"" + names[0] + "\", got tensors [" + have + "]");
+  std::vector<std::string> have;
+  for (const auto& [key, arr] : f.tensors) have.push_back(key);
+  bad(std::string(layout) + " layout needs a tensor named \"" + names[0] + "\", got tensors [" + detail::shown_names(have, 4) + "]");
 }
 
 std::vector<double> tensor_doubles(const NpyArray& a, const std::string& what, bool allow_int) {

@@ -41,14 +41,6 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
   return keys;
 }
 
-/// True for a key that a message may show as it is: printable ASCII, at most 32 characters.
-bool is_plain_name(const std::string& k) {
-  if (k.empty() || k.size() > 32) return false;
-  for (const char c : k)
-    if (c < 0x20 || c > 0x7e) return false;
-  return true;
-}
-
 /// Gemma 3's legacy config.json form: a top-level rope_local_base_freq next to a flat rope dict.
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
   return keys.empty() && r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
@@ -86,10 +78,7 @@ namespace detail {
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
   const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
   if (!keys.empty()) {
-    std::string names;  // short: a key is the input's text, and there may be many
-    for (std::size_t i = 0; i < keys.size() && i < 2; ++i)
-      names += (i ? ", " : "") + (is_plain_name(keys[i]) ? keys[i] : quote_value(keys[i], 16));
-    if (keys.size() > 2) names += ", ... (" + std::to_string(keys.size()) + " keys)";
+    const std::string names = shown_names(keys, 2);  // the input's keys, and there may be many
     fail(Error::Kind::kUnsupported, kConfigWhere,
          d.field + " is nested per layer type (" + names +
              "): one Spec cannot describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, "
@@ -127,9 +116,9 @@ const Spec& LayerTypeSpecs::spec_for_layer(int64_t layer) const {
 }
 
 std::string LayerTypeSpecs::type_names() const {
-  std::string names;
-  for (const auto& e : by_type) names += (names.empty() ? "" : ", ") + (e.layer_type.empty() ? "\"\"" : e.layer_type);
-  return names;
+  std::vector<std::string> names;
+  for (const auto& e : by_type) names.push_back(e.layer_type);
+  return detail::shown_names(names, 4);  // an empty type shows as ""
 }
 
 LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
@@ -140,7 +129,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   out.layer_types = read_layer_types(r);
   const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
   auto add = [&](const std::string& type, const json& dict, const std::string& field) {
-    const std::string name = source_name + "#" + type;
+    const std::string name = source_name + "#" + detail::shown_name(type);
     if (dict.is_null()) {
       out.by_type.push_back({type, std::nullopt});
       return;
@@ -150,7 +139,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   };
   if (!keys.empty()) {
     out.nested = true;
-    for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + k);
+    for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
   } else if (legacy_gemma3(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict): the global dict gets rope_scaling and
     // rope_theta (default 1e6), the sliding one rope_local_base_freq with default frequencies.

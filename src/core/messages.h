@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rotary/types.h"
 
@@ -23,6 +24,22 @@ inline std::string num(double v) {
   char buf[64];
   const auto res = std::to_chars(buf, buf + sizeof buf, v);
   return std::string(buf, res.ptr);
+}
+
+/// A name taken from the input (a key, a layer type, a tensor name) as messages show it: as it is when it is
+/// printable ASCII of at most 32 characters, else quoted and cut short by quote_value.
+inline std::string shown_name(const std::string& name) {
+  bool plain = !name.empty() && name.size() <= 32;
+  for (const char c : name) plain = plain && c >= 0x20 && c <= 0x7e;
+  return plain ? name : quote_value(name, 16);
+}
+
+/// The first `count` of `names` (shown_name each), then ", ... (N in all)": short however many there are.
+inline std::string shown_names(const std::vector<std::string>& names, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size() && i < count; ++i) out += (i ? ", " : "") + shown_name(names[i]);
+  if (names.size() > count) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
 }
 
 /// Dims shown for a view: its rank clamped to [0, kMaxRank] (messages may describe a view with a bad rank).

@@ -170,8 +170,8 @@ TensorFile safetensors_parse(std::string_view bytes, const std::string& name) {
   std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.begin < y.begin || (x.begin == y.begin && x.end < y.end); });
   uint64_t at = 0;
   for (const auto& s : spans) {
-    if (s.begin < at) io_fail(name, "tensor \"" + s.name + "\" overlaps the tensor before it");
-    if (s.begin > at) io_fail(name, "the data buffer has a hole before tensor \"" + s.name + "\" (bytes " +
+    if (s.begin < at) io_fail(name, "tensor " + quote_value(s.name) + " overlaps the tensor before it");
+    if (s.begin > at) io_fail(name, "the data buffer has a hole before tensor " + quote_value(s.name) + " (bytes " +
                                         std::to_string(at) + ".." + std::to_string(s.begin) + ")");
     at = s.end;
   }
@@ -193,10 +193,10 @@ std::string safetensors_serialize(const TensorFile& file) {
   std::set<std::string> names;
   for (const auto& [n, a] : file.tensors) {
     if (n.empty() || n == "__metadata__" || !names.insert(n).second)
-      fail(Error::Kind::kInvalidArgument, "safetensors", "tensor name \"" + n + "\" is empty, reserved or repeated");
+      fail(Error::Kind::kInvalidArgument, "safetensors", "tensor name " + quote_value(n) + " is empty, reserved or repeated");
     const uint64_t nbytes = static_cast<uint64_t>(a.numel()) * dtype_size(a.dtype);
     if (nbytes != a.data.size())
-      fail(Error::Kind::kInvalidArgument, "safetensors", "tensor \"" + n + "\" has " + std::to_string(a.data.size()) +
+      fail(Error::Kind::kInvalidArgument, "safetensors", "tensor " + quote_value(n) + " has " + std::to_string(a.data.size()) +
                                                             " bytes, its shape needs " + std::to_string(nbytes));
     j[n] = {{"dtype", safetensors_dtype(a.dtype)}, {"shape", a.shape}, {"data_offsets", {at, at + nbytes}}};
     at += nbytes;

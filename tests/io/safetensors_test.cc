@@ -122,6 +122,16 @@ TEST(Safetensors, WriterRejectsBadTensors) {
       EXPECT_LT(std::string(e.what()).size(), 400u) << std::string(e.what()).substr(0, 500);
       EXPECT_NE(std::string(e.what()).find("unsupported dtype \"xxx"), std::string::npos) << e.what();
     }
+    // A long name in the check of the data buffer's spans (a hole before the tensor).
+    const std::string holed = "{\"" + std::string(100000, 'w') + "\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}";
+    for (int b = 0; b < 8; ++b) file[b] = static_cast<char>((holed.size() >> (8 * b)) & 0xff);
+    try {
+      safetensors_parse(file + holed + std::string(8, '\0'), "holed.safetensors");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_LT(std::string(e.what()).size(), 400u) << std::string(e.what()).substr(0, 500);
+      EXPECT_NE(std::string(e.what()).find("hole before tensor \"wwww"), std::string::npos) << e.what();
+    }
   }
   for (const bool in_metadata : {false, true}) {
     TensorFile g;
