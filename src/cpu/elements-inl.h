@@ -16,8 +16,8 @@
 #include <type_traits>
 
 // ROTARY_SANITIZED: an AddressSanitizer or ThreadSanitizer build. Instrumenting force-inlined bodies of
-// every instantiation takes GCC many minutes and gigabytes for prologue_kernels.cc, so these builds inline
-// less (their speed does not matter).
+// every instantiation takes GCC many minutes and gigabytes for prologue_kernels.cc, so these builds do not
+// force the step lambdas inline (their speed does not matter).
 #ifndef ROTARY_SANITIZED
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define ROTARY_SANITIZED 1
@@ -31,13 +31,10 @@
 #endif
 // A row's step lambda (one vector of channels), written once for the full-width loop and the narrower
 // remainder tags: forced inline, else GCC outlines it (two call sites) and pays a call per vector.
-// ROTARY_ROW_INLINE: a whole row (the prologue's row writers), inlined into the token walk.
 #if ROTARY_SANITIZED
 #define ROTARY_STEP_INLINE
-#define ROTARY_ROW_INLINE HWY_NOINLINE
 #else
 #define ROTARY_STEP_INLINE __attribute__((always_inline))
-#define ROTARY_ROW_INLINE HWY_INLINE
 #endif
 #endif
 

@@ -33,9 +33,11 @@ inline float* PrologueScratch(size_t floats) {
 
 /// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
 /// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
+/// Out of line, as CacheRow: inlined at each of their call sites they made this file 4x slower to compile
+/// (86 s instead of 21 s per target, GCC -O3) with no speed difference the prologue bench could see.
 template <Elem EI, Pairing P>
-ROTARY_ROW_INLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
-                          const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
+HWY_NOINLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
+                            const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
   switch (dt) {
     case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps, rms); return 1.0f;
     case DType::kF16: Row<EI, Elem::kF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms); return 1.0f;
@@ -81,8 +83,8 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
 /// Writes row (slot, head) of a cache from `in`; `stream`: with non-temporal stores (PrologueJob::stream_cache),
 /// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
 template <Elem EI, Pairing P>
-ROTARY_ROW_INLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
-                         const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
+HWY_NOINLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
+                           const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
   void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
