@@ -92,9 +92,10 @@ step_py_test() {
 
 # The CUDA backend built with nvcc into build-cuda (one architecture, sm_90, unless ROTARY_CUDA_ARCHS says
 # otherwise): the library, the CLI's CUDA sources (bench --backend cuda) and the GPU test, which then runs (it
-# skips without a GPU; the emulator tests already ran in the ordinary build). CI runs this to catch CUDA compile and link
-# errors, so its CPU kernels are compiled for the baseline Highway target only (ROTARY_HWY_TARGETS=static;
-# set ROTARY_HWY_TARGETS=all for a build that ships); scripts/device_check.sh builds and runs everything on a GPU.
+# skips without a GPU; the emulator tests already ran in the ordinary build). CI runs this to catch CUDA
+# compile and link errors, so its CPU kernels are compiled for the baseline Highway target only
+# (ROTARY_HWY_TARGETS=static; set ROTARY_HWY_TARGETS=all for a build that ships); scripts/device_check.sh
+# builds and runs everything on a GPU.
 step_cuda_build() {
   local nvcc
   nvcc="$(command -v nvcc || true)"
@@ -105,9 +106,10 @@ step_cuda_build() {
   cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON \
         -DROTARY_HWY_TARGETS="${ROTARY_HWY_TARGETS:-static}" \
         -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${ROTARY_CUDA_ARCHS:-90}" >/dev/null
-  # The CLI's CUDA sources (the cuda bench and its naive peer kernel) compiled, not the whole CLI: its other
-  # files are the CPU build's, and linking it adds nothing the device test's link does not check.
-  cmake --build "$dir" -j "$JOBS" --target rotary cuda_device_test \
+  # The shared library by its file name (in a Ninja build `rotary` names the CLI's executable, not the library
+  # target), the GPU test, and the CLI's CUDA sources (the cuda bench and its naive peer kernel) compiled, not
+  # the whole CLI: its other files are the CPU build's, and its link adds nothing the device test's does not.
+  cmake --build "$dir" -j "$JOBS" --target librotary.so cuda_device_test \
         CMakeFiles/rotary_cli.dir/tools/cli/bench_cuda.cc.o CMakeFiles/rotary_cli.dir/tools/cli/cuda/naive_rope.cu.o
   log "GPU test ($dir; it skips without a GPU)"
   "$dir/tests/cuda_device_test" --gtest_brief=1
