@@ -33,9 +33,9 @@ inline float* PrologueScratch(size_t floats) {
 
 /// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
 /// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
-/// Out of line, as CacheRow: inlined at each of their call sites they made this file 4x slower to compile
-/// (86 s instead of 21 s per target, GCC -O3); the calls cost the prologue bench's prefill about 3.6 % of its
-/// ratio to the limit on AVX2 (geometric mean over 32 configurations, 4 runs before and 3 after).
+/// Out of line: inlined at each of its call sites (with the cache writer) it made this file 4x slower to compile
+/// (86 s instead of 21 s per target, GCC -O3). Called per row only on the general path (CacheRows' loop
+/// over a token's heads is one call per token and tensor).
 template <Elem EI, Pairing P>
 HWY_NOINLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
                             const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
@@ -81,27 +81,38 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
-/// Writes row (slot, head) of a cache from `in`; `stream`: with non-temporal stores (PrologueJob::stream_cache),
-/// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
+/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`rms`: the rows'
+/// RmsFactors, or null); `stream`: with non-temporal stores (PrologueJob::stream_cache), copied when nothing
+/// changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`. Out of line, one call
+/// per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 % on AVX2 (geometric mean
+/// of 32 configurations), and inlined at its two call sites it cost compile time.
 template <Elem EI, Pairing P>
-HWY_NOINLINE void CacheRow(const Storage<EI>* in, const PlanRows& c, int64_t slot, int64_t head, const RowRotation& rot,
-                           const float* w, float eps, float* tmp, bool stream, float rms = 0.0f) {
+HWY_NOINLINE void CacheRows(const Storage<EI>* in, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
+                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream,
+                            const float* rms) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
-  void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-  if (stream) {
-    constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
-    if (rot.R == 0 && w == nullptr && c.dtype == kInput) return StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
-    Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
-    if (c.dtype == DType::kF32) return StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
-    if (c.dtype == DType::kF16) return StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
+  for (int64_t head = 0; head < heads; ++head, in += in_sh) {
+    void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
+    const float r = rms != nullptr ? rms[head] : 0.0f;
+    if (stream) {
+      constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
+      if (rot.R == 0 && w == nullptr && c.dtype == kInput) {
+        StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
+        continue;
+      }
+      Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, r);
+      if (c.dtype == DType::kF32) StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
+      else if (c.dtype == DType::kF16) StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
 #if ROTARY_BF16_NATIVE
-    if (NativeBF16()) return StreamRow<Elem::kBF16Native>(tmp, static_cast<uint16_t*>(out), D);
+      else if (NativeBF16()) StreamRow<Elem::kBF16Native>(tmp, static_cast<uint16_t*>(out), D);
 #endif
-    return StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
+      else StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
+      continue;
+    }
+    const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp, r);
+    if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
   }
-  const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp, rms);
-  if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
 }
 
 /// RMS factors of a token's `heads` rows of one tensor (`w` null: none, all 0), computed before any row
@@ -150,7 +161,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   // Rows without a norm whose output has the input's dtype (q, k into a cache of that dtype or k_out)
   // rotate with the token's cos/sin in registers, through the apply kernels' row path (the same
   // operations, so the same results); the others, and every row on targets where that path does not
-  // fit, go through StoreRow / CacheRow.
+  // fit, go through StoreRow / CacheRows.
   TokenRowJob fast;
   fast.dtype = qdt;
   fast.pairing = P;
@@ -238,7 +249,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     if (!done) (streamed ? norm_stream : norm_registers) = false;
     return done;
   };
-  // The token's rotation for the row path (StoreRow, CacheRow): interleaved rows multiply by per-channel
+  // The token's rotation for the row path (StoreRow, CacheRows): interleaved rows multiply by per-channel
   // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
   // registers build their own).
   bool per_channel = false;
@@ -301,8 +312,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
                    !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
           NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-          for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh)
-            CacheRow<EI, P>(in, kc, slot, head, rows(), p.k_norm, p.eps, tmp, stream, rms[head]);
+          CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream, rms);
         }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
@@ -316,8 +326,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     }
     if (p.has_v && slot >= 0) {
       const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
-      for (int64_t head = 0; head < p.v.heads; ++head, in += p.v.in_sh)
-        CacheRow<EI, P>(in, p.v_cache, slot, head, none, nullptr, 0.0f, tmp, stream);
+      CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream, nullptr);
     }
   }
   if (stream) hwy::FlushStream();
