@@ -81,20 +81,21 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
-/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`rms`: the rows'
-/// RmsFactors, or null); `stream`: with non-temporal stores (PrologueJob::stream_cache), copied when nothing
+/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`w` non-null: with
+/// RMSNorm, each row's factor computed one row ahead, as RunTokensT's FactorsAhead); `stream`: with non-temporal stores (PrologueJob::stream_cache), copied when nothing
 /// changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`. Out of line, one call
 /// per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 % on AVX2 (geometric mean
 /// of 32 configurations), and inlined at its two call sites it cost compile time.
 template <Elem EI, Pairing P>
 HWY_NOINLINE void CacheRows(const Storage<EI>* in, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
-                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream,
-                            const float* rms) {
+                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
+  float next = w != nullptr ? RmsFactor<EI>(in, D, eps, rot.pf) : 0.0f;
   for (int64_t head = 0; head < heads; ++head, in += in_sh) {
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-    const float r = rms != nullptr ? rms[head] : 0.0f;
+    const float r = next;
+    if (w != nullptr && head + 1 < heads) next = RmsFactor<EI>(in + in_sh, D, eps, rot.pf);
     if (stream) {
       constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
       if (rot.R == 0 && w == nullptr && c.dtype == kInput) {
@@ -115,14 +116,6 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* in, int64_t in_sh, const PlanRows
   }
 }
 
-/// RMS factors of a token's `heads` rows of one tensor (`w` null: none, all 0), computed before any row
-/// is rotated so that the rows' reductions overlap instead of each delaying its own row.
-template <Elem EI>
-HWY_INLINE void NormFactors(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
-                            int64_t pf, float* rms) {
-  for (int64_t head = 0; head < heads; ++head, in += sh) rms[head] = w != nullptr ? RmsFactor<EI>(in, D, eps, pf) : 0.0f;
-}
-
 /// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
 template <Elem EI, Pairing P>
 void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
@@ -132,17 +125,14 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const Plan& rp = p.rope;
   const size_t D = static_cast<size_t>(rp.head_dim), h = static_cast<size_t>(rp.half);
   const size_t R = static_cast<size_t>(rp.rotary_dim);
-  const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
-  const int64_t kh = p.k_index >= 0 ? rp.t[p.k_index].heads : 0;
   const size_t row_floats = std::max<size_t>(D, static_cast<size_t>(p.v_dim));
-  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 6 * h + 96);
+  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + 6 * h + 80);
   float* resolved = scratch;
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
-  float* rms = tmp + row_floats + 16;  // RMS factors of one tensor's heads of the token
-  float* csb = rms + std::max(qh, kh) + 16;  // the token's cos | sin in block order (2h)
-  float* wqb = csb + 2 * h + 16;             // q's and k's norm weights in block order (2h each)
+  float* csb = tmp + row_floats + 16;  // the token's cos | sin in block order (2h)
+  float* wqb = csb + 2 * h + 16;  // q's and k's norm weights in block order (2h each)
   float* wkb = wqb + 2 * h;
   RowRotation rot;
   rot.R = p.rotate ? R : 0;
@@ -249,6 +239,22 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     if (!done) (streamed ? norm_stream : norm_registers) = false;
     return done;
   };
+  // Rows with a norm on the row paths (StoreRow, CacheRows, the bf16 block rows): `row(head, r)` writes row
+  // `head` with its RMS factor r, which is computed one row ahead, so that the next row's reduction (its first
+  // read, from memory) runs while this row is rotated and stored, not in a pass of its own over the token's
+  // rows before any is written (which left the loads and the stores each to their own phase). w null: r = 0.
+  auto FactorsAhead = [&](const T* in, int64_t heads, int64_t sh, const float* w, int64_t pf, auto&& row) {
+    if (w == nullptr) {
+      for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
+      return;
+    }
+    float next = RmsFactor<EI>(in, D, p.eps, pf);
+    for (int64_t head = 0; head < heads; ++head) {
+      const float r = next;
+      if (head + 1 < heads) next = RmsFactor<EI>(in + (head + 1) * sh, D, p.eps, pf);
+      row(head, r);
+    }
+  };
   // The token's rotation for the row path (StoreRow, CacheRows): interleaved rows multiply by per-channel
   // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
   // registers build their own).
@@ -289,13 +295,14 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
-        NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
-        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, csb, wqb, rms, nb_k, h, false);
+        FactorsAhead(in, t.heads, t.in_sh, p.q_norm, pf_q, [&](int64_t head, float r) {
+          NormBlockRows(in + head * t.in_sh, out + head * t.out_sh, 1, 0, 0, csb, wqb, &r, nb_k, h, false);
+        });
       } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
                                      : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
-        NormFactors<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms);
-        for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-          StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, rms[head]);
+        FactorsAhead(in, t.heads, t.in_sh, p.q_norm, pf_q, [&](int64_t head, float r) {
+          StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, r);
+        });
       }
     }
     if (p.k_index >= 0) {
@@ -307,26 +314,26 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         // The token's first cache row, for the paths below that take a cache of the input's dtype.
         T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
-          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-          NormBlockRows(in, krow, t.heads, t.in_sh, kc.s_head, csb, wkb, rms, nb_k, h, stream);
+          FactorsAhead(in, t.heads, t.in_sh, p.k_norm, pf_k, [&](int64_t head, float r) {
+            NormBlockRows(in + head * t.in_sh, krow + head * kc.s_head, 1, 0, 0, csb, wkb, &r, nb_k, h, stream);
+          });
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
                    !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
-          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-          CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream, rms);
+          CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream);
         }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
         if (p.k_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.k_norm, pf_k, false)
                                 : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
-          NormFactors<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms);
-          for (int64_t head = 0; head < t.heads; ++head, in += t.in_sh, out += t.out_sh)
-            StoreRow<EI, P>(in, out, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, rms[head]);
+          FactorsAhead(in, t.heads, t.in_sh, p.k_norm, pf_k, [&](int64_t head, float r) {
+            StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, r);
+          });
         }
       }
     }
     if (p.has_v && slot >= 0) {
       const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
-      CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream, nullptr);
+      CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream);
     }
   }
   if (stream) hwy::FlushStream();
