@@ -81,26 +81,43 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
+/// Calls row(head, r) for the `heads` rows `in`, `sh` apart (D channels), r the row's RmsFactor (w null: 0).
+/// Each factor is computed one row ahead, so that the next row's reduction (its first read, from memory) runs
+/// while this row is rotated and stored; computing all of a token's factors first left the loads and the
+/// stores each to a phase of their own (AVX2 f32 prefill with norm 1.2x slower; docs/performance.md).
+template <Elem EI, class RowFn>
+HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
+                             int64_t pf, RowFn&& row) {
+  if (w == nullptr || heads <= 0) {
+    for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
+    return;
+  }
+  float next = RmsFactor<EI>(in, D, eps, pf);
+  for (int64_t head = 0; head < heads; ++head) {
+    const float r = next;
+    if (head + 1 < heads) next = RmsFactor<EI>(in + (head + 1) * sh, D, eps, pf);
+    row(head, r);
+  }
+}
+
 /// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`w` non-null: with
-/// RMSNorm, each row's factor computed one row ahead, as RunTokensT's FactorsAhead); `stream`: with non-temporal stores (PrologueJob::stream_cache), copied when nothing
-/// changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`. Out of line, one call
-/// per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 % on AVX2 (geometric mean
-/// of 32 configurations), and inlined at its two call sites it cost compile time.
+/// RMSNorm, the factors from FactorsAhead); `stream`: with non-temporal stores (PrologueJob::stream_cache),
+/// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
+/// Out of line, one call per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 %
+/// on AVX2 (geometric mean of 32 configurations), and inlined at its two call sites it cost compile time.
 template <Elem EI, Pairing P>
-HWY_NOINLINE void CacheRows(const Storage<EI>* in, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
+HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
                             const RowRotation& rot, const float* w, float eps, float* tmp, bool stream) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
-  float next = w != nullptr ? RmsFactor<EI>(in, D, eps, rot.pf) : 0.0f;
-  for (int64_t head = 0; head < heads; ++head, in += in_sh) {
+  FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, [&](int64_t head, float r) HWY_ATTR {
+    const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-    const float r = next;
-    if (w != nullptr && head + 1 < heads) next = RmsFactor<EI>(in + in_sh, D, eps, rot.pf);
     if (stream) {
       constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
       if (rot.R == 0 && w == nullptr && c.dtype == kInput) {
         StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
-        continue;
+        return;
       }
       Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, r);
       if (c.dtype == DType::kF32) StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
@@ -109,11 +126,11 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* in, int64_t in_sh, const PlanRows
       else if (NativeBF16()) StreamRow<Elem::kBF16Native>(tmp, static_cast<uint16_t*>(out), D);
 #endif
       else StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
-      continue;
+      return;
     }
     const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp, r);
     if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
-  }
+  });
 }
 
 /// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
@@ -239,22 +256,6 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     if (!done) (streamed ? norm_stream : norm_registers) = false;
     return done;
   };
-  // Rows with a norm on the row paths (StoreRow, CacheRows, the bf16 block rows): `row(head, r)` writes row
-  // `head` with its RMS factor r, which is computed one row ahead, so that the next row's reduction (its first
-  // read, from memory) runs while this row is rotated and stored, not in a pass of its own over the token's
-  // rows before any is written (which left the loads and the stores each to their own phase). w null: r = 0.
-  auto FactorsAhead = [&](const T* in, int64_t heads, int64_t sh, const float* w, int64_t pf, auto&& row) {
-    if (w == nullptr) {
-      for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
-      return;
-    }
-    float next = RmsFactor<EI>(in, D, p.eps, pf);
-    for (int64_t head = 0; head < heads; ++head) {
-      const float r = next;
-      if (head + 1 < heads) next = RmsFactor<EI>(in + (head + 1) * sh, D, p.eps, pf);
-      row(head, r);
-    }
-  };
   // The token's rotation for the row path (StoreRow, CacheRows): interleaved rows multiply by per-channel
   // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
   // registers build their own).
@@ -295,12 +296,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
-        FactorsAhead(in, t.heads, t.in_sh, p.q_norm, pf_q, [&](int64_t head, float r) {
+        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, [&](int64_t head, float r) {
           NormBlockRows(in + head * t.in_sh, out + head * t.out_sh, 1, 0, 0, csb, wqb, &r, nb_k, h, false);
         });
       } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
                                      : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
-        FactorsAhead(in, t.heads, t.in_sh, p.q_norm, pf_q, [&](int64_t head, float r) {
+        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, [&](int64_t head, float r) {
           StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, r);
         });
       }
@@ -314,7 +315,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         // The token's first cache row, for the paths below that take a cache of the input's dtype.
         T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
-          FactorsAhead(in, t.heads, t.in_sh, p.k_norm, pf_k, [&](int64_t head, float r) {
+          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, [&](int64_t head, float r) {
             NormBlockRows(in + head * t.in_sh, krow + head * kc.s_head, 1, 0, 0, csb, wkb, &r, nb_k, h, stream);
           });
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
@@ -325,7 +326,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
         if (p.k_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.k_norm, pf_k, false)
                                 : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
-          FactorsAhead(in, t.heads, t.in_sh, p.k_norm, pf_k, [&](int64_t head, float r) {
+          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, [&](int64_t head, float r) {
             StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, r);
           });
         }
