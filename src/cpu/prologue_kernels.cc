@@ -82,14 +82,22 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
 }
 
 /// Calls row(head, r) for the `heads` rows `in`, `sh` apart (D channels), r the row's RmsFactor (w null: 0).
-/// Each factor is computed one row ahead, so that the next row's reduction (its first read, from memory) runs
-/// while this row is rotated and stored; computing all of a token's factors first left the loads and the
-/// stores each to a phase of their own (AVX2 f32 prefill with norm 1.2x slower; docs/performance.md).
+/// Rows read from memory (`rms` null): each factor is computed one row ahead, so that the next row's reduction
+/// (its first read) runs while this row is rotated and stored; computing all of a token's factors first left
+/// the loads and the stores each to a phase of their own (AVX2 f32 prefill with norm 1.2x slower;
+/// docs/performance.md). A lone token's rows (decode, `rms` a scratch of `heads` floats), which repeated
+/// steps find in cache, get all their factors first, the reductions overlapping one another (a one-row lead
+/// made an AVX2 bf16 decode step with norm about 10 % slower).
 template <Elem EI, class RowFn>
 HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
-                             int64_t pf, RowFn&& row) {
+                             int64_t pf, float* rms, RowFn&& row) {
   if (w == nullptr || heads <= 0) {
     for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
+    return;
+  }
+  if (rms != nullptr) {
+    for (int64_t head = 0; head < heads; ++head) rms[head] = RmsFactor<EI>(in + head * sh, D, eps, pf);
+    for (int64_t head = 0; head < heads; ++head) row(head, rms[head]);
     return;
   }
   float next = RmsFactor<EI>(in, D, eps, pf);
@@ -101,16 +109,17 @@ HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, s
 }
 
 /// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`w` non-null: with
-/// RMSNorm, the factors from FactorsAhead); `stream`: with non-temporal stores (PrologueJob::stream_cache),
+/// RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores (PrologueJob::stream_cache),
 /// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
 /// Out of line, one call per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 %
 /// on AVX2 (geometric mean of 32 configurations), and inlined at its two call sites it cost compile time.
 template <Elem EI, Pairing P>
 HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
-                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream) {
+                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream,
+                            float* rms) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
-  FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, [&](int64_t head, float r) HWY_ATTR {
+  FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
     const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
     if (stream) {
@@ -143,12 +152,17 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const size_t D = static_cast<size_t>(rp.head_dim), h = static_cast<size_t>(rp.half);
   const size_t R = static_cast<size_t>(rp.rotary_dim);
   const size_t row_floats = std::max<size_t>(D, static_cast<size_t>(p.v_dim));
-  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + 6 * h + 80);
+  const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
+  const int64_t kh = p.k_index >= 0 ? rp.t[p.k_index].heads : 0;
+  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 6 * h + 96);
   float* resolved = scratch;
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
-  float* csb = tmp + row_floats + 16;  // the token's cos | sin in block order (2h)
+  // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead).
+  float* rms = g1 - g0 < 2 ? tmp + row_floats + 16 : nullptr;
+  // The token's cos | sin in block order (2h).
+  float* csb = tmp + row_floats + static_cast<size_t>(std::max(qh, kh)) + 32;
   float* wqb = csb + 2 * h + 16;  // q's and k's norm weights in block order (2h each)
   float* wkb = wqb + 2 * h;
   RowRotation rot;
@@ -296,12 +310,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
-        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, [&](int64_t head, float r) {
+        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms, [&](int64_t head, float r) {
           NormBlockRows(in + head * t.in_sh, out + head * t.out_sh, 1, 0, 0, csb, wqb, &r, nb_k, h, false);
         });
       } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
                                      : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
-        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, [&](int64_t head, float r) {
+        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms, [&](int64_t head, float r) {
           StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.q_norm, p.eps, tmp, r);
         });
       }
@@ -315,18 +329,18 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         // The token's first cache row, for the paths below that take a cache of the input's dtype.
         T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
-          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, [&](int64_t head, float r) {
+          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms, [&](int64_t head, float r) {
             NormBlockRows(in + head * t.in_sh, krow + head * kc.s_head, 1, 0, 0, csb, wkb, &r, nb_k, h, stream);
           });
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
                    !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
-          CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream);
+          CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream, rms);
         }
       } else {
         T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
         if (p.k_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.k_norm, pf_k, false)
                                 : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_k)) {
-          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, [&](int64_t head, float r) {
+          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms, [&](int64_t head, float r) {
             StoreRow<EI, P>(in + head * t.in_sh, out + head * t.out_sh, qdt, 1.0f, D, rows(), p.k_norm, p.eps, tmp, r);
           });
         }
@@ -334,7 +348,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     }
     if (p.has_v && slot >= 0) {
       const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
-      CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream);
+      CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream, nullptr);
     }
   }
   if (stream) hwy::FlushStream();
