@@ -108,11 +108,12 @@ HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, s
   }
 }
 
-/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `in`, `in_sh` apart (`w` non-null: with
-/// RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores (PrologueJob::stream_cache),
-/// copied when nothing changes the values (v into a cache of its dtype), else through the f32 scratch `tmp`.
-/// Out of line, one call per token and tensor: a call per row cost the prologue bench's prefill ratios 3.6 %
-/// on AVX2 (geometric mean of 32 configurations), and inlined at its two call sites it cost compile time.
+/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `rows`, `in_sh` apart (`w` non-null:
+/// with RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores
+/// (PrologueJob::stream_cache), copied when nothing changes the values (v into a cache of its dtype), else
+/// through the f32 scratch `tmp`. Out of line, one call per token and tensor: a call per row cost the prologue
+/// bench's prefill ratios 3.6 % on AVX2 (geometric mean of 32 configurations), and inlined at its two call
+/// sites it cost compile time.
 template <Elem EI, Pairing P>
 HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
                             const RowRotation& rot, const float* w, float eps, float* tmp, bool stream,

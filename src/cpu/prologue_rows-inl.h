@@ -77,8 +77,8 @@ HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float ep
 /// One head row: in (EI) -> optional RMSNorm (weight+offset `w`, kNorm) -> rotation of the first rot.R
 /// channels -> out (EO). Channels past R are normalised and/or converted, or copied (out of place), or
 /// left alone (in place, same type, no norm). `in` and `out` are the same row or do not overlap.
-/// `rms` > 0: the row's RmsFactor, computed beforehand (the callers compute it one row ahead, so that the
-/// next row's reduction overlaps this row's stores); 0: computed here.
+/// `rms` > 0: the row's RmsFactor, computed beforehand (by FactorsAhead in prologue_kernels.cc: one row ahead,
+/// so that the next row's reduction overlaps this row's stores, or for a lone token all first); 0: computed here.
 template <Elem EI, Elem EO, Pairing P, bool kNorm>
 HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot,
                               const float* w, float eps, float rms) {
