@@ -32,7 +32,8 @@ inline float* PrologueScratch(size_t floats) {
 }
 
 /// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
-/// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised). Returns the i8 scale.
+/// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised — f32 rows that nothing
+/// changes, v, straight from `in`). Returns the i8 scale.
 /// Out of line: inlined at each of its call sites (with the cache writer) it made this file 4x slower to compile
 /// (86 s instead of 21 s per target, GCC -O3). Called per row only on the general path (CacheRows' loop
 /// over a token's heads is one call per token and tensor).
@@ -53,10 +54,17 @@ HWY_NOINLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float te
       return 1.0f;
     default: break;
   }
-  Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
-  if (dt == DType::kI8) return StoreRowI8(tmp, D, static_cast<int8_t*>(out));
-  if (dt == DType::kF8E4M3) StoreRowFp8<true>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
-  else StoreRowFp8<false>(tmp, D, static_cast<uint8_t*>(out), tensor_scale);
+  // f32 rows that nothing changes (v) are quantised from where they are, else from their f32 result in `tmp`.
+  const float* y = tmp;
+  bool from_input = false;
+  if constexpr (EI == Elem::kF32) {
+    from_input = rot.R == 0 && w == nullptr;
+    if (from_input) y = in;
+  }
+  if (!from_input) Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
+  if (dt == DType::kI8) return StoreRowI8(y, D, static_cast<int8_t*>(out));
+  if (dt == DType::kF8E4M3) StoreRowFp8<true>(y, D, static_cast<uint8_t*>(out), tensor_scale);
+  else StoreRowFp8<false>(y, D, static_cast<uint8_t*>(out), tensor_scale);
   return tensor_scale;
 }
 
@@ -160,7 +168,8 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
-  // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead).
+  // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead,
+  // NormBlockRows).
   float* rms = g1 - g0 < 2 ? tmp + row_floats + 16 : nullptr;
   // The token's cos | sin in block order (2h).
   float* csb = tmp + row_floats + static_cast<size_t>(std::max(qh, kh)) + 32;
@@ -237,16 +246,20 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const bool k_blocks = nb_k != 0 && p.k_norm != nullptr && p.k_cache.present() && p.k_cache.dtype == DType::kBF16 &&
                         (!stream || (h * sizeof(uint16_t)) % 64 == 0);
   // The block path's rows (bf16 storage; only reached when nb_k != 0, so only for bf16 inputs).
-  auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* cs,
-                           const float* wb, const float* factors, size_t K, size_t half, bool streamed) {
+  // A tensor's `n` rows of the token: a lone token's factors first into `rms` (as FactorsAhead), else each
+  // computed in the kernel one row ahead.
+  auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* wb,
+                           int64_t pf, bool streamed) {
 #if ROTARY_PROLOGUE_BF16_BLOCKS
     if constexpr (EI == Elem::kBF16) {
-      if (streamed) return HalfBF16NormBlockRowsK<true>(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
-      HalfBF16NormBlockRowsK<false>(K, in, out, n, in_step, out_step, cs, cs + half, wb, factors, half, 0);
+      if (rms != nullptr)
+        for (int64_t r = 0; r < n; ++r) rms[r] = RmsFactor<EI>(in + r * in_step, D, p.eps, pf);
+      if (streamed)
+        return HalfBF16NormBlockRowsK<true>(nb_k, in, out, n, in_step, out_step, csb, csb + h, wb, rms, p.eps, h, pf);
+      HalfBF16NormBlockRowsK<false>(nb_k, in, out, n, in_step, out_step, csb, csb + h, wb, rms, p.eps, h, pf);
     }
 #else
-    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)cs, (void)wb, (void)factors, (void)K, (void)half,
-        (void)streamed;
+    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)wb, (void)pf, (void)streamed;
 #endif
   };
   // Half-split rows with a norm, fully rotated, into storage of the input's dtype (q; k into a cache of that
@@ -311,9 +324,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
-        FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms, [&](int64_t head, float r) {
-          NormBlockRows(in + head * t.in_sh, out + head * t.out_sh, 1, 0, 0, csb, wqb, &r, nb_k, h, false);
-        });
+        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, wqb, pf_q, false);
       } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
                                      : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
         FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms, [&](int64_t head, float r) {
@@ -330,9 +341,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         // The token's first cache row, for the paths below that take a cache of the input's dtype.
         T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
-          FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.k_norm, p.eps, pf_k, rms, [&](int64_t head, float r) {
-            NormBlockRows(in + head * t.in_sh, krow + head * kc.s_head, 1, 0, 0, csb, wkb, &r, nb_k, h, stream);
-          });
+          NormBlockRows(in, krow, t.heads, t.in_sh, kc.s_head, wkb, pf_k, stream);
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
                    !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
           CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream, rms);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -374,17 +375,20 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
   // result. Rows of q are also given as k (Hkv = Hq), so q's in-place 16-bit output and k's 16-bit cache
   // rows must both equal the f32 cache's values rounded to nearest even, bit for bit. Weights of f32
   // subnormal size (offset 0) make subnormal results, which AVX512-BF16's narrowing would flush to zero.
-  constexpr int64_t T = 3, NB = 1, BS = 4;
+  // One token (T = 1) computes its rows' factors before the rows (the decode order), three one row ahead.
+  constexpr int64_t NB = 1, BS = 4;
   int64_t compared = 0;
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
+    for (int64_t T : {3, 1})
     for (DType dt : {DType::kBF16, DType::kF16})
     for (int64_t H : {4, 3, 1})
     for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 32}, {16, 16}, {96, 64}, {48, 48}})
       for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
         for (double offset : {0.0, 1.0})
         for (double w_sigma : {0.3, 3e-39}) {
-          SCOPED_TRACE(std::string(dtype_name(dt)) + " H" + std::to_string(H) + " D" + std::to_string(D) + " R" +
+          SCOPED_TRACE("T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " H" + std::to_string(H) +
+                       " D" + std::to_string(D) + " R" +
                        std::to_string(R) + " " + pairing_name(pairing) + " offset " + std::to_string(offset) +
                        (w_sigma < 1e-30 ? " subnormal-size weights" : ""));
           Spec spec;
@@ -395,6 +399,7 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
           const Buf q0(dt, T * H * D, 7), v0(dt, T * H * D, 8);
           Buf w(DType::kF32, D, 9, w_sigma);
           std::vector<int64_t> slots = {2, 0, 3};
+          slots.resize(static_cast<size_t>(T));
           std::vector<Buf> kc, vc, qs;
           for (DType cache : {dt, DType::kF32}) {
             Buf q = q0, k = q0, v = v0;
@@ -431,7 +436,95 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
           ++compared;
         }
   });
-  EXPECT_GT(compared, 250);
+  EXPECT_GT(compared, 500);
+}
+
+TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
+  // int8 rows of k go through the f32 scratch row; f32 rows of v, which nothing changes, are quantised
+  // from the input, the others from the scratch row. On every path the codes and the scale must be
+  // quantize_int8_row of the f32 cache's values, bit for bit: head dims from 8 to 256 (whole vectors and
+  // remainders on every target), partial rotation, both pairings, with and without the norm, one token
+  // (decode) and three; v rows that are all zeros (scale 0), of subnormal size (a subnormal scale, whose
+  // quotients need the clamp; or a scale of 0) or hold a NaN, and a k row holding an infinity (a NaN row
+  // with the norm, whose factor is then 0).
+  constexpr int64_t NB = 1, BS = 4;
+  int64_t compared = 0;
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (int64_t T : {3, 1})
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
+    for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 32}, {16, 16}, {8, 8}, {256, 256},
+                        {96, 64}, {24, 24}})
+      for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
+        for (bool norm : {false, true}) {
+          SCOPED_TRACE("T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " D" + std::to_string(D) + " R" +
+                       std::to_string(R) + " " + pairing_name(pairing) + (norm ? " norm" : ""));
+          constexpr int64_t H = 3;
+          Spec spec;
+          spec.head_dim = D;
+          spec.rotary_dim = R;
+          spec.pairing = pairing;
+          Rope rope(spec);
+          const Buf q0(dt, T * H * D, 11);
+          Buf k0(dt, T * H * D, 12), v0(dt, T * H * D, 13);
+          // v of token 0: head 0 zeros, head 1 of size 1e-39 (f32/bf16: a subnormal scale), head 2 of size
+          // 1e-44 (scale 0); token 1, head 1 holds a NaN. k of token 0, head 1 holds an infinity.
+          for (int64_t d = 0; d < D; ++d) {
+            detail::store_from_double(v0.bytes.data(), dt, d, 0.0);
+            detail::store_from_double(v0.bytes.data(), dt, D + d, 1e-39 * std::sin(0.7 * static_cast<double>(d) + 0.3));
+            detail::store_from_double(v0.bytes.data(), dt, 2 * D + d, d % 3 == 0 ? 1e-44 : 0.0);
+          }
+          detail::store_from_double(k0.bytes.data(), dt, D + 1, HUGE_VAL);
+          if (T > 1) detail::store_from_double(v0.bytes.data(), dt, (H + 1) * D + 5, std::nan(""));
+          Buf w(DType::kF32, D, 14, 0.3);
+          std::vector<int64_t> slots = {2, 0, 3};
+          slots.resize(static_cast<size_t>(T));
+          std::vector<Buf> kc, vc, ks, vs;
+          for (DType cache : {DType::kF32, DType::kI8}) {
+            Buf q = q0, k = k0, v = v0;
+            kc.emplace_back(cache, NB * BS * H * D);
+            vc.emplace_back(cache, NB * BS * H * D);
+            ks.emplace_back(DType::kF32, NB * BS * H);
+            vs.emplace_back(DType::kF32, NB * BS * H);
+            PrologueArgs a;
+            a.layout = Layout::kTHD;
+            a.q = q.view({T, H, D});
+            a.k = k.view({T, H, D});
+            a.v = v.view({T, H, D});
+            a.positions = Positions::contiguous(1234);
+            a.sources = {{&rope, std::nullopt}};
+            a.k_cache = kc.back().view({NB, BS, H, D});
+            a.v_cache = vc.back().view({NB, BS, H, D});
+            if (cache == DType::kI8) {
+              a.k_scale = ks.back().view({NB, BS, H});
+              a.v_scale = vs.back().view({NB, BS, H});
+            }
+            a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+            if (norm) a.q_norm_weight = a.k_norm_weight = w.view({D});
+            a.threads = 1;
+            prologue(a);
+          }
+          for (int which = 0; which < 2; ++which) {
+            const Buf& f32 = which == 0 ? kc[0] : vc[0];
+            const Buf& i8 = which == 0 ? kc[1] : vc[1];
+            const Buf& scales = which == 0 ? ks[1] : vs[1];
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t h = 0; h < H; ++h) {
+                const int64_t row = slots[static_cast<size_t>(t)] * H + h;
+                std::vector<float> y(static_cast<size_t>(D));
+                for (int64_t d = 0; d < D; ++d) y[static_cast<size_t>(d)] = static_cast<float>(f32.at(row * D + d));
+                std::vector<int8_t> want(static_cast<size_t>(D));
+                const float scale = detail::quantize_int8_row(y.data(), D, want.data());
+                ASSERT_EQ(detail::f32_bits(scale), detail::f32_bits(static_cast<float>(scales.at(row))))
+                    << (which ? "v" : "k") << " t" << t << " h" << h;
+                ASSERT_EQ(0, std::memcmp(want.data(), i8.bytes.data() + row * D, static_cast<size_t>(D)))
+                    << (which ? "v" : "k") << " t" << t << " h" << h;
+              }
+          }
+          ++compared;
+        }
+  });
+  EXPECT_GT(compared, 150);
 }
 
 }  // namespace
