@@ -367,6 +367,24 @@ TEST(Prologue, WithoutNormQAndCachedKAreApplysRotationBitForBit) {
   EXPECT_GT(compared, 100);
 }
 
+/// A thd call on T tokens of H heads of D channels (q, k and v rows, q in place) that writes k and v into
+/// paged caches of NB blocks of BS slots at `slots`, positions start, start + 1, ..., one frequency source.
+PrologueArgs paged_call(Buf& q, Buf& k, Buf& v, Buf& kc, Buf& vc, int64_t T, int64_t H, int64_t D, int64_t NB,
+                        int64_t BS, std::vector<int64_t>& slots, Rope& rope, int64_t start) {
+  PrologueArgs a;
+  a.layout = Layout::kTHD;
+  a.q = q.view({T, H, D});
+  a.k = k.view({T, H, D});
+  a.v = v.view({T, H, D});
+  a.positions = Positions::contiguous(start);
+  a.sources = {{&rope, std::nullopt}};
+  a.k_cache = kc.view({NB, BS, H, D});
+  a.v_cache = vc.view({NB, BS, H, D});
+  a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+  a.threads = 1;
+  return a;
+}
+
 TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
   // bf16 and f16 rows with a norm take, by target and shape, the rows in registers (half-split, fully
   // rotated, K = h / lanes of 1, 2 or 4: HalfNormRowsInRegisters, two rows at a time, so odd head counts
@@ -405,19 +423,9 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
             Buf q = q0, k = q0, v = v0;
             kc.emplace_back(cache, NB * BS * H * D);
             vc.emplace_back(cache, NB * BS * H * D);
-            PrologueArgs a;
-            a.layout = Layout::kTHD;
-            a.q = q.view({T, H, D});
-            a.k = k.view({T, H, D});
-            a.v = v.view({T, H, D});
-            a.positions = Positions::contiguous(77);
-            a.sources = {{&rope, std::nullopt}};
-            a.k_cache = kc.back().view({NB, BS, H, D});
-            a.v_cache = vc.back().view({NB, BS, H, D});
-            a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+            PrologueArgs a = paged_call(q, k, v, kc.back(), vc.back(), T, H, D, NB, BS, slots, rope, 77);
             a.q_norm_weight = a.k_norm_weight = w.view({D});
             a.norm_offset = offset;
-            a.threads = 1;
             prologue(a);
             qs.push_back(q);
           }
@@ -486,22 +494,12 @@ TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
             vc.emplace_back(cache, NB * BS * H * D);
             ks.emplace_back(DType::kF32, NB * BS * H);
             vs.emplace_back(DType::kF32, NB * BS * H);
-            PrologueArgs a;
-            a.layout = Layout::kTHD;
-            a.q = q.view({T, H, D});
-            a.k = k.view({T, H, D});
-            a.v = v.view({T, H, D});
-            a.positions = Positions::contiguous(1234);
-            a.sources = {{&rope, std::nullopt}};
-            a.k_cache = kc.back().view({NB, BS, H, D});
-            a.v_cache = vc.back().view({NB, BS, H, D});
+            PrologueArgs a = paged_call(q, k, v, kc.back(), vc.back(), T, H, D, NB, BS, slots, rope, 1234);
             if (cache == DType::kI8) {
               a.k_scale = ks.back().view({NB, BS, H});
               a.v_scale = vs.back().view({NB, BS, H});
             }
-            a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
             if (norm) a.q_norm_weight = a.k_norm_weight = w.view({D});
-            a.threads = 1;
             prologue(a);
           }
           for (int which = 0; which < 2; ++which) {
