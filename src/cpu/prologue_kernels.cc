@@ -168,8 +168,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   float* cd = scratch + 2 * h + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
-  // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead,
-  // NormBlockRows).
+  // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead).
   float* rms = g1 - g0 < 2 ? tmp + row_floats + 16 : nullptr;
   // The token's cos | sin in block order (2h).
   float* csb = tmp + row_floats + static_cast<size_t>(std::max(qh, kh)) + 32;
@@ -226,7 +225,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const bool k_cache_fast = p.k_cache.present() && p.k_norm == nullptr && p.k_cache.dtype == qdt;
   const bool k_norm_fast = p.k_cache.present() && p.k_norm != nullptr && p.k_cache.dtype == qdt;
   // bf16 half-split rows with a norm, fully rotated, into bf16 (q; k into a bf16 cache): two vectors
-  // narrowed per pack in block order (HalfBF16NormBlockRows), the weights put in that order once here
+  // narrowed per pack in block order (HalfBF16NormBlockRow), the weights put in that order once here
   // and each token's cos/sin once per token. Not where AVX512-BF16 narrows bf16 (StoreRow's own path).
   size_t nb_k = 0;
 #if ROTARY_PROLOGUE_BF16_BLOCKS
@@ -245,21 +244,24 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   // Streamed k rows take it where each half is whole lines (the rows are: stream_cache).
   const bool k_blocks = nb_k != 0 && p.k_norm != nullptr && p.k_cache.present() && p.k_cache.dtype == DType::kBF16 &&
                         (!stream || (h * sizeof(uint16_t)) % 64 == 0);
-  // The block path's rows (bf16 storage; only reached when nb_k != 0, so only for bf16 inputs).
-  // A tensor's `n` rows of the token: a lone token's factors first into `rms` (as FactorsAhead), else each
-  // computed in the kernel one row ahead.
-  auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* wb,
-                           int64_t pf, bool streamed) {
+  // The block path's rows (bf16 storage; only reached when nb_k != 0, so only for bf16 inputs): a tensor's `n`
+  // rows of the token, their factors from FactorsAhead (`w` the plain weights, `wb` the same in block order).
+  auto NormBlockRows = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, const float* w,
+                           const float* wb, int64_t pf, bool streamed) {
 #if ROTARY_PROLOGUE_BF16_BLOCKS
     if constexpr (EI == Elem::kBF16) {
-      if (rms != nullptr)
-        for (int64_t r = 0; r < n; ++r) rms[r] = RmsFactor<EI>(in + r * in_step, D, p.eps, pf);
-      if (streamed)
-        return HalfBF16NormBlockRowsK<true>(nb_k, in, out, n, in_step, out_step, csb, csb + h, wb, rms, p.eps, h, pf);
-      HalfBF16NormBlockRowsK<false>(nb_k, in, out, n, in_step, out_step, csb, csb + h, wb, rms, p.eps, h, pf);
+      WithNormBlockK(nb_k, streamed, [&](auto k_tag, auto stream_tag) HWY_ATTR {
+        constexpr size_t kK = decltype(k_tag)::value;
+        constexpr bool kStream = decltype(stream_tag)::value;
+        const float *cb = csb, *sb = csb + h;
+        FactorsAhead<EI>(in, n, in_step, D, w, p.eps, pf, rms,
+                         [in, out, in_step, out_step, cb, sb, wb, h](int64_t r, float factor) HWY_ATTR {
+                           HalfBF16NormBlockRow<kK, kStream>(in + r * in_step, out + r * out_step, cb, sb, wb, factor, h);
+                         });
+      });
     }
 #else
-    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)wb, (void)pf, (void)streamed;
+    (void)in, (void)out, (void)n, (void)in_step, (void)out_step, (void)w, (void)wb, (void)pf, (void)streamed;
 #endif
   };
   // Half-split rows with a norm, fully rotated, into storage of the input's dtype (q; k into a cache of that
@@ -324,7 +326,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
       T* out = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
       if (q_blocks) {
-        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, wqb, pf_q, false);
+        NormBlockRows(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, wqb, pf_q, false);
       } else if (p.q_norm != nullptr ? !norm_in_registers(in, out, t.heads, t.in_sh, t.out_sh, p.q_norm, pf_q, false)
                                      : !in_registers(in, out, t.heads, t.in_sh, t.out_sh, pf_q)) {
         FactorsAhead<EI>(in, t.heads, t.in_sh, D, p.q_norm, p.eps, pf_q, rms, [&](int64_t head, float r) {
@@ -341,7 +343,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         // The token's first cache row, for the paths below that take a cache of the input's dtype.
         T* const krow = slot >= 0 && kc.dtype == qdt ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0) : nullptr;
         if (slot >= 0 && k_blocks) {
-          NormBlockRows(in, krow, t.heads, t.in_sh, kc.s_head, wkb, pf_k, stream);
+          NormBlockRows(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, wkb, pf_k, stream);
         } else if (slot >= 0 && !(k_cache_fast && in_registers(in, krow, t.heads, t.in_sh, kc.s_head, pf_k, true)) &&
                    !(k_norm_fast && norm_in_registers(in, krow, t.heads, t.in_sh, kc.s_head, p.k_norm, pf_k, true))) {
           CacheRows<EI, P>(in, t.in_sh, kc, slot, t.heads, rows(), p.k_norm, p.eps, tmp, stream, rms);

@@ -270,66 +270,56 @@ HWY_INLINE bool HalfNormRowsInRegistersK(const Storage<EI>* in, Storage<EO>* out
 #undef ROTARY_PROLOGUE_BF16_BLOCKS
 #if ROTARY_BF16_BLOCK_ORDER
 #define ROTARY_PROLOGUE_BF16_BLOCKS 1
-/// `n` half-split bf16 rows of one token with RMSNorm in block order (LoadBF16Blocks / StoreBF16Blocks,
-/// elements-inl.h), K whole vectors per half (K even; the rows in place or apart): row r from
-/// in + r * in_step to out + r * out_step (bf16); `wb` the weights of both halves and `cb`, `sb` the
-/// token's cos and sin in block order (ToBlockOrder: wb [2][h], cb, sb [h]). Row r's factor is rms[r]
-/// (RmsFactor, computed by the caller: a lone token's rows), or, `rms` null, RmsFactor computed here one
-/// row ahead (prefetching `pf` bytes ahead), so that the next row's reduction overlaps this row's stores
-/// (as FactorsAhead in prologue_kernels.cc; a call per row instead took 1.1x the time on AVX2: Llama-3-8B
-/// shapes, T = 4096, bf16 into a bf16 cache).
+/// One half-split bf16 row with RMSNorm in block order (LoadBF16Blocks / StoreBF16Blocks, elements-inl.h),
+/// K whole vectors per half (K even; in place or apart), normalised by `factor` (its RmsFactor); `wb` the
+/// weights of both halves and `cb`, `sb` the token's cos and sin in block order (ToBlockOrder: wb [2][h],
+/// cb, sb [h]). Callers walk a token's rows with FactorsAhead (prologue_kernels.cc), inlined: a call per
+/// row out of line took 1.1x the time on AVX2 (Llama-3-8B shapes, T = 4096, bf16 into a bf16 cache).
 /// Each value takes NormRotateRow's operations ((x * r) * w, then the rotation, then round to nearest
 /// even), so the results are the same; two vectors are narrowed by one pack, no lane crosses a block.
 /// kStream: non-temporal stores (every row and half on a 64-byte line).
 template <size_t K, bool kStream>
-HWY_INLINE void HalfBF16NormBlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
-                                      int64_t out_step, const float* HWY_RESTRICT cb, const float* HWY_RESTRICT sb,
-                                      const float* HWY_RESTRICT wb, const float* rms, float eps, size_t h, int64_t pf) {
+HWY_INLINE void HalfBF16NormBlockRow(const uint16_t* in, uint16_t* out, const float* HWY_RESTRICT cb, const float* HWY_RESTRICT sb,
+                                     const float* HWY_RESTRICT wb, float factor, size_t h) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using V = hn::Vec<decltype(d)>;
-  if (n <= 0) return;
-  float next = rms == nullptr ? RmsFactor<Elem::kBF16>(in, 2 * h, eps, pf) : 0.0f;
-  for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
-    float factor = next;
-    if (rms != nullptr) factor = rms[r];
-    else if (r + 1 < n) next = RmsFactor<Elem::kBF16>(in + in_step, 2 * h, eps, pf);
-    const V rv = hn::Set(d, factor);
-    for (size_t k = 0; k < K / 2; ++k) {
-      const size_t i = 2 * k * N;
-      V a_lo, a_hi, b_lo, b_hi;
-      LoadBF16Blocks(d, in + i, &a_lo, &a_hi);
-      LoadBF16Blocks(d, in + h + i, &b_lo, &b_hi);
-      a_lo = hn::Mul(hn::Mul(a_lo, rv), hn::LoadU(d, wb + i));
-      a_hi = hn::Mul(hn::Mul(a_hi, rv), hn::LoadU(d, wb + i + N));
-      b_lo = hn::Mul(hn::Mul(b_lo, rv), hn::LoadU(d, wb + h + i));
-      b_hi = hn::Mul(hn::Mul(b_hi, rv), hn::LoadU(d, wb + h + i + N));
-      const V c_lo = hn::LoadU(d, cb + i), c_hi = hn::LoadU(d, cb + i + N);
-      const V s_lo = hn::LoadU(d, sb + i), s_hi = hn::LoadU(d, sb + i + N);
-      StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
-                               out + i);
-      StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
-                               out + h + i);
-    }
+  const V rv = hn::Set(d, factor);
+  for (size_t k = 0; k < K / 2; ++k) {
+    const size_t i = 2 * k * N;
+    V a_lo, a_hi, b_lo, b_hi;
+    LoadBF16Blocks(d, in + i, &a_lo, &a_hi);
+    LoadBF16Blocks(d, in + h + i, &b_lo, &b_hi);
+    a_lo = hn::Mul(hn::Mul(a_lo, rv), hn::LoadU(d, wb + i));
+    a_hi = hn::Mul(hn::Mul(a_hi, rv), hn::LoadU(d, wb + i + N));
+    b_lo = hn::Mul(hn::Mul(b_lo, rv), hn::LoadU(d, wb + h + i));
+    b_hi = hn::Mul(hn::Mul(b_hi, rv), hn::LoadU(d, wb + h + i + N));
+    const V c_lo = hn::LoadU(d, cb + i), c_hi = hn::LoadU(d, cb + i + N);
+    const V s_lo = hn::LoadU(d, sb + i), s_hi = hn::LoadU(d, sb + i + N);
+    StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
+                             out + i);
+    StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
+                             out + h + i);
   }
 }
 
-/// K of HalfBF16NormBlockRows for half `h`: the half-split register paths' K (RegisterVectors) when it is
+/// K of HalfBF16NormBlockRow for half `h`: the half-split register paths' K (RegisterVectors) when it is
 /// even (vectors narrowed in pairs), else 0.
 HWY_INLINE size_t NormBlockVectors(size_t h) {
   const size_t k = RegisterVectors<Pairing::kHalfSplit>(static_cast<int64_t>(h), 2 * static_cast<int64_t>(h));
   return k % 2 == 0 ? k : 0;
 }
 
-/// HalfBF16NormBlockRows with K chosen at run time (NormBlockVectors).
-template <bool kStream>
-HWY_INLINE void HalfBF16NormBlockRowsK(size_t K, const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
-                                       int64_t out_step, const float* cb, const float* sb, const float* wb,
-                                       const float* rms, float eps, size_t h, int64_t pf) {
+/// fn(k_tag, stream_tag) with K (NormBlockVectors) and kStream as compile-time constants
+/// (std::integral_constant, std::bool_constant), for HalfBF16NormBlockRow.
+template <class Fn>
+HWY_INLINE void WithNormBlockK(size_t K, bool stream, Fn&& fn) {
+  using S1 = std::true_type;
+  using S0 = std::false_type;
   switch (K) {
-    case 2: return HalfBF16NormBlockRows<2, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, eps, h, pf);
-    case 4: return HalfBF16NormBlockRows<4, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, eps, h, pf);
-    default: return HalfBF16NormBlockRows<8, kStream>(in, out, n, in_step, out_step, cb, sb, wb, rms, eps, h, pf);
+    case 2: return stream ? fn(std::integral_constant<size_t, 2>(), S1()) : fn(std::integral_constant<size_t, 2>(), S0());
+    case 4: return stream ? fn(std::integral_constant<size_t, 4>(), S1()) : fn(std::integral_constant<size_t, 4>(), S0());
+    default: return stream ? fn(std::integral_constant<size_t, 8>(), S1()) : fn(std::integral_constant<size_t, 8>(), S0());
   }
 }
 

@@ -247,7 +247,7 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
 }
 
 /// Vectors per half (half-split) or per rotated row (interleaved) when the register paths apply
-/// (RowsInRegisters, rows_in_registers-inl.h; the prologue's HalfBF16NormBlockRows): a multiple of the
+/// (RowsInRegisters, rows_in_registers-inl.h; the prologue's HalfBF16NormBlockRow): a multiple of the
 /// vector length, at most 8 vectors (16 interleaved), else 0.
 template <Pairing P>
 HWY_INLINE size_t RegisterVectors(int64_t half, int64_t rotary_dim) {
