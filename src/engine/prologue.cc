@@ -136,9 +136,9 @@ void plan_cache(const PrologueArgs& a, const Sequences& seqs, ProloguePlan& p) {
   if (ci < 0 || ci > 3) invalid("cache_layout must be nhd, hnd, bshd or bhsd, got " + str(ci));
   const int64_t hkv = p.hkv, D = rp.head_dim;
   int64_t major = 0, v_major = 0;
-  p.k_cache = cache_rows(a.k_cache, a.cache_layout, "k_cache", hkv, D, kWhere, &major);
+  cache_rows(a.k_cache, a.cache_layout, "k_cache", hkv, D, kWhere, &major, &p.k_cache);
   if (p.has_v) {
-    p.v_cache = cache_rows(a.v_cache, a.cache_layout, "v_cache", hkv, p.v_dim, kWhere, &v_major);
+    cache_rows(a.v_cache, a.cache_layout, "v_cache", hkv, p.v_dim, kWhere, &v_major, &p.v_cache);
     if (a.v_cache.dtype != a.k_cache.dtype)
       invalid_dtype(kWhere, std::string("v_cache dtype must equal k_cache dtype ") + dtype_name(a.k_cache.dtype) + ", got " +
                                 dtype_name(a.v_cache.dtype));

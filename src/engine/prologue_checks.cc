@@ -65,30 +65,34 @@ bool cache_dtype(DType d) {
 
 }  // namespace
 
-PlanRows cache_rows(const TensorView& cache, CacheLayout layout, const char* name, int64_t heads, int64_t dim,
-                    const char* where, int64_t* major) {
-  const std::string n = name;
+void cache_rows(const TensorView& cache, CacheLayout layout, const char* name, int64_t heads, int64_t dim,
+                const char* where, int64_t* major, PlanRows* rows, bool dense) {
   if (cache.rank != 4)
-    invalid(where, n + " must have rank 4 " + cache_dims(layout) + " for cache_layout " + cache_layout_name(layout) +
+    invalid(where, std::string(name) + " must have rank 4 " + cache_dims(layout) + " for cache_layout " + cache_layout_name(layout) +
                        ", got rank " + str(cache.rank) + " (shape " + shape_str(cache) + ")");
-  try {
-    check_view(cache, name);
-  } catch (const Error& e) {
-    rethrow_as(e, where);
+  if (!dense) {
+    try {
+      check_view(cache, name);
+    } catch (const Error& e) {
+      rethrow_as(e, where);
+    }
   }
   if (!cache_dtype(cache.dtype))
-    invalid_dtype(where, n + " dtype must be f32, f16, bf16, i8, f8e4m3 or f8e5m2, got " + dtype_name(cache.dtype));
+    invalid_dtype(where, std::string(name) + " dtype must be f32, f16, bf16, i8, f8e4m3 or f8e5m2, got " + dtype_name(cache.dtype));
   int minor_axis, head_axis;
   cache_axes(layout, &minor_axis, &head_axis);
   if (cache.shape[head_axis] != heads || cache.shape[3] != dim)
-    invalid(where, n + " must have shape " + cache_dims(layout) + " with Hkv = " + str(heads) + " and D = " + str(dim) +
+    invalid(where, std::string(name) + " must have shape " + cache_dims(layout) + " with Hkv = " + str(heads) + " and D = " + str(dim) +
                        " (cache_layout " + cache_layout_name(layout) + "), got " + shape_str(cache));
-  try {
-    check_no_self_overlap(cache, name);
-  } catch (const Error& e) {
-    rethrow_as(e, where);
+  if (!dense) {
+    try {
+      check_no_self_overlap(cache, name);
+    } catch (const Error& e) {
+      rethrow_as(e, where);
+    }
   }
-  PlanRows r;
+  PlanRows& r = *rows;
+  r = PlanRows{};
   r.data = cache.data;
   r.dtype = cache.dtype;
   r.heads = heads;
@@ -99,36 +103,36 @@ PlanRows cache_rows(const TensorView& cache, CacheLayout layout, const char* nam
   r.s_head = cache.strides[head_axis];
   r.s_d = cache.strides[3];
   *major = cache.shape[0];
-  return r;
 }
 
 void attach_scale(PlanRows& rows, const TensorView& scale, const TensorView& cache, CacheLayout layout,
-                  const char* name, const char* cache_name, const char* where) {
-  const std::string n = name;
+                  const char* name, const char* cache_name, const char* where, bool dense) {
   const bool given = !absent(scale);
   if (rows.dtype != DType::kI8 && !is_fp8(rows.dtype)) {
     if (given)
-      invalid(where, n + " is given but " + cache_name + " dtype is " + dtype_name(rows.dtype) +
-                         " (scales belong to i8 and fp8 caches), got " + n + " shape " + shape_str(scale));
+      invalid(where, std::string(name) + " is given but " + cache_name + " dtype is " + dtype_name(rows.dtype) +
+                         " (scales belong to i8 and fp8 caches), got " + name + " shape " + shape_str(scale));
     return;
   }
   if (!given)
-    invalid(where, n + " must be given for an " + dtype_name(rows.dtype) + " " + cache_name + " (" +
+    invalid(where, std::string(name) + " must be given for an " + dtype_name(rows.dtype) + " " + cache_name + " (" +
                        (rows.dtype == DType::kI8 ? "f32, one scale per row and head, written by the call"
                                                  : "f32, the per-tensor scale") +
                        "), got none");
-  try {
-    check_view(scale, name, /*allow_broadcast_zero=*/rows.dtype != DType::kI8);
-  } catch (const Error& e) {
-    rethrow_as(e, where);
+  if (!dense) {
+    try {
+      check_view(scale, name, /*allow_broadcast_zero=*/rows.dtype != DType::kI8);
+    } catch (const Error& e) {
+      rethrow_as(e, where);
+    }
   }
-  if (scale.dtype != DType::kF32) invalid_dtype(where, n + " dtype must be f32, got " + dtype_name(scale.dtype));
+  if (scale.dtype != DType::kF32) invalid_dtype(where, std::string(name) + " dtype must be f32, got " + dtype_name(scale.dtype));
   if (is_fp8(rows.dtype)) {
     if (scale.numel() != 1)
-      invalid(where, n + " must hold one value (the per-tensor scale of an " + dtype_name(rows.dtype) + " " + cache_name +
+      invalid(where, std::string(name) + " must hold one value (the per-tensor scale of an " + dtype_name(rows.dtype) + " " + cache_name +
                          "), got shape " + shape_str(scale));
     const float v = *static_cast<const float*>(scale.data);
-    if (!(std::isfinite(v) && v > 0.0f)) invalid(where, n + " must be finite and > 0, got " + num(v));
+    if (!(std::isfinite(v) && v > 0.0f)) invalid(where, std::string(name) + " must be finite and > 0, got " + num(v));
     rows.tensor_scale = v;
     return;
   }
@@ -137,13 +141,15 @@ void attach_scale(PlanRows& rows, const TensorView& scale, const TensorView& cac
   bool ok = scale.rank == 3;
   for (int i = 0; ok && i < 3; ++i) ok = scale.shape[i] == cache.shape[i];
   if (!ok)
-    invalid(where, n + " must have " + cache_name + "'s shape without its last axis [" + str(cache.shape[0]) + "," +
+    invalid(where, std::string(name) + " must have " + cache_name + "'s shape without its last axis [" + str(cache.shape[0]) + "," +
                        str(cache.shape[1]) + "," + str(cache.shape[2]) + "] (one f32 scale per row and head), got " +
                        shape_str(scale));
-  try {
-    check_no_self_overlap(scale, name);
-  } catch (const Error& e) {
-    rethrow_as(e, where);
+  if (!dense) {
+    try {
+      check_no_self_overlap(scale, name);
+    } catch (const Error& e) {
+      rethrow_as(e, where);
+    }
   }
   rows.scales = static_cast<float*>(scale.data);
   rows.sc_major = scale.strides[0];
@@ -153,18 +159,17 @@ void attach_scale(PlanRows& rows, const TensorView& scale, const TensorView& cac
 
 void read_indices(const TensorView& v, const char* name, int64_t n, const std::string& shape_text, const char* where,
                   std::vector<int64_t>* out, int64_t rank2_b, int64_t rank2_s) {
-  const std::string nm = name;
   const bool grid = rank2_b >= 0 && v.rank == 2;
   if (v.rank != 1 && !grid)
-    invalid(where, nm + " must have shape " + shape_text + ", got rank " + str(v.rank) + " (shape " + shape_str(v) + ")");
+    invalid(where, std::string(name) + " must have shape " + shape_text + ", got rank " + str(v.rank) + " (shape " + shape_str(v) + ")");
   try {
     check_view(v, name, /*allow_broadcast_zero=*/true);
   } catch (const Error& e) {
     rethrow_as(e, where);
   }
-  if (!is_integer(v.dtype)) invalid_dtype(where, nm + " dtype must be i32 or i64, got " + dtype_name(v.dtype));
+  if (!is_integer(v.dtype)) invalid_dtype(where, std::string(name) + " dtype must be i32 or i64, got " + dtype_name(v.dtype));
   const bool shape_ok = grid ? v.shape[0] == rank2_b && v.shape[1] == rank2_s : v.shape[0] == n;
-  if (!shape_ok) invalid(where, nm + " must have shape " + shape_text + ", got " + shape_str(v));
+  if (!shape_ok) invalid(where, std::string(name) + " must have shape " + shape_text + ", got " + shape_str(v));
   out->resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t off = grid ? (i / rank2_s) * v.strides[0] + (i % rank2_s) * v.strides[1] : i * v.strides[0];
@@ -193,15 +198,14 @@ void check_slots(const int64_t* slots, int64_t n, int64_t capacity, const char* 
 
 const float* norm_weight(const TensorView& w, const char* name, int64_t dim, double offset, const char* where,
                          std::vector<float>* storage) {
-  const std::string n = name;
-  if (w.rank != 1) invalid(where, n + " must have shape [D] = [" + str(dim) + "], got rank " + str(w.rank));
+  if (w.rank != 1) invalid(where, std::string(name) + " must have shape [D] = [" + str(dim) + "], got rank " + str(w.rank));
   try {
     check_view(w, name, /*allow_broadcast_zero=*/true);
   } catch (const Error& e) {
     rethrow_as(e, where);
   }
-  if (!is_floating(w.dtype)) invalid_dtype(where, n + " dtype must be floating (f32, f16, bf16, f64), got " + dtype_name(w.dtype));
-  if (w.shape[0] != dim) invalid(where, n + " must have shape [D] = [" + str(dim) + "], got " + shape_str(w));
+  if (!is_floating(w.dtype)) invalid_dtype(where, std::string(name) + " dtype must be floating (f32, f16, bf16, f64), got " + dtype_name(w.dtype));
+  if (w.shape[0] != dim) invalid(where, std::string(name) + " must have shape [D] = [" + str(dim) + "], got " + shape_str(w));
   const auto off = static_cast<float>(offset);
   if (w.dtype == DType::kF32 && off == 0.0f && w.strides[0] == 1) return static_cast<const float*>(w.data);
   storage->resize(static_cast<size_t>(dim));

@@ -21,15 +21,17 @@ inline constexpr const char* kRerotateWhere = "rotary_rerotate_cache";
 const char* cache_dims(CacheLayout layout);
 
 /// Validates a rank-4 cache view for `layout` (dtype f32/f16/bf16/i8/f8e4m3/f8e5m2, `heads` heads of `dim`
-/// channels, no two elements at one address) and returns its row addressing (scales not yet attached).
-/// `major` receives num_blocks (paged) or the cache batch (contiguous).
-PlanRows cache_rows(const TensorView& cache, CacheLayout layout, const char* name, int64_t heads, int64_t dim,
-                    const char* where, int64_t* major);
+/// channels, no two elements at one address) and sets *rows to its row addressing (scales not yet attached).
+/// `major` receives num_blocks (paged) or the cache batch (contiguous). `dense`: the caller found the view
+/// dense (dense_view), so its view and self-overlap checks pass by construction and are not repeated.
+void cache_rows(const TensorView& cache, CacheLayout layout, const char* name, int64_t heads, int64_t dim,
+                const char* where, int64_t* major, PlanRows* rows, bool dense = false);
 
 /// Attaches the scale of a quantised cache: i8, an f32 [cache dims without the last] written per row;
-/// fp8, an f32 tensor of one element (finite, > 0) read now. Unquantised caches take no scale.
+/// fp8, an f32 tensor of one element (finite, > 0) read now. Unquantised caches take no scale. `dense`: as
+/// cache_rows' (the scale view found dense by the caller).
 void attach_scale(PlanRows& rows, const TensorView& scale, const TensorView& cache, CacheLayout layout,
-                  const char* name, const char* cache_name, const char* where);
+                  const char* name, const char* cache_name, const char* where, bool dense = false);
 
 /// Reads an i32/i64 index vector of `n` entries (rank 1, or `rank2` = [B,S] for a bshd/bhsd token grid).
 void read_indices(const TensorView& v, const char* name, int64_t n, const std::string& shape_text, const char* where,

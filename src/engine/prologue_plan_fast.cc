@@ -14,8 +14,8 @@ namespace {
 constexpr const char* kWhere = kPrologueWhere;
 
 /// [lo, lo + bytes) of a dense view.
-struct Extent {
-  uintptr_t lo = 0, hi = 0;
+struct Extent {  // trivial: the arrays of them below are not zeroed first
+  uintptr_t lo, hi;
   bool meets(const Extent& o) const { return lo < o.hi && o.lo < hi; }
 };
 Extent extent(const TensorView& v, int64_t bytes) {
@@ -122,10 +122,11 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   if (!absent(a.k_norm_weight)) p.k_norm = norm_weight(a.k_norm_weight, "k_norm_weight", D, a.norm_offset, kWhere, &p.k_norm_storage);
   p.eps = static_cast<float>(a.norm_eps);
   int64_t major = 0, v_major = 0;
-  p.k_cache = cache_rows(kc, a.cache_layout, "k_cache", Hkv, D, kWhere, &major);
-  p.v_cache = cache_rows(vc, a.cache_layout, "v_cache", Hkv, Dv, kWhere, &v_major);
-  attach_scale(p.k_cache, a.k_scale, kc, a.cache_layout, "k_scale", "k_cache", kWhere);
-  attach_scale(p.v_cache, a.v_scale, vc, a.cache_layout, "v_scale", "v_cache", kWhere);
+  // The caches and scales are dense (dense_view above): their view and self-overlap checks pass.
+  cache_rows(kc, a.cache_layout, "k_cache", Hkv, D, kWhere, &major, &p.k_cache, /*dense=*/true);
+  cache_rows(vc, a.cache_layout, "v_cache", Hkv, Dv, kWhere, &v_major, &p.v_cache, /*dense=*/true);
+  attach_scale(p.k_cache, a.k_scale, kc, a.cache_layout, "k_scale", "k_cache", kWhere, /*dense=*/true);
+  attach_scale(p.v_cache, a.v_scale, vc, a.cache_layout, "v_scale", "v_cache", kWhere, /*dense=*/true);
   if (paged) {
     p.slots = static_cast<const int64_t*>(addr.data);
     check_slots(p.slots, T, major * p.k_cache.minor_count, "slot_mapping", "num_blocks * block_size", kWhere);
@@ -134,7 +135,8 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
     seqs.count = n_addr;
     contiguous_slots(a, seqs, major, p);
   }
-  attach_sources(a, Sequences{}, range, p);
+  static const Sequences kOneSequence;  // thd: the whole call is one sequence
+  attach_sources(a, kOneSequence, range, p);
   p.threads = a.threads;
   return true;
 }

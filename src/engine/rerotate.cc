@@ -61,7 +61,7 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
             cache_layout_name(a.cache_layout) + ", got rank " + str(a.k_cache.rank));
   const int head_axis = a.cache_layout == CacheLayout::kHND || a.cache_layout == CacheLayout::kBHSD ? 1 : 2;
   int64_t major = 0;
-  p.rows = cache_rows(a.k_cache, a.cache_layout, "k_cache", a.k_cache.shape[head_axis], D, kWhere, &major);
+  cache_rows(a.k_cache, a.cache_layout, "k_cache", a.k_cache.shape[head_axis], D, kWhere, &major, &p.rows);
   attach_scale(p.rows, a.k_scale, a.k_cache, a.cache_layout, "k_scale", "k_cache", kWhere);
   if (p.rows.dtype == DType::kI8) check_disjoint(a.k_scale, "k_scale", a.k_cache, "k_cache", kWhere);
 
