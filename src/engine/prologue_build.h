@@ -40,7 +40,8 @@ ProloguePlan build_prologue_plan_full(const PrologueArgs& args);
 /// cache_positions absent or a dense i64 [N]) without the general checks, which it passes by construction.
 /// Returns false, having written nothing to *plan, for anything else. The checks it still makes (norm
 /// weights, cache rows, scales, slots or cache positions) are the full validation's own functions called
-/// in its order, so an error it raises
+/// in its order (less the view and self-overlap checks of the caches and scales it found dense, which pass
+/// by construction), so an error it raises
 /// is the one build_prologue_plan_full raises; for every call it accepts, build_prologue_plan_full
 /// produces the same plan.
 bool build_prologue_plan_fast(const PrologueArgs& args, ProloguePlan* plan);

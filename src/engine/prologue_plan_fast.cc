@@ -135,8 +135,8 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
     seqs.count = n_addr;
     contiguous_slots(a, seqs, major, p);
   }
-  static const Sequences kOneSequence;  // thd: the whole call is one sequence
-  attach_sources(a, kOneSequence, range, p);
+  static const Sequences kUnread;  // read only with a source_index, which this shortcut declines
+  attach_sources(a, kUnread, range, p);
   p.threads = a.threads;
   return true;
 }
