@@ -84,16 +84,40 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   const int64_t last = pos.offset + (cq.S - 1);  // offset < 2^31, S < 2^62 (backed by bytes): no overflow
   if (last > kMaxPosition) return false;
 
-  plan->dtype = args.q.dtype;
-  plan->pairing = pairing;
-  plan->direction = args.direction;
-  plan->head_dim = cq.D;
-  plan->rotary_dim = R;
-  plan->half = R / 2;
-  plan->B = cq.B;
-  plan->S = cq.S;
+  OffsetRotation r;
+  r.q = &args.q;
+  r.q_out = absent(args.q_out) ? &args.q : &args.q_out;
+  r.cq = cq;
+  if (has_k) {
+    r.k = &args.k;
+    r.k_out = absent(args.k_out) ? &args.k : &args.k_out;
+    r.ck = ck;
+  }
+  r.layout = layout;
+  r.pairing = pairing;
+  r.direction = args.direction;
+  r.rotary_dim = R;
+  r.offset = pos.offset;
+  r.last = last;
+  r.n_axes = req.n_axes;
+  r.threads = args.threads;
+  r.device = req.device || args.backend == Backend::kCuda;
+  r.stream = args.stream;
+  plan_offset_rotation(r, plan, range);
+  return true;
+}
+
+void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* range) {
+  plan->dtype = r.q->dtype;
+  plan->pairing = r.pairing;
+  plan->direction = r.direction;
+  plan->head_dim = r.cq.D;
+  plan->rotary_dim = r.rotary_dim;
+  plan->half = r.rotary_dim / 2;
+  plan->B = r.cq.B;
+  plan->S = r.cq.S;
   auto fill = [&](PlanTensor& t, const Canon& ci, const TensorView& in, const TensorView& out) {
-    const Canon co = &out == &in ? ci : canonical(out, layout);
+    const Canon co = &out == &in ? ci : canonical(out, r.layout);
     t.in = in.data;
     t.out = out.data;
     t.heads = ci.H;
@@ -101,17 +125,16 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
     t.out_sb = co.sb; t.out_ss = co.ss; t.out_sh = co.sh; t.out_sd = co.sd;
   };
   plan->ntensors = 0;
-  fill(plan->t[plan->ntensors++], cq, args.q, absent(args.q_out) ? args.q : args.q_out);
-  if (has_k) fill(plan->t[plan->ntensors++], ck, args.k, absent(args.k_out) ? args.k : args.k_out);
-  plan->threads = args.threads;
-  plan->device = req.device || args.backend == Backend::kCuda;
-  plan->stream = args.stream;
+  fill(plan->t[plan->ntensors++], r.cq, *r.q, *r.q_out);
+  if (r.k != nullptr) fill(plan->t[plan->ntensors++], r.ck, *r.k, *r.k_out);
+  plan->threads = r.threads;
+  plan->device = r.device;
+  plan->stream = r.stream;
   plan->pos.kind = PlanPositions::Kind::kOffset;
-  plan->pos.offset = pos.offset;
-  plan->pos.n_axes = req.n_axes;
+  plan->pos.offset = r.offset;
+  plan->pos.n_axes = r.n_axes;
   *range = PositionRange{};
-  note_position(range, last);
-  return true;
+  note_position(range, r.last);
 }
 
 }  // namespace rotary::detail

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "engine/plan_request.h"
+#include "engine/tensor_checks.h"
 #include "plan/plan.h"
 #include "rotary/apply.h"
 
@@ -12,5 +13,29 @@ namespace rotary::detail {
 /// nothing, for anything else (build_plan_full then validates and reports). For every call it
 /// accepts, build_plan_full produces the same Plan and range.
 bool build_plan_fast(const ApplyArgs& args, const PlanRequest& request, Plan* plan, PositionRange* range);
+
+/// The common call once its checks have passed: q (and k) dense, each rotated into its output (the input
+/// itself: in place), at positions offset .. last. What build_plan_fast plans; the prologue's shortcut
+/// makes the same checks on its own tensors and plans its rotation with it too (without building an
+/// ApplyArgs). The views must outlive the call only.
+struct OffsetRotation {
+  const TensorView* q = nullptr;
+  const TensorView* q_out = nullptr;
+  const TensorView* k = nullptr;  ///< null: q alone
+  const TensorView* k_out = nullptr;
+  Canon cq, ck;  ///< canonical(q), canonical(k)
+  Layout layout = Layout::kTHD;
+  Pairing pairing = Pairing::kHalfSplit;
+  Direction direction = Direction::kForward;
+  int64_t rotary_dim = 0;
+  int64_t offset = 0, last = 0;  ///< the first token's position and the last one's
+  int n_axes = 1;
+  int threads = 0;
+  bool device = false;
+  void* stream = nullptr;
+};
+
+/// Fills `plan` and `range` for `r` (no checks).
+void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* range);
 
 }  // namespace rotary::detail

@@ -96,17 +96,29 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
     for (int j = 0; j < nr; ++j)
       if (writes[i].meets(reads[j])) return false;
   }
-  // The rotation's plan of q and k: the apply planner's shortcut, with the request the full validation makes.
-  SourceGeometry geo;
-  geo.head_dim = spec.head_dim;
-  geo.rotary_dim = spec.effective_rotary_dim();
-  geo.pairing = spec.pairing;
-  ApplyArgs ap;
-  PlanRequest req;
-  rotation_request(a, geo, /*rotate=*/true, &ap, &req);
-  PositionRange range;
+  // The rotation of q and k (k read, its rows to the cache): the plan the apply planner's shortcut makes
+  // of the request the full validation builds (rotation_request), after that shortcut's checks — q and k
+  // dense floating tensors apart, q in place (above), offset positions, the spec's rotary_dim.
+  const Positions& pos = a.positions;
+  if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 || pos.offset > kMaxPosition)
+    return false;
+  const int64_t R = spec.effective_rotary_dim(), last = pos.offset + (cq.S - 1);
+  const int pairing_i = static_cast<int>(spec.pairing);
+  if (R <= 0 || R % 2 != 0 || R > D || last > kMaxPosition || pairing_i < 0 || pairing_i > 1) return false;
+  OffsetRotation rot;
+  rot.q = rot.q_out = &a.q;
+  rot.k = rot.k_out = &a.k;
+  rot.cq = cq;
+  rot.ck = ck;
+  rot.layout = a.layout;
+  rot.pairing = spec.pairing;
+  rot.rotary_dim = R;
+  rot.offset = pos.offset;
+  rot.last = last;
+  rot.threads = a.threads;
   ProloguePlan& p = *plan;
-  if (!build_plan_fast(ap, req, &p.rope, &range)) return false;  // writes nothing when it declines
+  PositionRange range;
+  plan_offset_rotation(rot, &p.rope, &range);
   // From here on: the full validation's own checks, in its order.
   p.q_index = 0;
   p.k_index = 1;
