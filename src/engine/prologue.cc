@@ -222,7 +222,7 @@ void check_outputs(const PrologueArgs& a, const ProloguePlan& p) {
     uintptr_t lo = 0, hi = 0;
   };
   // Fixed arrays, not vectors: this runs on every call, a decode step's included (no allocation).
-  constexpr size_t kMaxWrites = 6, kMaxReads = 10;
+  constexpr size_t kMaxWrites = 6, kMaxReads = 12;
   Named writes[kMaxWrites], reads[kMaxReads];
   size_t nw = 0, nr = 0;
   auto add = [](Named* list, size_t* n, const TensorView* v, const char* name, bool activation) {
@@ -250,6 +250,17 @@ void check_outputs(const PrologueArgs& a, const ProloguePlan& p) {
   add(reads, &nr, &a.slot_mapping, "slot_mapping", false);
   add(reads, &nr, &a.cache_positions, "cache_positions", false);
   add(reads, &nr, &a.source_index, "source_index", false);
+  // The kernels read positions per token through the caller's pointers, after earlier tokens' cache writes
+  // (the tensors of the positions' kind, as the apply checks).
+  const Positions& pos = a.positions;
+  switch (pos.kind) {
+    case Positions::Kind::kOffset: add(reads, &nr, &pos.batch_offsets, "positions.batch_offsets", false); break;
+    case Positions::Kind::kIds: add(reads, &nr, &pos.ids, "positions.ids", false); break;
+    case Positions::Kind::kPacked:
+      add(reads, &nr, &pos.cu_seqlens, "positions.cu_seqlens", false);
+      add(reads, &nr, &pos.seq_offsets, "positions.seq_offsets", false);
+      break;
+  }
   if (has_cache && is_fp8(p.k_cache.dtype)) add(reads, &nr, &a.k_scale, "k_scale", false);
   if (p.has_v && is_fp8(p.v_cache.dtype)) add(reads, &nr, &a.v_scale, "v_scale", false);
   auto meet = [](const Named& x, const Named& y) {

@@ -97,7 +97,7 @@ void cache_rows(const TensorView& cache, CacheLayout layout, const char* name, i
   r.dtype = cache.dtype;
   r.heads = heads;
   r.dim = dim;
-  r.minor_count = std::max<int64_t>(1, cache.shape[minor_axis]);
+  r.minor_count = cache.shape[minor_axis];  // 0 (no block_size or S_max): a capacity of 0, no slot passes check_slots
   r.s_major = cache.strides[0];
   r.s_minor = cache.strides[minor_axis];
   r.s_head = cache.strides[head_axis];

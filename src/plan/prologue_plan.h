@@ -18,7 +18,7 @@ struct PlanRows {
   void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t heads = 0, dim = 0;
-  int64_t minor_count = 1;  ///< block_size (paged) or S_max (contiguous)
+  int64_t minor_count = 1;  ///< block_size (paged) or S_max (contiguous); 0: the tensor holds no row (no slot is valid)
   int64_t s_major = 0, s_minor = 0, s_head = 0, s_d = 1;
   /// i8: one f32 scale per (slot, head), same addressing with these strides; fp8: tensor_scale.
   float* scales = nullptr;

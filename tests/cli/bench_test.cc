@@ -98,6 +98,9 @@ TEST(CliBench, BadArgumentsAreUsageErrors) {
   EXPECT_NE(out.find("--case must be P1, P2 or prologue, got \"P3\""), std::string::npos) << out;
   EXPECT_NE(testing::run_command("'" + cli + "' bench --threads 0", &out, true), 0);
   EXPECT_NE(out.find("--threads must be in [1, 1024], got 0"), std::string::npos) << out;
+  // A stray word (e.g. `rotary bench prologue` for `--case prologue`) is refused, not ignored.
+  EXPECT_EQ(testing::run_command("'" + cli + "' bench --case prologue bogus --json", &out, true), 2);
+  EXPECT_NE(out.find("unexpected argument \"bogus\""), std::string::npos) << out;
 }
 
 }  // namespace

@@ -128,6 +128,7 @@ const Options kOptions = {
 
 int run_bench(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
+  if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   if (auto backend = flags.get("backend")) {
     if (*backend == "cuda") return run_bench_cuda(flags);
     if (*backend != "cpu") throw UsageError("--backend must be cpu or cuda, got " + *backend);
