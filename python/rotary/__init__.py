@@ -105,7 +105,9 @@ def apply(
     seq_len: length seen by dynamic / longrope scaling; None means max(position) + 1.
     threads: 0 = all usable cores (the affinity mask), 1 = calling thread only; larger counts are capped at the
       usable cores. backend: "auto", "cpu", "reference" or "cuda".
-    cu_seqlens / seq_offsets: packed thd positions (position = t - cu_seqlens[n] + seq_offsets[n]).
+    cu_seqlens / seq_offsets: packed thd positions (position = t - cu_seqlens[n] + seq_offsets[n]); an int
+      `positions` with cu_seqlens is every sequence's start (the same as seq_offsets); position ids,
+      batch_offsets or both starts given with cu_seqlens, or seq_offsets without it, raise ValueError.
     batch_offsets: per-batch start offsets [B] added to an int `positions`.
     out_scale: with an fp8 `out` (ml_dtypes float8_e4m3fn / float8_e5m2, torch.float8_e4m3fn / float8_e5m2), its
       per-tensor scale: out holds fp8(fl32(y / out_scale)) of the f32 result y, nearest even, saturating.

@@ -123,7 +123,8 @@ def prologue(
     q [T, Hq, D], k [T, Hkv, D], v [T, Hkv, Dv] for layout "thd" ([B, S, H, D] "bshd", [B, H, S, D] "bhsd");
       any strides (e.g. the slices of one fused QKV buffer); float32, float16 or bfloat16. q may be None.
     positions: as in rotary.apply (an int offset, per-token ids, M-RoPE [3, T] ids); with cu_seqlens /
-      seq_offsets for packed sequences, batch_offsets for bshd/bhsd.
+      seq_offsets for packed sequences (an int positions with cu_seqlens: every sequence's start), batch_offsets
+      for bshd/bhsd; arguments of two schemes at once raise ValueError.
     spec: a rotary.Spec; a list of Specs with spec_index [N] (the Spec of each sequence: per-request scaling);
       or None (no rotation: a NoPE layer). seq_len: the length dynamic/longrope scaling sees (one per spec).
     k_cache / v_cache: cache_layout "nhd" [num_blocks, block_size, Hkv, D] or "hnd" [num_blocks, Hkv,
@@ -147,6 +148,8 @@ def prologue(
         return q_out if q_out is not None else q
     if k is None:  # the core's own words (its binding takes no None for k)
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
+    _refuse_autograd((("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out),
+                      ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)))
     (qv, kv, vv, qov, kov), act = _group([("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out)], False)
     (kcv, vcv), cache_bits = _group([("k_cache", k_cache), ("v_cache", v_cache)], False)
     (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)], True)
@@ -164,6 +167,17 @@ def prologue(
                       layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
                       weight_bits=w_bits)
     return q_out if q_out is not None else q
+
+
+def _refuse_autograd(named: Sequence[Any]) -> None:
+    """RuntimeError (torch's kind for autograd misuse) when grad mode is on and a torch tensor of the call requires
+    grad: the prologue writes q in place and k, v into a cache through no autograd formula, so a gradient through it
+    would be silently wrong."""
+    for name, x in named:
+        if x is not None and _is_torch(x) and x.requires_grad and _torch_module().is_grad_enabled():
+            raise RuntimeError(f"[rotary_prologue] {name} requires grad, but the prologue is not differentiable (it "
+                               "writes q in place and k, v into a cache): call it under torch.no_grad() or "
+                               "torch.inference_mode(); for training, rotate with rotary.torch.apply_qk")
 
 
 def rerotate_cache(

@@ -41,8 +41,19 @@ def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions:
                    q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], norm_eps: float,
                    norm_offset: float, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
                    fp8_k_scale: float, fp8_v_scale: float, q_out: Optional[torch.Tensor], threads: int) -> None:
-    """q rotated in place (after its norm) or into q_out; k and v written into the caches; int8 scales written."""
+    """q rotated in place (after its norm) or into q_out; k and v written into the caches; int8 scales written.
+
+    k_scale / v_scale: the int8 caches' scale tensors (written); fp8_k_scale / fp8_v_scale: the fp8 caches'
+    per-tensor scales (stored = fp8(x / scale)). A scale of the other kind is an error, never ignored."""
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    for tensor, value, name in ((k_scale, fp8_k_scale, "k"), (v_scale, fp8_v_scale, "v")):
+        if fp8 and tensor is not None:
+            raise ValueError(f"[rotary_prologue] {name}_scale tensors are for int8 caches; an fp8 cache takes its "
+                             f"per-tensor scale as fp8_{name}_scale (a float, e.g. float(layer._{name}_scale)), got a "
+                             f"{name}_scale tensor of shape {list(tensor.shape)}")
+        if not fp8 and value != 1.0:
+            raise ValueError(f"[rotary_prologue] fp8_{name}_scale is the scale of an fp8 cache, but {name}_cache dtype "
+                             f"is {k_cache.dtype if name == 'k' else v_cache.dtype}; got fp8_{name}_scale {value}")
     _prologue.prologue(q, k, v, positions, _spec(spec), k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,
                        cache_positions=cache_positions, cache_layout=cache_layout, q_norm_weight=q_norm_weight,
                        k_norm_weight=k_norm_weight, norm_eps=norm_eps, norm_offset=norm_offset,
@@ -74,6 +85,37 @@ def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
                    q_out, threads)
 
 
+_IMPL = torch.library.Library("rotary", "IMPL")  # noqa: TOR901 - the prologue op's Autograd kernel below
+
+
+def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
+    """An Autograd-key kernel for `op` (mutating, no formula): with grad mode on, an argument of `names` that
+    requires grad is a RuntimeError raised before anything is written (custom_op's own layer would run the kernel
+    with grad mode off and leave autograd unaware of the writes); otherwise the call goes on below autograd."""
+    args = op._schema.arguments
+    index = [i for i, a in enumerate(args) if a.name in names]
+    after = torch._C._after_autograd_keyset
+
+    def kernel(keyset, *call):
+        if torch.is_grad_enabled():
+            for i in index:
+                t = call[i] if i < len(call) else None
+                if isinstance(t, torch.Tensor) and t.requires_grad:
+                    raise RuntimeError(f"[rotary_prologue] {args[i].name} requires grad, but the prologue is not "
+                                       "differentiable (it writes q in place and k, v into a cache): call it under "
+                                       "torch.no_grad() or torch.inference_mode(); for training, rotate with "
+                                       "rotary.torch.apply_qk")
+        with torch._C._AutoDispatchBelowAutograd():
+            return op.redispatch(keyset & after, *call)
+
+    return kernel
+
+
+_IMPL.impl("prologue", _refuse_grad_kernel(torch.ops.rotary.prologue.default,
+                                           ("q", "k", "v", "q_out", "q_norm_weight", "k_norm_weight")),
+           "Autograd", with_keyset=True)
+
+
 @_prologue_op.register_fake
 def _prologue_fake(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
                    q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
@@ -87,6 +129,12 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
                  fp8_scale: float, threads: int) -> None:
     """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions)."""
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    if fp8 and k_scale is not None:
+        raise ValueError("[rotary_rerotate_cache] k_scale tensors are for int8 caches; an fp8 cache takes its "
+                         f"per-tensor scale as fp8_scale (a float), got a k_scale tensor of shape {list(k_scale.shape)}")
+    if not fp8 and fp8_scale != 1.0:
+        raise ValueError(f"[rotary_rerotate_cache] fp8_scale is the scale of an fp8 cache, but k_cache dtype is "
+                         f"{k_cache.dtype}; got fp8_scale {fp8_scale}")
     _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec),
                              to_spec=None if to_spec is None else _spec(to_spec), cache_layout=cache_layout,
                              k_scale=fp8_scale if fp8 else k_scale, threads=threads)

@@ -41,11 +41,32 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
 }  // namespace
 
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,
-                               const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets) {
-  if (cu_seqlens)
-    return rotary::Positions::packed(to_view(*cu_seqlens, "cu_seqlens"),
-                                     seq_offsets ? to_view(*seq_offsets, "seq_offsets") : rotary::TensorView{});
-  if (ids) return rotary::Positions::from_ids(to_view(*ids, "positions"));
+                               const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
+                               const char* where, std::vector<int64_t>* storage) {
+  auto refuse = [where](const std::string& msg) { rotary::fail(rotary::Error::Kind::kInvalidArgument, where, msg); };
+  if (cu_seqlens) {
+    if (ids)
+      refuse("positions ids cannot be combined with cu_seqlens (packed positions are t - cu_seqlens[n] + "
+             "seq_offsets[n]): give one scheme, got both");
+    if (batch_offsets)
+      refuse("batch_offsets cannot be combined with cu_seqlens (packed sequences start at seq_offsets), got both");
+    if (offset != 0 && seq_offsets)
+      refuse("give the packed sequences' starts either as an int positions or as seq_offsets, not both, got positions " +
+             std::to_string(offset) + " and seq_offsets");
+    const rotary::TensorView cu = to_view(*cu_seqlens, "cu_seqlens");
+    rotary::TensorView so = seq_offsets ? to_view(*seq_offsets, "seq_offsets") : rotary::TensorView{};
+    if (offset != 0 && cu.rank == 1 && cu.shape[0] >= 1) {  // other shapes: the core names cu_seqlens
+      storage->assign(static_cast<size_t>(cu.shape[0] - 1), offset);
+      so = rotary::TensorView::contiguous(storage->data(), rotary::DType::kI64, {cu.shape[0] - 1});
+    }
+    return rotary::Positions::packed(cu, so);
+  }
+  if (seq_offsets) refuse("seq_offsets needs cu_seqlens (the starts of packed thd sequences), got seq_offsets alone");
+  if (ids) {
+    if (batch_offsets)
+      refuse("positions ids cannot be combined with batch_offsets (ids are each token's position), got both");
+    return rotary::Positions::from_ids(to_view(*ids, "positions"));
+  }
   rotary::Positions p = rotary::Positions::contiguous(offset);
   if (batch_offsets) p.batch_offsets = to_view(*batch_offsets, "batch_offsets");
   return p;
@@ -60,7 +81,8 @@ void bind_apply(nb::module_& m) {
          std::optional<InArray> batch_offsets, const std::string& layout, std::optional<std::string> pairing,
          bool inverse, std::optional<int64_t> seq_len, int threads, const std::string& backend, bool bf16_bits) {
         CallArrays c = build_args(q, q_out, k, k_out, layout, pairing, inverse, seq_len, threads, backend, bf16_bits);
-        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        std::vector<int64_t> starts;
+        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
         rotary::Rope& rope = spec.rope();
         nb::gil_scoped_release release;
         rope.apply(c.args);
@@ -83,7 +105,8 @@ void bind_apply(nb::module_& m) {
          bool inverse, int threads, const std::string& backend, bool bf16_bits, bool table_bf16_bits) {
         CallArrays c =
             build_args(q, q_out, k, k_out, layout, pairing, inverse, std::nullopt, threads, backend, bf16_bits);
-        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        std::vector<int64_t> starts;
+        c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
         rotary::TensorView cv = to_view(cos, "cos", table_bf16_bits);
         rotary::TensorView sv = to_view(sin, "sin", table_bf16_bits);
         nb::gil_scoped_release release;

@@ -56,10 +56,13 @@ rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits =
 /// value, or -1): ml_dtypes bfloat16 / float8 numpy arrays and torch float8 tensors arrive as uint16 / uint8.
 rotary::TensorView to_view_as(const InArray& a, const char* what, int bits_as);
 rotary::TensorView to_view_as(const OutArray& a, const char* what, int bits_as);
-/// Positions of a call from the Python arguments: packed (cu_seqlens [+ seq_offsets]), ids, or an offset
-/// (+ batch_offsets), in that order of precedence (python/src/apply.cc).
+/// Positions of a call from the Python arguments: packed (cu_seqlens [+ seq_offsets]; a nonzero int `offset`
+/// with cu_seqlens is every sequence's start, its [N] array kept in `storage`), ids, or an offset
+/// (+ batch_offsets). Arguments of two schemes at once are an error of `where` naming them, never ignored
+/// (python/src/apply.cc).
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,
-                               const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets);
+                               const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
+                               const char* where, std::vector<int64_t>* storage);
 
 // Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument).
 using rotary::parse_backend;

@@ -51,7 +51,8 @@ void bind_prologue(nb::module_& m) {
         a.v = opt_view(v, "v", act_bits);
         a.q_out = opt_view(q_out, "q_out", act_bits);
         a.k_out = opt_view(k_out, "k_out", act_bits);
-        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        std::vector<int64_t> starts;
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_prologue", &starts);
         a.layout = parse_layout(layout);
         a.sources = sources_of(specs, seq_lens);
         a.source_index = opt_view(source_index, "spec_index");
@@ -123,7 +124,8 @@ void bind_prologue(nb::module_& m) {
         a.q_out = opt_view(q_out, "out", q_out_bits);
         a.k = opt_view(k, "k", act_bits);
         a.k_out = opt_view(k_out, "k_out", k_out_bits);
-        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets);
+        std::vector<int64_t> starts;
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
         a.layout = parse_layout(layout);
         if (pairing) a.pairing = parse_pairing(*pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;

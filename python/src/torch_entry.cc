@@ -32,7 +32,9 @@ struct TorchNames {
   PyObject* dtype = nullptr;
   PyObject* is_neg = nullptr;
   PyObject* is_cpu = nullptr;
-  PyObject* tensor_type = nullptr;  ///< torch.Tensor
+  PyObject* requires_grad = nullptr;
+  PyObject* is_grad_enabled = nullptr;  ///< torch.is_grad_enabled
+  PyObject* tensor_type = nullptr;      ///< torch.Tensor
 };
 
 const TorchNames& names() {
@@ -53,6 +55,8 @@ const TorchNames& names() {
     t.dtype = PyUnicode_InternFromString("dtype");
     t.is_neg = PyUnicode_InternFromString("is_neg");
     t.is_cpu = PyUnicode_InternFromString("is_cpu");
+    t.requires_grad = PyUnicode_InternFromString("requires_grad");
+    t.is_grad_enabled = keep("is_grad_enabled");
     t.tensor_type = keep("Tensor");
     return t;
   }();
@@ -71,6 +75,30 @@ bool torch_imported() {
   const bool real = m != Py_None;  // sys.modules["torch"] = None blocks the import
   Py_DECREF(m);
   return seen = real;
+}
+
+/// torch.is_grad_enabled() (a Python error counts as enabled: the generic path decides).
+bool grad_enabled() {
+  PyObject* r = PyObject_CallNoArgs(names().is_grad_enabled);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const bool on = r == Py_True;
+  Py_DECREF(r);
+  return on;
+}
+
+/// t.requires_grad (an error counts as true).
+bool requires_grad(nb::handle t) {
+  PyObject* r = PyObject_GetAttr(t.ptr(), names().requires_grad);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const bool on = r != Py_False;
+  Py_DECREF(r);
+  return on;
 }
 
 nb::object call0(nb::handle t, PyObject* name) {
@@ -230,6 +258,11 @@ void bind_torch_entry(nb::module_& m) {
           for (nb::handle t : {q, k, v, k_cache, v_cache})
             if (!PyObject_TypeCheck(t.ptr(), type)) return 1;
           if (!q_out.is_none() && !PyObject_TypeCheck(q_out.ptr(), type)) return 1;
+          // A tensor whose gradient autograd would track: the generic path refuses it (the prologue is not
+          // differentiable). Under no_grad / inference_mode nothing is read but the mode.
+          if (grad_enabled())
+            for (nb::handle t : {q, k, v, q_out, q_norm_weight, k_norm_weight})
+              if (!t.is_none() && requires_grad(t)) return 1;
           bool need = false;
           auto view = [&](nb::handle t, const char* what) {
             return t.is_none() ? rotary::TensorView{} : torch_view(t, what, false, need);

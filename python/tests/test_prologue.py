@@ -269,6 +269,54 @@ def test_errors_name_the_argument_and_leave_everything_untouched(case, override,
             np.testing.assert_array_equal(cur, a, err_msg=f"{n} changed on error")
 
 
+POSITION_CONFLICTS = [
+    ("ids with cu_seqlens", dict(positions=np.arange(5), cu_seqlens=np.array([0, 2, 5])), "cu_seqlens"),
+    ("seq_offsets without cu_seqlens", dict(positions=0, seq_offsets=np.array([3, 4])), "seq_offsets needs cu_seqlens"),
+    ("offset and seq_offsets", dict(positions=7, cu_seqlens=np.array([0, 2, 5]), seq_offsets=np.array([3, 4])),
+     "not both"),
+    ("cu_seqlens with batch_offsets", dict(positions=0, cu_seqlens=np.array([0, 2, 5]), batch_offsets=np.array([1])),
+     "batch_offsets"),
+    ("ids with batch_offsets", dict(positions=np.arange(5), batch_offsets=np.array([1])), "batch_offsets"),
+]
+
+
+@pytest.mark.parametrize("case,kw,needle", POSITION_CONFLICTS, ids=[c[0] for c in POSITION_CONFLICTS])
+def test_position_arguments_of_two_schemes_are_refused_not_ignored(case, kw, needle):
+    # Each scheme alone means something else (ids: absolute; cu_seqlens: restart per sequence at seq_offsets);
+    # dropping one silently rotated keys at the wrong positions into the cache.
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((5, 2, 16)).astype(np.float32)
+    k = rng.standard_normal((5, 1, 16)).astype(np.float32)
+    kc = np.full((2, 4, 1, 16), 7.0, np.float32)
+    vc = kc.copy()
+    kw = dict(kw)
+    positions = kw.pop("positions")
+    q0 = q.copy()
+    with pytest.raises(ValueError) as e:
+        rotary.prologue(q, k, k.copy(), positions, rotary.Spec(16), k_cache=kc, v_cache=vc,
+                        slot_mapping=np.arange(5), **kw)
+    assert str(e.value).startswith("[rotary_prologue] ") and needle in str(e.value), str(e.value)
+    np.testing.assert_array_equal(q, q0)
+    assert (kc == 7.0).all() and (vc == 7.0).all()
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] "):
+        rotary.apply(q.copy(), positions, rotary.Spec(16), layout="thd", **kw)
+
+
+def test_an_int_offset_with_cu_seqlens_starts_every_packed_sequence_there():
+    rng = np.random.default_rng(10)
+    k = rng.standard_normal((5, 1, 16)).astype(np.float32)
+    cu, ids = np.array([0, 2, 5]), np.array([40, 41, 40, 41, 42])
+    spec = rotary.Spec(16)
+    np.testing.assert_array_equal(rotary.apply(k.copy(), 40, spec, layout="thd", cu_seqlens=cu),
+                                  rotary.apply(k.copy(), ids, spec, layout="thd"))
+    caches = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(4)]
+    rotary.prologue(None, k.copy(), k.copy(), 40, spec, k_cache=caches[0], v_cache=caches[1],
+                    slot_mapping=np.arange(5), cu_seqlens=cu)
+    rotary.prologue(None, k.copy(), k.copy(), ids, spec, k_cache=caches[2], v_cache=caches[3],
+                    slot_mapping=np.arange(5))
+    np.testing.assert_array_equal(caches[0], caches[2])
+
+
 def test_rerotate_equals_rotating_from_scratch_and_round_trips():
     rng = np.random.default_rng(9)
     a_spec, b_spec = rotary.Spec(D, base=10000.0), rotary.Spec(D, base=10000.0, rope_type="linear", factor=2.0)

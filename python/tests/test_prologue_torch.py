@@ -98,6 +98,63 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
     assert torch.equal(t["kc"], k1)
 
 
+def _op_args(q, k, v, kc, vc, key, **over):
+    a = dict(q=q, k=k, v=v, positions=torch.tensor([10, 11, 12]), spec=key, k_cache=kc, v_cache=vc,
+             slot_mapping=torch.tensor([5, -1, 2]), cache_positions=None, cache_layout="nhd", layout="thd",
+             q_norm_weight=None, k_norm_weight=None, norm_eps=1e-6, norm_offset=0.0, k_scale=None, v_scale=None,
+             fp8_k_scale=1.0, fp8_v_scale=1.0, q_out=None, threads=1)
+    a.update(over)
+    return list(a.values())
+
+
+@pytest.mark.parametrize("path", ["rotary.prologue", "op", "patched layers' call"])
+def test_the_prologue_refuses_tensors_that_need_a_gradient_before_writing(path):
+    # No autograd formula: run anyway, it wrote q in place behind autograd's back (a saved q gave a silently wrong
+    # gradient) and dropped the rotation from q's gradient. Under no_grad, weights that are Parameters are fine.
+    spec = rotary.Spec(64)
+    key = prologue_torch.spec_key(spec)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn((3, 4, 64), generator=g, requires_grad=True)
+    k, v = torch.randn((3, 2, 64), generator=g), torch.randn((3, 2, 64), generator=g)
+    w = torch.nn.Parameter(torch.ones(64))
+    for q, weight in ((x * 2, None), (x.detach() * 2, w)):
+        kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
+        q0 = q.detach().clone()
+        args = _op_args(q, k, v, kc, vc, key, q_norm_weight=weight)
+        with pytest.raises(RuntimeError, match=r"^\[rotary_prologue\] (q|q_norm_weight) requires grad.*not differentiable"):
+            if path == "rotary.prologue":
+                rotary.prologue(q, k, v, args[3], spec, k_cache=kc, v_cache=vc, slot_mapping=args[7], layout="thd",
+                                q_norm_weight=weight)
+            elif path == "op":
+                torch.ops.rotary.prologue(*args)
+            else:
+                prologue_torch._call_prologue(*args)
+        assert torch.equal(q.detach(), q0) and not kc.any() and not vc.any()
+        with torch.no_grad():
+            prologue_torch._call_prologue(*args) if path != "rotary.prologue" else rotary.prologue(
+                q, k, v, args[3], spec, k_cache=kc, v_cache=vc, slot_mapping=args[7], layout="thd", q_norm_weight=weight)
+        assert kc.any() and not torch.equal(q.detach(), q0)
+
+
+def test_the_ops_refuse_a_scale_of_the_other_kind():
+    # vLLM keeps its fp8 scales as tensors; passed as k_scale they were dropped and the cache written with scale 1.
+    key = prologue_torch.spec_key(rotary.Spec(64))
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    f8 = torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
+    cases = [(dict(k_cache=f8, v_cache=f8.clone(), k_scale=torch.tensor([2.0])), "k_scale tensors are for int8 caches"),
+             (dict(k_cache=torch.zeros((2, 4, 2, 64)), v_cache=torch.zeros((2, 4, 2, 64)), fp8_v_scale=0.5),
+              "fp8_v_scale is the scale of an fp8 cache")]
+    for over, needle in cases:
+        args = _op_args(q.clone(), k, v, over.pop("k_cache"), over.pop("v_cache"), key, **over)
+        with pytest.raises(ValueError, match=needle):
+            torch.ops.rotary.prologue(*args)
+    kc8 = torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="k_scale tensors are for int8 caches"):
+        torch.ops.rotary.rerotate_cache(kc8, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]), key, None, "nhd",
+                                        torch.ones((2, 4, 2)), 1.0, 1)
+
+
 def test_rerotate_op_equals_rotating_at_the_new_positions():
     spec = rotary.Spec(64)
     key = prologue_torch.spec_key(spec)
