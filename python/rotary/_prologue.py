@@ -42,10 +42,11 @@ def _core(x: Any, what: str, readonly: bool = False):
     return _as_core_array(x, what, readonly=readonly)[0], -1
 
 
-def _group(arrays, readonly: bool):
-    """Converts named arrays that must share one element type; returns (converted, bits code)."""
+def _group(arrays):
+    """Converts named arrays (name, array, read only) that must share one element type; returns (converted, bits
+    code). A read-only array with a broadcast (stride-0) axis is copied (the core takes one element per address)."""
     out, code, first = [], None, None
-    for name, a in arrays:
+    for name, a, readonly in arrays:
         if a is None:
             out.append(None)
             continue
@@ -150,9 +151,12 @@ def prologue(
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
     _refuse_autograd((("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out),
                       ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)))
-    (qv, kv, vv, qov, kov), act = _group([("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out)], False)
-    (kcv, vcv), cache_bits = _group([("k_cache", k_cache), ("v_cache", v_cache)], False)
-    (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)], True)
+    # Inputs only read (v; q with q_out; k with a cache or k_out) may be broadcast views (copied).
+    k_read = k_cache is not None or v_cache is not None or k_out is not None
+    (qv, kv, vv, qov, kov), act = _group([("q", q, q_out is not None), ("k", k, k_read), ("v", v, True),
+                                          ("q_out", q_out, False), ("k_out", k_out, False)])
+    (kcv, vcv), cache_bits = _group([("k_cache", k_cache, False), ("v_cache", v_cache, False)])
+    (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight, True), ("k_norm_weight", k_norm_weight, True)])
     from . import _split_positions
 
     offset, ids = _split_positions(positions)

@@ -302,6 +302,28 @@ def test_position_arguments_of_two_schemes_are_refused_not_ignored(case, kw, nee
         rotary.apply(q.copy(), positions, rotary.Spec(16), layout="thd", **kw)
 
 
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_broadcast_k_and_v_inputs_equal_their_contiguous_copies(lib):
+    # k and v are only read when a cache is written: a broadcast (stride-0) view is an input like any other.
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((3, 2, 16)).astype(np.float32)
+    k1 = rng.standard_normal((1, 1, 16)).astype(np.float32)
+    v1 = rng.standard_normal((3, 1, 1)).astype(np.float32)
+    kb, vb = np.broadcast_to(k1, (3, 1, 16)), np.broadcast_to(v1, (3, 1, 16))
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        q, kb, vb = torch.from_numpy(q), torch.from_numpy(k1).expand(3, 1, 16), torch.from_numpy(v1).expand(3, 1, 16)
+    got = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(2)]
+    want = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(2)]
+    qg = rotary.prologue(q.clone() if lib == "torch" else q.copy(), kb, vb, 5, rotary.Spec(16), k_cache=got[0],
+                         v_cache=got[1], slot_mapping=np.arange(3))
+    qw = rotary.prologue(np.array(q), np.ascontiguousarray(kb), np.ascontiguousarray(vb), 5, rotary.Spec(16),
+                         k_cache=want[0], v_cache=want[1], slot_mapping=np.arange(3))
+    np.testing.assert_array_equal(np.asarray(qg), qw)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_an_int_offset_with_cu_seqlens_starts_every_packed_sequence_there():
     rng = np.random.default_rng(10)
     k = rng.standard_normal((5, 1, 16)).astype(np.float32)

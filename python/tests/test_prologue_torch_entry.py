@@ -70,14 +70,17 @@ def test_torch_calls_take_the_direct_path_and_give_numpys_bytes(monkeypatch, dty
     for key, val in scales.items():
         if not isinstance(val, float):
             np.testing.assert_array_equal(val.numpy(), sn[key])
-    # A broadcast k (an expanded head axis) is left to the generic path, which reports it naming k.
+    # A broadcast k (an expanded head axis) is left to the generic path, which copies it (k is only read).
     if direct:
         calls.clear()
         kb = k[:, :1].expand(T_, HK_, D_)
-        with pytest.raises(ValueError, match=r"\[rotary_prologue\] k stride of dim 1 is 0"):
-            rotary.prologue(q.clone(), kb, v, 17, spec, k_cache=torch.zeros_like(kc), v_cache=torch.zeros_like(vc),
-                            cache_layout=layout, threads=1, **addr)
+        caches = [torch.zeros_like(kc) for _ in range(4)]
+        rotary.prologue(q.clone(), kb, v, 17, spec, k_cache=caches[0], v_cache=caches[1], cache_layout=layout,
+                        threads=1, **addr)
         assert calls == [1]
+        rotary.prologue(q.clone(), kb.contiguous(), v, 17, spec, k_cache=caches[2], v_cache=caches[3],
+                        cache_layout=layout, threads=1, **addr)
+        assert torch.equal(caches[0], caches[2]) and torch.equal(caches[1], caches[3])
 
 
 @pytest.mark.parametrize("layout", ["thd", "bshd"])
