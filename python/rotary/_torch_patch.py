@@ -188,6 +188,29 @@ def _release_globals(names: List[Tuple[str, str]]) -> None:
                 del _globals[key]
 
 
+def spec_of_module(mod: torch.nn.Module, config: Any) -> _rotary.Spec:
+    """The Spec of a transformers RoPE module: read from `config`, with the rotated width transformers itself uses.
+
+    Some families' default frequency functions (Llama, Mistral, Qwen2/3) ignore a partial_rotary_factor in the
+    config that Spec.from_hf_config (like the shared scaling functions) honours; the module's own inv_freq buffer
+    says how many pairs it rotates. A width that no rotary_dim can give raises NotImplementedError."""
+    spec = _rotary.Spec.from_hf_config(config)
+    inv = getattr(mod, "original_inv_freq", None)
+    if not isinstance(inv, torch.Tensor):
+        inv = getattr(mod, "inv_freq", None)
+    if not isinstance(inv, torch.Tensor) or inv.dim() != 1:
+        return spec
+    width = 2 * int(inv.numel())
+    if width == spec.rotary_dim:
+        return spec
+    if width > spec.head_dim:
+        raise NotImplementedError(f"[rotary.patch] {type(mod).__name__} rotates {width} channels of a head of "
+                                  f"{spec.head_dim} (its inv_freq has {width // 2} values); pass spec= explicitly")
+    d = spec.to_dict()
+    d.update(rotary_dim=width, partial_rotary_factor=1.0)
+    return _rotary.Spec(**d)
+
+
 def _rope_modules(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
 
@@ -224,7 +247,7 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
             fwd = _layer_type_forward({t: spec_key(s) for t, s in specs.items()})
             mod_spec = specs
         else:
-            mod_spec = spec if spec is not None else _rotary.Spec.from_hf_config(config)
+            mod_spec = spec if spec is not None else spec_of_module(mod, config)
             key = spec_key(mod_spec)
             fwd = {"dup": _dup_forward, "halves": _halves_forward, "mrope": _mrope_forward}[fam.forward](key)
         state["forwards"].append((mod, "forward" in mod.__dict__, mod.__dict__.get("forward")))

@@ -195,28 +195,44 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     return self.o_proj(attn_output), attn_weights
 
 
+# Attention classes whose forward _fused_forward reproduces (q/k/v/o projections, Qwen3's per-head q/k RMSNorm before a
+# half-split rotation, scaled dot-product attention with an optional sliding window, nothing else).
+_PROLOGUE_ATTENTION = ("LlamaAttention", "Qwen3Attention")
+
+
 def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
-    """Routes every Llama/Qwen3-style attention layer of `model` through torch.ops.rotary.prologue; returns them.
+    """Routes every Llama/Qwen3 attention layer of `model` through torch.ops.rotary.prologue; returns them.
 
     A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
     StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
     a dynamic cache, gradients) runs the layer's original forward. spec: the model's RoPE (default: from its
-    config, rotary.Spec.from_hf_config).
+    config, with the rotated width of the model's own RoPE module; rotary.torch.spec_of_module). A model with
+    attention of another class (other softcapping, norms, pairings...) raises NotImplementedError naming the
+    class, before anything is patched.
     """
     import sys
 
+    from ._torch_patch import _rope_modules, spec_of_module
+
+    attention = [m for m in model.modules()
+                 if all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "layer_idx", "head_dim"))]
+    other = sorted({type(m).__name__ for m in attention if type(m).__name__ not in _PROLOGUE_ATTENTION})
+    if other or not attention:
+        found = ", ".join(other) if other else "no attention layer"
+        raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: supports {' and '.join(_PROLOGUE_ATTENTION)} "
+                                  f"layers (their forward is what the fused call reproduces), got {found}")
     if spec is None:
-        spec = Spec.from_hf_config(model.config)
+        ropes = [m for _, m in _rope_modules(model)]
+        spec = spec_of_module(ropes[0], model.config) if len(ropes) == 1 else Spec.from_hf_config(model.config)
     key = spec_key(spec)
     patched = []
-    for module in model.modules():
-        if not all(hasattr(module, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "layer_idx", "head_dim")):
-            continue
+    for module in attention:
         if hasattr(module, "_rotary_original_forward"):
             continue
         mod = sys.modules[type(module).__module__]
         module._rotary_eager = getattr(mod, "eager_attention_forward")
         module._rotary_spec_key = key
+        module._rotary_own_forward = "forward" in module.__dict__  # restored exactly by unpatch_prologue
         module._rotary_original_forward = module.forward
         module.forward = types.MethodType(_fused_forward, module)
         patched.append(module)
@@ -224,9 +240,13 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
 
 
 def unpatch_prologue(model: Any) -> None:
-    """Restores the attention forwards patch_prologue replaced."""
+    """Restores the attention forwards patch_prologue replaced (an instance attribute only where there was one)."""
     for module in model.modules():
         if hasattr(module, "_rotary_original_forward"):
-            module.forward = module._rotary_original_forward
-            for a in ("_rotary_original_forward", "_rotary_eager", "_rotary_spec_key"):
-                delattr(module, a)
+            if getattr(module, "_rotary_own_forward", False):
+                module.forward = module._rotary_original_forward
+            else:
+                del module.forward  # the class's forward again
+            for a in ("_rotary_original_forward", "_rotary_eager", "_rotary_spec_key", "_rotary_own_forward"):
+                if hasattr(module, a):
+                    delattr(module, a)

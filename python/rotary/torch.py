@@ -35,7 +35,7 @@ from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401 
 from rotary._torch_ops import spec_from_key, spec_key
 
 __all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
-           "spec_from_key", "patch", "unpatch", "is_patched", "supported_models"]
+           "spec_from_key", "patch", "unpatch", "is_patched", "supported_models", "spec_of_module"]
 
 ops = torch.ops.rotary
 _peek_functorch = torch._C._functorch.peek_interpreter_stack
@@ -450,4 +450,4 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
 
 # ----------------------------------------------------------------------------------------------- transformers patching
 
-from rotary._torch_patch import is_patched, patch, supported_models, unpatch  # noqa: E402,F401
+from rotary._torch_patch import is_patched, patch, spec_of_module, supported_models, unpatch  # noqa: E402,F401

@@ -170,10 +170,10 @@ def test_rerotate_op_equals_rotating_at_the_new_positions():
         np.testing.assert_allclose(kc[0, s].numpy(), rotate(k[i].double().numpy(), (p * inv)[None, :]), atol=3e-5)
 
 
-def _tiny(kind: str):
+def _tiny(kind: str, **extra):
     torch.manual_seed(0)
     common = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6)
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6, **extra)
     if kind == "llama":
         cfg = transformers.LlamaConfig(**common)
         model = transformers.LlamaForCausalLM(cfg)
@@ -214,3 +214,37 @@ def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monke
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(got.logits, want.logits):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_generate_follows_the_width_transformers_rotates_not_a_partial_factor_it_ignores(monkeypatch):
+    # Qwen3's default RoPE ignores rope_parameters["partial_rotary_factor"] (it rotates the whole head); the config
+    # alone says half. The Spec follows the model's own inv_freq (rotary.torch.spec_of_module).
+    model = _tiny("qwen3", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    assert model.model.rotary_emb.inv_freq.numel() * 2 == 16
+    from rotary.torch import spec_of_module
+    assert spec_of_module(model.model.rotary_emb, model.config).rotary_dim == 16
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_patch_prologue_refuses_attention_it_does_not_reproduce_and_unpatch_restores_exactly():
+    # Gemma2's attention softcaps its logits: the fused forward would have dropped that silently.
+    cfg = transformers.Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, attn_logit_softcapping=1.0)
+    gemma = transformers.Gemma2ForCausalLM(cfg).eval()
+    with pytest.raises(NotImplementedError, match=r"\[rotary.patch_prologue\] Gemma2ForCausalLM: .*got Gemma2Attention"):
+        prologue_torch.patch_prologue(gemma)
+    assert not any(hasattr(m, "_rotary_original_forward") for m in gemma.modules())
+    model = _tiny("llama")
+    layers = prologue_torch.patch_prologue(model)
+    prologue_torch.unpatch_prologue(model)
+    for layer in layers:  # no instance attribute left: the class's forward again
+        assert "forward" not in layer.__dict__ and not any(k.startswith("_rotary") for k in layer.__dict__)

@@ -31,6 +31,10 @@ MODELS = {
     **{f"llama-{k}": ("llama", "LlamaConfig", "LlamaForCausalLM",
                       dict(BASE, head_dim=16, rope_parameters=dict(v),
                            max_position_embeddings=16 if k == "dynamic" else 64)) for k, v in LLAMA_ROPE.items()},
+    # Llama's default RoPE rotates the whole head whatever partial_rotary_factor the config carries.
+    "llama-partial-factor-ignored": ("llama", "LlamaConfig", "LlamaForCausalLM",
+                                     dict(BASE, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                              "partial_rotary_factor": 0.5})),
     "mistral": ("mistral", "MistralConfig", "MistralForCausalLM", dict(BASE, head_dim=16)),
     "qwen2": ("qwen2", "Qwen2Config", "Qwen2ForCausalLM", dict(BASE)),
     "qwen3": ("qwen3", "Qwen3Config", "Qwen3ForCausalLM", dict(BASE, head_dim=16)),
