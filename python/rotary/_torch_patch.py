@@ -211,6 +211,22 @@ def spec_of_module(mod: torch.nn.Module, config: Any) -> _rotary.Spec:
     return _rotary.Spec(**d)
 
 
+class _GlobalsHold:
+    """A patched model's place in the replaced functions' reference counts. A deep copy of the model copies its
+    patched forwards, so the copy takes a place of its own (unpatching either leaves the other patched)."""
+
+    def __init__(self, names: List[Tuple[str, str]]) -> None:
+        self.names = list(names)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "_GlobalsHold":
+        with _lock:
+            for key in self.names:
+                entry = _globals.get(key)
+                if entry is not None:
+                    entry[2] += 1
+        return _GlobalsHold(self.names)
+
+
 def _rope_modules(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("RotaryEmbedding")]
 
@@ -259,6 +275,7 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
                 swaps.append((pm, name, fn))
     _swap_globals(swaps)
     state["globals"] = [(a, b) for a, b, _ in swaps]
+    state["hold"] = _GlobalsHold(state["globals"])
     model._rotary_patch = state
     if verify:
         try:

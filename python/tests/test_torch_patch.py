@@ -204,6 +204,17 @@ def test_patch_refcount_across_models():
     assert mod.apply_rotary_pos_emb is not original  # b still patched
     rt.unpatch(b)
     assert mod.apply_rotary_pos_emb is original
+    # A deep copy of a patched model is patched too (its forwards are copies of the patched ones): it holds its own
+    # reference, so unpatching the copy first leaves the original patched.
+    import copy
+
+    rt.patch(a)
+    c = copy.deepcopy(a)
+    assert rt.is_patched(c)
+    rt.unpatch(c)
+    assert mod.apply_rotary_pos_emb is not original and rt.is_patched(a)
+    rt.unpatch(a)
+    assert mod.apply_rotary_pos_emb is original
 
 
 def test_patched_model_compiles_without_graph_breaks():
