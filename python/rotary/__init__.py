@@ -122,9 +122,9 @@ def apply(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     if _maybe_autograd(x):
-        if out is not None or cu_seqlens is not None or batch_offsets is not None:
-            raise ValueError("[rotary] out=, cu_seqlens= and batch_offsets= are not supported for tensors "
-                             "requiring grad; use rotary.torch.apply")
+        if out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None:
+            raise ValueError("[rotary] out=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported for "
+                             "tensors requiring grad; use rotary.torch.apply")
         from . import torch as rotary_torch
 
         return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
@@ -189,9 +189,10 @@ def apply_qk(
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
     if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)):
-        if q_out is not None or k_out is not None or cu_seqlens is not None or batch_offsets is not None:
-            raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/batch_offsets= are not supported for tensors "
-                             "requiring grad; use rotary.torch.apply_qk")
+        if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
+                or batch_offsets is not None):
+            raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/seq_offsets=/batch_offsets= are not supported for "
+                             "tensors requiring grad; use rotary.torch.apply_qk")
         from . import torch as rotary_torch
 
         # In place too: recorded for autograd as torch records its in-place ops (a leaf requiring grad raises).

@@ -150,7 +150,8 @@ def prologue(
     if k is None:  # the core's own words (its binding takes no None for k)
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
     _refuse_autograd((("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out),
-                      ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight)))
+                      ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight), ("k_cache", k_cache),
+                      ("v_cache", v_cache), ("k_scale", k_scale), ("v_scale", v_scale)))
     # Inputs only read (v; q with q_out; k with a cache or k_out) may be broadcast views (copied).
     k_read = k_cache is not None or v_cache is not None or k_out is not None
     (qv, kv, vv, qov, kov), act = _group([("q", q, q_out is not None), ("k", k, k_read), ("v", v, True),

@@ -111,9 +111,24 @@ def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
     return kernel
 
 
-_IMPL.impl("prologue", _refuse_grad_kernel(torch.ops.rotary.prologue.default,
-                                           ("q", "k", "v", "q_out", "q_norm_weight", "k_norm_weight")),
-           "Autograd", with_keyset=True)
+def _register_refusal() -> None:
+    kernel = _refuse_grad_kernel(torch.ops.rotary.prologue.default,
+                                 ("q", "k", "v", "q_out", "q_norm_weight", "k_norm_weight", "k_cache", "v_cache",
+                                  "k_scale", "v_scale"))
+    # custom_op registered its own Autograd kernel; torch releases before allow_override refuse a second Python
+    # one (there the operator keeps custom_op's, and rotary.prologue's own check is the guard).
+    import inspect
+
+    if "allow_override" in inspect.signature(torch.library.Library.impl).parameters:
+        _IMPL.impl("prologue", kernel, "Autograd", with_keyset=True, allow_override=True)
+        return
+    try:
+        _IMPL.impl("prologue", kernel, "Autograd", with_keyset=True)
+    except RuntimeError:
+        pass
+
+
+_register_refusal()
 
 
 @_prologue_op.register_fake
@@ -167,7 +182,10 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
         cache = kwargs.pop("past_key_values", None)
     layer = _static_layer(cache, self.layer_idx) if cache is not None else None
     position_ids = kwargs.get("position_ids")
-    if layer is None or position_ids is None or hidden_states.requires_grad:
+    # A gradient to track (the input's, or a trainable projection's or norm's): the original forward, which autograd
+    # sees (the prologue is not differentiable).
+    needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
+    if layer is None or position_ids is None or needs_grad:
         return self._rotary_original_forward(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     B, S = hidden_states.shape[:2]
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
@@ -205,7 +223,8 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
 
     A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
     StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
-    a dynamic cache, gradients) runs the layer's original forward. spec: the model's RoPE (default: from its
+    a dynamic cache, a gradient to track: grad mode on with the input or a parameter of the layer requiring
+    grad) runs the layer's original forward. spec: the model's RoPE (default: from its
     config, with the rotated width of the model's own RoPE module; rotary.torch.spec_of_module). A model with
     attention of another class (other softcapping, norms, pairings...) raises NotImplementedError naming the
     class, before anything is patched.

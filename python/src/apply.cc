@@ -50,6 +50,7 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
              "seq_offsets[n]): give one scheme, got both");
     if (batch_offsets)
       refuse("batch_offsets cannot be combined with cu_seqlens (packed sequences start at seq_offsets), got both");
+    if (offset < 0) refuse("positions.offset must be >= 0, got " + std::to_string(offset));
     if (offset != 0 && seq_offsets)
       refuse("give the packed sequences' starts either as an int positions or as seq_offsets, not both, got positions " +
              std::to_string(offset) + " and seq_offsets");

@@ -261,7 +261,7 @@ void bind_torch_entry(nb::module_& m) {
           // A tensor whose gradient autograd would track: the generic path refuses it (the prologue is not
           // differentiable). Under no_grad / inference_mode nothing is read but the mode.
           if (grad_enabled())
-            for (nb::handle t : {q, k, v, q_out, q_norm_weight, k_norm_weight})
+            for (nb::handle t : {q, k, v, q_out, q_norm_weight, k_norm_weight, k_cache, v_cache})
               if (!t.is_none() && requires_grad(t)) return 1;
           bool need = false;
           auto view = [&](nb::handle t, const char* what) {

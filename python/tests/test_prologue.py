@@ -310,18 +310,29 @@ def test_broadcast_k_and_v_inputs_equal_their_contiguous_copies(lib):
     k1 = rng.standard_normal((1, 1, 16)).astype(np.float32)
     v1 = rng.standard_normal((3, 1, 1)).astype(np.float32)
     kb, vb = np.broadcast_to(k1, (3, 1, 16)), np.broadcast_to(v1, (3, 1, 16))
+    want = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(2)]
+    qw = rotary.prologue(q.copy(), np.ascontiguousarray(kb), np.ascontiguousarray(vb), 5, rotary.Spec(16),
+                         k_cache=want[0], v_cache=want[1], slot_mapping=np.arange(3))
     if lib == "torch":
         torch = pytest.importorskip("torch")
         q, kb, vb = torch.from_numpy(q), torch.from_numpy(k1).expand(3, 1, 16), torch.from_numpy(v1).expand(3, 1, 16)
     got = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(2)]
-    want = [np.zeros((2, 4, 1, 16), np.float32) for _ in range(2)]
-    qg = rotary.prologue(q.clone() if lib == "torch" else q.copy(), kb, vb, 5, rotary.Spec(16), k_cache=got[0],
-                         v_cache=got[1], slot_mapping=np.arange(3))
-    qw = rotary.prologue(np.array(q), np.ascontiguousarray(kb), np.ascontiguousarray(vb), 5, rotary.Spec(16),
-                         k_cache=want[0], v_cache=want[1], slot_mapping=np.arange(3))
+    qg = rotary.prologue(q, kb, vb, 5, rotary.Spec(16), k_cache=got[0], v_cache=got[1], slot_mapping=np.arange(3))
     np.testing.assert_array_equal(np.asarray(qg), qw)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_negative_int_offset_with_cu_seqlens_is_named_and_packed_arguments_need_no_grad():
+    k = np.ones((5, 1, 16), np.float32)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions.offset must be >= 0, got -2"):
+        rotary.apply(k, -2, rotary.Spec(16), layout="thd", cu_seqlens=np.array([0, 2, 5]))
+    torch = pytest.importorskip("torch")
+    x = torch.ones((1, 4, 1, 16), requires_grad=True)
+    with pytest.raises(ValueError, match="seq_offsets= .*not supported for tensors requiring grad"):
+        rotary.apply(x, 0, rotary.Spec(16), seq_offsets=np.array([5]))
+    with pytest.raises(ValueError, match="seq_offsets=.*not supported for tensors requiring grad"):
+        rotary.apply_qk(x, x.detach().clone().requires_grad_(), 0, rotary.Spec(16), seq_offsets=np.array([5]))
 
 
 def test_an_int_offset_with_cu_seqlens_starts_every_packed_sequence_there():

@@ -136,6 +136,45 @@ def test_the_prologue_refuses_tensors_that_need_a_gradient_before_writing(path):
         assert kc.any() and not torch.equal(q.detach(), q0)
 
 
+def test_the_prologue_refuses_caches_that_need_a_gradient():
+    key = prologue_torch.spec_key(rotary.Spec(64))
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    kc, vc = torch.zeros((2, 4, 2, 64), requires_grad=True), torch.zeros((2, 4, 2, 64))
+    with pytest.raises(RuntimeError, match=r"^\[rotary_prologue\] k_cache requires grad"):
+        torch.ops.rotary.prologue(*_op_args(q, k, v, kc, vc, key))
+    with pytest.raises(RuntimeError, match=r"^\[rotary_prologue\] k_cache requires grad"):
+        rotary.prologue(q, k, v, torch.tensor([10, 11, 12]), rotary.Spec(64), k_cache=kc, v_cache=vc,
+                        slot_mapping=torch.tensor([5, -1, 2]), layout="thd")
+    assert not kc.detach().any()
+
+
+def test_patched_layers_keep_the_original_forward_when_a_parameter_needs_a_gradient():
+    # Fine-tuning only q_norm (or a LoRA-like q_proj) with a StaticCache in grad mode: the fused call would have
+    # given no gradient at all (q_norm) or refused (q_proj); the layer's own forward runs instead.
+    model = _tiny("qwen3")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.model.layers:
+        layer.self_attn.q_norm.weight.requires_grad_(True)
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(7))
+
+    def grads():
+        model.zero_grad()
+        cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+        model(ids, cache=cache, use_cache=True).logits.sum().backward()
+        return [layer.self_attn.q_norm.weight.grad.clone() for layer in model.model.layers]
+
+    want = grads()
+    prologue_torch.patch_prologue(model)
+    try:
+        got = grads()
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
 def test_the_ops_refuse_a_scale_of_the_other_kind():
     # vLLM keeps its fp8 scales as tensors; passed as k_scale they were dropped and the cache written with scale 1.
     key = prologue_torch.spec_key(rotary.Spec(64))
