@@ -149,9 +149,9 @@ def prologue(
         return q_out if q_out is not None else q
     if k is None:  # the core's own words (its binding takes no None for k)
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
-    _refuse_autograd((("q", q), ("k", k), ("v", v), ("q_out", q_out), ("k_out", k_out),
-                      ("q_norm_weight", q_norm_weight), ("k_norm_weight", k_norm_weight), ("k_cache", k_cache),
-                      ("v_cache", v_cache), ("k_scale", k_scale), ("v_scale", v_scale)))
+    given = dict(q=q, k=k, v=v, q_out=q_out, k_out=k_out, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
+                 k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
+    _refuse_autograd([(name, given[name]) for name in GRAD_REFUSED])
     # Inputs only read (v; q with q_out; k with a cache or k_out) may be broadcast views (copied).
     k_read = k_cache is not None or v_cache is not None or k_out is not None
     (qv, kv, vv, qov, kov), act = _group([("q", q, q_out is not None), ("k", k, k_read), ("v", v, True),
@@ -172,6 +172,12 @@ def prologue(
                       layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
                       weight_bits=w_bits)
     return q_out if q_out is not None else q
+
+
+# The arguments whose gradient the prologue cannot give (rotary.prologue's keywords, torch.ops.rotary.prologue's
+# schema names alike).
+GRAD_REFUSED = ("q", "k", "v", "q_out", "k_out", "q_norm_weight", "k_norm_weight", "k_cache", "v_cache", "k_scale",
+                "v_scale")
 
 
 def _refuse_autograd(named: Sequence[Any]) -> None:

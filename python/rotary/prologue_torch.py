@@ -98,13 +98,7 @@ def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
 
     def kernel(keyset, *call):
         if torch.is_grad_enabled():
-            for i in index:
-                t = call[i] if i < len(call) else None
-                if isinstance(t, torch.Tensor) and t.requires_grad:
-                    raise RuntimeError(f"[rotary_prologue] {args[i].name} requires grad, but the prologue is not "
-                                       "differentiable (it writes q in place and k, v into a cache): call it under "
-                                       "torch.no_grad() or torch.inference_mode(); for training, rotate with "
-                                       "rotary.torch.apply_qk")
+            _prologue._refuse_autograd([(args[i].name, call[i]) for i in index if i < len(call)])
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & after, *call)
 
@@ -112,9 +106,7 @@ def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
 
 
 def _register_refusal() -> None:
-    kernel = _refuse_grad_kernel(torch.ops.rotary.prologue.default,
-                                 ("q", "k", "v", "q_out", "q_norm_weight", "k_norm_weight", "k_cache", "v_cache",
-                                  "k_scale", "v_scale"))
+    kernel = _refuse_grad_kernel(torch.ops.rotary.prologue.default, _prologue.GRAD_REFUSED)
     # custom_op registered its own Autograd kernel; torch releases before allow_override refuse a second Python
     # one (there the operator keeps custom_op's, and rotary.prologue's own check is the guard).
     import inspect

@@ -36,9 +36,6 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
       backend_i < 0 || backend_i > 3 || (backend_i == 3 && !cuda_available()) || args.threads < 0)
     return false;
   const Positions& pos = args.positions;
-  if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 ||
-      pos.offset > kMaxPosition)
-    return false;
   if (args.seq_len && (*args.seq_len <= 0 || *args.seq_len > kMaxPosition + 1)) return false;
   if (req.n_axes < 1 || req.n_axes > kMaxPositionAxes || (req.axes_need_ids && req.n_axes > 1)) return false;
   const Layout layout = args.layout;
@@ -80,9 +77,8 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
       return false;
   }
   const int64_t R = req.rotary_dim;
-  if (R <= 0 || R % 2 != 0 || R > cq.D) return false;
-  const int64_t last = pos.offset + (cq.S - 1);  // offset < 2^31, S < 2^62 (backed by bytes): no overflow
-  if (last > kMaxPosition) return false;
+  int64_t last = 0;
+  if (!offset_rotation_fits(pos, cq.S, R, cq.D, &last)) return false;
 
   OffsetRotation r;
   r.q = &args.q;
@@ -105,6 +101,14 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   r.stream = args.stream;
   plan_offset_rotation(r, plan, range);
   return true;
+}
+
+bool offset_rotation_fits(const Positions& pos, int64_t S, int64_t rotary_dim, int64_t head_dim, int64_t* last) {
+  if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 || pos.offset > kMaxPosition)
+    return false;
+  if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) return false;
+  *last = pos.offset + (S - 1);  // offset < 2^31, S < 2^62 (backed by bytes): no overflow
+  return *last <= kMaxPosition;
 }
 
 void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* range) {

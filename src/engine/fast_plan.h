@@ -35,6 +35,11 @@ struct OffsetRotation {
   void* stream = nullptr;
 };
 
+/// The positions and width the common call must have: offset positions without batch offsets, the S tokens'
+/// positions in range, an even rotary_dim within head_dim. `last` = the last token's position. Both shortcuts
+/// (build_plan_fast and the prologue's) check these before plan_offset_rotation.
+bool offset_rotation_fits(const Positions& pos, int64_t S, int64_t rotary_dim, int64_t head_dim, int64_t* last);
+
 /// Fills `plan` and `range` for `r` (no checks).
 void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* range);
 

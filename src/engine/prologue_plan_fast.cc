@@ -100,11 +100,10 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   // of the request the full validation builds (rotation_request), after that shortcut's checks — q and k
   // dense floating tensors apart, q in place (above), offset positions, the spec's rotary_dim.
   const Positions& pos = a.positions;
-  if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 || pos.offset > kMaxPosition)
-    return false;
-  const int64_t R = spec.effective_rotary_dim(), last = pos.offset + (cq.S - 1);
+  const int64_t R = spec.effective_rotary_dim();
   const int pairing_i = static_cast<int>(spec.pairing);
-  if (R <= 0 || R % 2 != 0 || R > D || last > kMaxPosition || pairing_i < 0 || pairing_i > 1) return false;
+  int64_t last = 0;
+  if (!offset_rotation_fits(pos, cq.S, R, D, &last) || pairing_i < 0 || pairing_i > 1) return false;
   OffsetRotation rot;
   rot.q = rot.q_out = &a.q;
   rot.k = rot.k_out = &a.k;
