@@ -207,19 +207,22 @@ bool views_overlap(const TensorView& input, const TensorView& output) {
   return elements_overlap(in, out);
 }
 
+int position_inputs(const Positions& p, NamedInput out[2]) {
+  switch (p.kind) {
+    case Positions::Kind::kOffset: out[0] = {&p.batch_offsets, "positions.batch_offsets"}; return 1;
+    case Positions::Kind::kIds: out[0] = {&p.ids, "positions.ids"}; return 1;
+    case Positions::Kind::kPacked:
+      out[0] = {&p.cu_seqlens, "positions.cu_seqlens"};
+      out[1] = {&p.seq_offsets, "positions.seq_offsets"};
+      return 2;
+  }
+  return 0;
+}
+
 void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool positions,
                                 std::initializer_list<NamedInput> extra) {
-  const Positions& p = args.positions;
   NamedInput inputs[6];
-  int n = 0;
-  if (positions) switch (p.kind) {
-    case Positions::Kind::kOffset: inputs[n++] = {&p.batch_offsets, "positions.batch_offsets"}; break;
-    case Positions::Kind::kIds: inputs[n++] = {&p.ids, "positions.ids"}; break;
-    case Positions::Kind::kPacked:
-      inputs[n++] = {&p.cu_seqlens, "positions.cu_seqlens"};
-      inputs[n++] = {&p.seq_offsets, "positions.seq_offsets"};
-      break;
-  }
+  int n = positions ? position_inputs(args.positions, inputs) : 0;
   for (const NamedInput& e : extra)
     if (n < 6) inputs[n++] = e;
   const bool has_k = !absent(args.k);

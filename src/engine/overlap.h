@@ -24,6 +24,10 @@ struct NamedInput {
   const char* name = "";
 };
 
+/// The position arrays `p` reads per token (batch_offsets; ids; cu_seqlens and seq_offsets, by its kind),
+/// named as messages name them ("positions.ids"), into out[0..]; returns how many (at most 2).
+int position_inputs(const Positions& p, NamedInput out[2]);
+
 /// No output of the call (q_out / k_out, or q / k rotated in place) shares an element with the position
 /// arrays that args.positions uses (ids, batch_offsets, cu_seqlens, seq_offsets; when `positions`) or with `extra` (a caller's
 /// cos/sin): writing it would change that input before it is read. Throws naming both. Call after

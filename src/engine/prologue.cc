@@ -252,15 +252,8 @@ void check_outputs(const PrologueArgs& a, const ProloguePlan& p) {
   add(reads, &nr, &a.source_index, "source_index", false);
   // The kernels read positions per token through the caller's pointers, after earlier tokens' cache writes
   // (the tensors of the positions' kind, as the apply checks).
-  const Positions& pos = a.positions;
-  switch (pos.kind) {
-    case Positions::Kind::kOffset: add(reads, &nr, &pos.batch_offsets, "positions.batch_offsets", false); break;
-    case Positions::Kind::kIds: add(reads, &nr, &pos.ids, "positions.ids", false); break;
-    case Positions::Kind::kPacked:
-      add(reads, &nr, &pos.cu_seqlens, "positions.cu_seqlens", false);
-      add(reads, &nr, &pos.seq_offsets, "positions.seq_offsets", false);
-      break;
-  }
+  NamedInput pos[2];
+  for (int i = 0, n = position_inputs(a.positions, pos); i < n; ++i) add(reads, &nr, pos[i].view, pos[i].name, false);
   if (has_cache && is_fp8(p.k_cache.dtype)) add(reads, &nr, &a.k_scale, "k_scale", false);
   if (p.has_v && is_fp8(p.v_cache.dtype)) add(reads, &nr, &a.v_scale, "v_scale", false);
   auto meet = [](const Named& x, const Named& y) {
