@@ -9,6 +9,8 @@ of another class is refused by name. unpatch() restores every replaced attribute
 """
 from __future__ import annotations
 
+import functools
+import importlib
 import sys
 import threading
 from dataclasses import dataclass
@@ -24,48 +26,35 @@ ops = torch.ops.rotary
 
 # ----------------------------------------------------------------------------------------------- patched forwards
 
-def _dup_forward(key: str) -> Callable:
+# Module-level functions bound to their Spec key with functools.partial (not closures), so that a patched model
+# pickles: torch.save(model) / torch.load give a model patched the same way (its _GlobalsHold re-swaps on load).
+
+def _dup_forward(key: str, x, position_ids, *args, **kwargs):
     """HF's usual RoPE module: cos/sin [B, S, R] with the angle values duplicated over both halves."""
-
-    def forward(x, position_ids, *args, **kwargs):
-        c, s = ops.cos_sin(position_ids, key)
-        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
-
-    return forward
+    c, s = ops.cos_sin(position_ids, key)
+    return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 
-def _halves_forward(key: str) -> Callable:
+def _halves_forward(key: str, x, position_ids, *args, **kwargs):
     """gpt-oss: cos/sin [B, S, R/2] (no duplication)."""
-
-    def forward(x, position_ids, *args, **kwargs):
-        c, s = ops.cos_sin(position_ids, key)
-        return c.to(x.dtype), s.to(x.dtype)
-
-    return forward
+    c, s = ops.cos_sin(position_ids, key)
+    return c.to(x.dtype), s.to(x.dtype)
 
 
-def _layer_type_forward(keys: Dict[str, str]) -> Callable:
+def _layer_type_forward(keys: Dict[str, str], x, position_ids, layer_type=None, *args, **kwargs):
     """Gemma 3: one Spec per layer type, forward(x, position_ids, layer_type)."""
-
-    def forward(x, position_ids, layer_type=None, *args, **kwargs):
-        if layer_type not in keys:
-            raise ValueError(f"[rotary.patch] layer_type must be one of {sorted(keys)}, got {layer_type!r}")
-        c, s = ops.cos_sin(position_ids, keys[layer_type])
-        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
-
-    return forward
+    if layer_type not in keys:
+        raise ValueError(f"[rotary.patch] layer_type must be one of {sorted(keys)}, got {layer_type!r}")
+    c, s = ops.cos_sin(position_ids, keys[layer_type])
+    return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 
-def _mrope_forward(key: str) -> Callable:
+def _mrope_forward(key: str, x, position_ids, *args, **kwargs):
     """Qwen2-VL / Qwen2.5-VL text model: position_ids [3, B, S] (or [B, S]), sections merged as HF does."""
-
-    def forward(x, position_ids, *args, **kwargs):
-        if position_ids.dim() == 2:
-            position_ids = position_ids.expand(3, -1, -1)
-        c, s = ops.cos_sin(position_ids, key)
-        return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
-
-    return forward
+    if position_ids.dim() == 2:
+        position_ids = position_ids.expand(3, -1, -1)
+    c, s = ops.cos_sin(position_ids, key)
+    return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 
 # ----------------------------------------------------------------------------------------------- rotations
@@ -213,10 +202,12 @@ def spec_of_module(mod: torch.nn.Module, config: Any) -> _rotary.Spec:
 
 class _GlobalsHold:
     """A patched model's place in the replaced functions' reference counts. A deep copy of the model copies its
-    patched forwards, so the copy takes a place of its own (unpatching either leaves the other patched)."""
+    patched forwards, so the copy takes a place of its own (unpatching either leaves the other patched); so does a
+    model loaded from a pickle (torch.load), which replaces the functions again in the loading process."""
 
-    def __init__(self, names: List[Tuple[str, str]]) -> None:
-        self.names = list(names)
+    def __init__(self, swaps: List[Tuple[str, str, Callable]]) -> None:
+        self.swaps = list(swaps)
+        self.names = [(a, b) for a, b, _ in self.swaps]
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "_GlobalsHold":
         with _lock:
@@ -224,7 +215,18 @@ class _GlobalsHold:
                 entry = _globals.get(key)
                 if entry is not None:
                     entry[2] += 1
-        return _GlobalsHold(self.names)
+        return _GlobalsHold(self.swaps)
+
+    def __reduce__(self):
+        return (_hold_after_load, (self.swaps,))
+
+
+def _hold_after_load(swaps: List[Tuple[str, str, Callable]]) -> _GlobalsHold:
+    """Unpickling a patched model: its modeling modules' functions replaced (again) for it."""
+    for mod_name, _, _ in swaps:
+        importlib.import_module(mod_name)
+    _swap_globals(swaps)
+    return _GlobalsHold(swaps)
 
 
 def _rope_modules(model: torch.nn.Module) -> List[Tuple[str, torch.nn.Module]]:
@@ -260,12 +262,12 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
         config = mod.config
         if fam.forward == "layer_type":
             specs = {t: spec for t in _layer_type_specs(config)} if spec is not None else _layer_type_specs(config)
-            fwd = _layer_type_forward({t: spec_key(s) for t, s in specs.items()})
+            fwd = functools.partial(_layer_type_forward, {t: spec_key(s) for t, s in specs.items()})
             mod_spec = specs
         else:
             mod_spec = spec if spec is not None else spec_of_module(mod, config)
             key = spec_key(mod_spec)
-            fwd = {"dup": _dup_forward, "halves": _halves_forward, "mrope": _mrope_forward}[fam.forward](key)
+            fwd = functools.partial({"dup": _dup_forward, "halves": _halves_forward, "mrope": _mrope_forward}[fam.forward], key)
         state["forwards"].append((mod, "forward" in mod.__dict__, mod.__dict__.get("forward")))
         mod.forward = fwd
         mod._rotary_spec = mod_spec
@@ -275,7 +277,7 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
                 swaps.append((pm, name, fn))
     _swap_globals(swaps)
     state["globals"] = [(a, b) for a, b, _ in swaps]
-    state["hold"] = _GlobalsHold(state["globals"])
+    state["hold"] = _GlobalsHold(swaps)
     model._rotary_patch = state
     if verify:
         try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import json
-import types
 from typing import Any, List, Optional
 
 import torch
@@ -35,6 +34,22 @@ def _spec(key: str) -> Spec:
     return Spec(**json.loads(key))
 
 
+def _scale_arg(where: str, cache: torch.Tensor, cache_name: str, tensor: Optional[torch.Tensor], tensor_name: str,
+               value: float, value_name: str, example: str = "") -> Any:
+    """The scale the Python API takes for `cache`: the per-tensor float `value` of an fp8 cache, else the int8
+    scale `tensor` (or None). A scale of the other kind is an error, never ignored."""
+    if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        if tensor is not None:
+            raise ValueError(f"[{where}] {tensor_name} tensors are for int8 caches; an fp8 cache takes its per-tensor "
+                             f"scale as {value_name} (a float{', e.g. ' + example if example else ''}), got a "
+                             f"{tensor_name} tensor of shape {list(tensor.shape)}")
+        return value
+    if value != 1.0:
+        raise ValueError(f"[{where}] {value_name} is the scale of an fp8 cache, but {cache_name} dtype is {cache.dtype}; "
+                         f"got {value_name} {value}")
+    return tensor
+
+
 def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, spec: str,
                    k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: Optional[torch.Tensor],
                    cache_positions: Optional[torch.Tensor], cache_layout: str, layout: str,
@@ -45,20 +60,14 @@ def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions:
 
     k_scale / v_scale: the int8 caches' scale tensors (written); fp8_k_scale / fp8_v_scale: the fp8 caches'
     per-tensor scales (stored = fp8(x / scale)). A scale of the other kind is an error, never ignored."""
-    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    for tensor, value, name in ((k_scale, fp8_k_scale, "k"), (v_scale, fp8_v_scale, "v")):
-        if fp8 and tensor is not None:
-            raise ValueError(f"[rotary_prologue] {name}_scale tensors are for int8 caches; an fp8 cache takes its "
-                             f"per-tensor scale as fp8_{name}_scale (a float, e.g. float(layer._{name}_scale)), got a "
-                             f"{name}_scale tensor of shape {list(tensor.shape)}")
-        if not fp8 and value != 1.0:
-            raise ValueError(f"[rotary_prologue] fp8_{name}_scale is the scale of an fp8 cache, but {name}_cache dtype "
-                             f"is {k_cache.dtype if name == 'k' else v_cache.dtype}; got fp8_{name}_scale {value}")
+    ks = _scale_arg("rotary_prologue", k_cache, "k_cache", k_scale, "k_scale", fp8_k_scale, "fp8_k_scale",
+                    "float(layer._k_scale)")
+    vs = _scale_arg("rotary_prologue", v_cache, "v_cache", v_scale, "v_scale", fp8_v_scale, "fp8_v_scale",
+                    "float(layer._v_scale)")
     _prologue.prologue(q, k, v, positions, _spec(spec), k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,
                        cache_positions=cache_positions, cache_layout=cache_layout, q_norm_weight=q_norm_weight,
                        k_norm_weight=k_norm_weight, norm_eps=norm_eps, norm_offset=norm_offset,
-                       k_scale=fp8_k_scale if fp8 else k_scale, v_scale=fp8_v_scale if fp8 else v_scale,
-                       q_out=q_out, layout=layout, threads=threads)
+                       k_scale=ks, v_scale=vs, q_out=q_out, layout=layout, threads=threads)
 
 
 _prologue_op = torch.library.custom_op("rotary::prologue",
@@ -135,16 +144,10 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
                  spec: str, to_spec: Optional[str], cache_layout: str, k_scale: Optional[torch.Tensor],
                  fp8_scale: float, threads: int) -> None:
     """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions)."""
-    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    if fp8 and k_scale is not None:
-        raise ValueError("[rotary_rerotate_cache] k_scale tensors are for int8 caches; an fp8 cache takes its "
-                         f"per-tensor scale as fp8_scale (a float), got a k_scale tensor of shape {list(k_scale.shape)}")
-    if not fp8 and fp8_scale != 1.0:
-        raise ValueError(f"[rotary_rerotate_cache] fp8_scale is the scale of an fp8 cache, but k_cache dtype is "
-                         f"{k_cache.dtype}; got fp8_scale {fp8_scale}")
+    scale = _scale_arg("rotary_rerotate_cache", k_cache, "k_cache", k_scale, "k_scale", fp8_scale, "fp8_scale")
     _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec),
                              to_spec=None if to_spec is None else _spec(to_spec), cache_layout=cache_layout,
-                             k_scale=fp8_scale if fp8 else k_scale, threads=threads)
+                             k_scale=scale, threads=threads)
 
 
 @_rerotate_op.register_fake
@@ -166,6 +169,12 @@ def _static_layer(cache: Any, layer_idx: int):
     return layer
 
 
+def _original_forward(self, *args, **kwargs):
+    """The forward patch_prologue replaced: the instance's own, else the class's."""
+    own = self._rotary_original_forward
+    return own(*args, **kwargs) if own is not None else type(self).forward(self, *args, **kwargs)
+
+
 def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, attention_mask, cache=None, **kwargs):
     """The model's attention forward with q/k norm + RoPE + StaticCache write as one rotary.prologue call."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -178,7 +187,7 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     # sees (the prologue is not differentiable).
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
     if layer is None or position_ids is None or needs_grad:
-        return self._rotary_original_forward(hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+        return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     B, S = hidden_states.shape[:2]
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
     k = self.k_proj(hidden_states).view(B, S, -1, self.head_dim)
@@ -244,8 +253,11 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
         module._rotary_eager = getattr(mod, "eager_attention_forward")
         module._rotary_spec_key = key
         module._rotary_own_forward = "forward" in module.__dict__  # restored exactly by unpatch_prologue
-        module._rotary_original_forward = module.forward
-        module.forward = types.MethodType(_fused_forward, module)
+        # The instance's own forward or None (the class's, called through the type): a bound method of the
+        # class would pickle as getattr(module, "forward"). A partial, not a bound method, for the same reason:
+        # torch.save / torch.load of a patched model keep the patch.
+        module._rotary_original_forward = module.__dict__.get("forward")
+        module.forward = functools.partial(_fused_forward, module)
         patched.append(module)
     return patched
 

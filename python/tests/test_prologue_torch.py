@@ -287,3 +287,29 @@ def test_patch_prologue_refuses_attention_it_does_not_reproduce_and_unpatch_rest
     prologue_torch.unpatch_prologue(model)
     for layer in layers:  # no instance attribute left: the class's forward again
         assert "forward" not in layer.__dict__ and not any(k.startswith("_rotary") for k in layer.__dict__)
+
+
+def test_a_patched_model_saved_whole_loads_patched_and_generates_the_same(monkeypatch):
+    # torch.save pickles the patched forwards: bound methods of the class pickled as getattr(module, "forward")
+    # and failed at torch.load.
+    import io
+
+    model = _tiny("qwen3")
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(7))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    prologue_torch.unpatch_prologue(model)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    got = _generate(loaded, ids)
+    assert len(calls) == loaded.config.num_hidden_layers * 10  # the loaded layers take the fused path
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    prologue_torch.unpatch_prologue(loaded)
+    assert not any(k.startswith("_rotary") or k == "forward" for m in loaded.modules() for k in m.__dict__)

@@ -217,6 +217,30 @@ def test_patch_refcount_across_models():
     assert mod.apply_rotary_pos_emb is original
 
 
+def test_a_patched_model_saved_whole_loads_patched_with_its_own_reference():
+    # torch.save of a patched model failed (the patched RoPE forwards were closures). The loaded model is patched
+    # (same logits), holds its own reference to the replaced modeling functions, and unpatches like any other.
+    import io
+
+    a = build("llama-default")
+    mod = sys.modules[type(a.model.rotary_emb).__module__]
+    original = mod.apply_rotary_pos_emb
+    ids = torch.randint(3, 97, (1, 9), generator=torch.Generator().manual_seed(4))
+    rt.patch(a)
+    buf = io.BytesIO()
+    torch.save(a, buf)
+    buf.seek(0)
+    b = torch.load(buf, weights_only=False)
+    assert rt.is_patched(b)
+    with torch.no_grad():
+        torch.testing.assert_close(b(ids).logits, a(ids).logits, rtol=0, atol=0)
+    rt.unpatch(a)
+    assert mod.apply_rotary_pos_emb is not original  # b still patched
+    rt.unpatch(b)
+    assert mod.apply_rotary_pos_emb is original and not rt.is_patched(b)
+    assert "forward" not in b.model.rotary_emb.__dict__
+
+
 def test_patched_model_compiles_without_graph_breaks():
     """forward and generate()'s prefill step (with a cache) trace as one graph; the compiled forward (inductor)
     gives the eager logits and drives generate()."""
