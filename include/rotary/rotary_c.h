@@ -177,7 +177,9 @@ ROTARY_API rotary_status_t rotary_spec_create(const rotary_spec_desc_t* desc, ro
 /* Frees a spec (NULL is a no-op). */
 ROTARY_API void rotary_spec_free(rotary_spec_t* spec);
 
-/* Fills *desc with the spec's values. Array pointers point into `spec` and stay valid until it is freed. */
+/* Fills *desc with the spec's values. Array pointers point into `spec` and stay valid until it is freed.
+   desc->struct_size must be set (rotary_spec_desc_init) to sizeof(rotary_spec_desc_t) or the 0.1.0 layout's
+   size; any other value is an error and nothing is written. */
 ROTARY_API rotary_status_t rotary_spec_describe(const rotary_spec_t* spec, rotary_spec_desc_t* desc);
 
 /* The frequencies theta_i (rotary_dim/2 values) for a sequence length (`seq_len` = -1: none, i.e. the

@@ -161,6 +161,11 @@ rotary_status_t rotary_spec_describe(const rotary_spec_t* spec, rotary_spec_desc
   return guarded(where, [&] {
     require_non_null(spec, where, "spec");
     require_non_null(desc, where, "desc");
+    // The caller's struct_size says how much it has room for: the 0.1.0 layout or the current one (nothing
+    // is written otherwise).
+    if (desc->struct_size != kDescV01Size)
+      check_struct_size(desc->struct_size, sizeof(rotary_spec_desc_t), where, "desc", "rotary_spec_desc_t",
+                        "rotary_spec_desc_init");
     const rotary::Spec& s = spec->spec;
     rotary_spec_desc_t d;
     rotary_spec_desc_init(&d);

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -249,12 +248,22 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
 }
 
 std::string read_config_file(const std::string& path) {
+  // A config.json is kilobytes (the largest multimodal ones about a megabyte): a bound keeps /dev/zero or a
+  // mistaken multi-gigabyte file from exhausting memory before the JSON parser would refuse it.
+  constexpr std::size_t kMaxConfigBytes = std::size_t(64) << 20;
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
+  std::string text;
+  char chunk[65536];
+  while (f) {
+    f.read(chunk, sizeof chunk);
+    text.append(chunk, static_cast<std::size_t>(f.gcount()));
+    if (text.size() > kMaxConfigBytes)
+      fail(Error::Kind::kIo, kWhere, "config file '" + path + "' is larger than the " + std::to_string(kMaxConfigBytes) +
+                                         "-byte limit of a config.json");
+  }
   if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
-  return ss.str();
+  return text;
 }
 
 // The dict of a config without rope_parameters / rope_scaling. At namespace scope, not a function-local static:

@@ -77,6 +77,7 @@ static void test_llama3_decode_step(void) {
   int interleaved;
 
   CHECK_OK(rotary_spec_from_preset("llama-3.1-8b", &spec));
+  rotary_spec_desc_init(&desc); /* struct_size: how much room describe has */
   CHECK_OK(rotary_spec_describe(spec, &desc));
   CHECK(desc.head_dim == D && desc.rotary_dim == D, "head_dim %lld rotary_dim %lld", (long long)desc.head_dim,
         (long long)desc.rotary_dim);

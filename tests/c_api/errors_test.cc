@@ -207,6 +207,7 @@ TEST(CApiErrors, SpecDescriptionRoundTripsThroughCreate) {
     ASSERT_EQ(rotary_spec_from_preset(name, &raw), ROTARY_OK) << rotary_last_error();
     SpecPtr a(raw);
     rotary_spec_desc_t d;
+    rotary_spec_desc_init(&d);
     ASSERT_EQ(rotary_spec_describe(a.get(), &d), ROTARY_OK);
     ASSERT_EQ(rotary_spec_create(&d, &raw), ROTARY_OK) << rotary_last_error();
     SpecPtr b(raw);

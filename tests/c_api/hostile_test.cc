@@ -146,6 +146,8 @@ std::vector<CCase> c_cases() {
       {"config factor string", [](CCall&) { const char t[] = R"({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": "2"}})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"rope_scaling.factor must be a number", "\"2\""}},
       {"config huge head_dim", [](CCall&) { const char t[] = R"({"head_dim": 9223372036854775807})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"head_dim must be in [1, 65536]", "9223372036854775807"}},
       {"config file missing", [](CCall&) { return rotary_spec_from_config_file("/nonexistent/rotary/config.json", &g_unused); }, ROTARY_ERROR_IO, {"/nonexistent/rotary/config.json"}},
+      // an endless file: refused after a bounded read (it used to read until memory ran out)
+      {"config file endless", [](CCall&) { return rotary_spec_from_config_file("/dev/zero", &g_unused); }, ROTARY_ERROR_IO, {"config file '/dev/zero' is larger than the 67108864-byte limit"}},
       {"preset unknown", [](CCall&) { return rotary_spec_from_preset("gpt-17", &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"gpt-17"}},
       // inputs whose size or depth is hostile: bounded work, short messages
       {"config 100000 arrays deep", [](CCall&) { const std::string t = "{\"head_dim\": " + std::string(100000, '[') + std::string(100000, ']') + "}"; return rotary_spec_from_config_json(t.data(), t.size(), &g_unused); }, ROTARY_ERROR_IO, {"deeper than 64 levels"}},

@@ -189,6 +189,19 @@ TEST(VllmTypesC, DescriptorFieldsAndTheOldLayout) {
   unsigned char tail[sizeof(rotary_spec_desc_t) - offsetof(rotary_spec_desc_t, alpha)];
   std::memcpy(tail, reinterpret_cast<const unsigned char*>(&old) + old_size, sizeof tail);
   for (unsigned char b : tail) EXPECT_EQ(b, 0xAB);
+  // Any other struct_size (a caller that never ran rotary_spec_desc_init, a larger or smaller layout) is refused
+  // naming the field, and describe writes nothing.
+  for (size_t size : {size_t(0), size_t(8), old_size + 8, sizeof(rotary_spec_desc_t) + 8}) {
+    SCOPED_TRACE(size);
+    alignas(rotary_spec_desc_t) unsigned char buf[sizeof(rotary_spec_desc_t) + 64];
+    std::memset(buf, 0xCD, sizeof buf);
+    rotary_spec_desc_t* wrong = reinterpret_cast<rotary_spec_desc_t*>(buf);
+    wrong->struct_size = size;
+    ASSERT_EQ(rotary_spec_describe(s, wrong), ROTARY_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(rotary_last_error()).find("[rotary_spec_describe] desc->struct_size must be sizeof(rotary_spec_desc_t)"),
+              std::string::npos) << rotary_last_error();
+    for (size_t i = sizeof(size_t); i < sizeof buf; ++i) ASSERT_EQ(buf[i], 0xCD) << "byte " << i;
+  }
   old.head_dim = 64;
   old.rope_type = ROTARY_ROPE_LINEAR;
   old.factor = 2.0;

@@ -48,7 +48,7 @@ const Options kOptions = {
     {"json", nullptr, "print the result as JSON (fields: docs/cli.md)", "off"},
 };
 
-int run(const std::vector<std::string>& args) {
+int run_check(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   const Spec spec = spec_from_flags(flags);
@@ -85,7 +85,18 @@ int run(const std::vector<std::string>& args) {
   const CheckResult r = check_parity(spec, in);
   const std::string out = flags.has("json") ? check_result_json(r) : check_result_text(r);
   std::fputs(out.c_str(), stdout);
-  return r.agree ? 0 : 1;
+  return r.agree ? kExitOk : kExitFailure;
+}
+
+/// Exit 1 means "disagrees" here, so an input that cannot be checked (a malformed file, a wrong shape or dtype
+/// for the layout: rotary's own errors) exits 2 with its message, as a usage error does (docs/parity.md).
+int run(const std::vector<std::string>& args) {
+  try {
+    return run_check(args);
+  } catch (const rotary::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kExitUsage;
+  }
 }
 
 }  // namespace
