@@ -187,7 +187,12 @@ def _inplace_autograd(name: str, n_mutated: int):
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             # As torch does for its in-place ops: the functional op is recorded and copy_ writes its result into the
             # mutated tensors (torch refuses a leaf requiring grad here, and bumps the version counters).
-            outs = functional(*args)
+            # The functional op saves its rotated inputs when the tables need a gradient; copy_ below would change
+            # them under it (torch's "modified by an inplace operation" in backward), so it rotates clones then.
+            call = args
+            if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args[n_mutated:]):
+                call = tuple(a.clone() if i < n_mutated else a for i, a in enumerate(args))
+            outs = functional(*call)
             if n_mutated == 1:
                 args[0].copy_(outs)
             else:

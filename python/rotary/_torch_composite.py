@@ -75,17 +75,20 @@ def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[in
     return entry
 
 
-def _gather(table: Tuple[int, torch.Tensor, torch.Tensor], ids: torch.Tensor, checked: bool):
+def _gather(table: Tuple[int, torch.Tensor, torch.Tensor], ids: torch.Tensor, checked: bool,
+            what: str = "the device table", hint: str = " (pass seq_len=)"):
     rows, c, s = table
     if checked:
         inside = ((ids >= 0) & (ids < rows)).all()
-        torch._assert_async(inside, f"[rotary] a position is outside the device table [0, {rows}) (pass seq_len=)")
+        torch._assert_async(inside, f"[rotary] a position is outside {what} [0, {rows}){hint}")
         ids = ids.clamp(0, rows - 1)
     return c[ids], s[ids]
 
 
 def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device) -> torch.Tensor:
     if positions is None:
+        if offset < 0:  # known on the host: the CPU kernel's error (indexing would wrap to the table's end)
+            raise ValueError(f"[rotary_apply] positions.offset must be >= 0, got {offset}")
         return torch.arange(offset, offset + n_tok, device=device)
     if positions.is_floating_point():
         raise NotImplementedError("[rotary] fractional positions on device tensors are not supported "
@@ -181,7 +184,14 @@ def _rows_for_tables(x, cos, sin, positions, offset, layout):
         return cos.to(x.device), sin.to(x.device)
     b, n = _grid(x, layout)
     ids = _token_ids(positions, offset, n, x.device)
-    return cos.to(x.device)[ids], sin.to(x.device)[ids]
+    rows = cos.shape[0]
+    if positions is None:
+        if offset + n > rows:
+            raise ValueError(f"[rotary_apply] position {offset + n - 1} is out of range for cos/sin with {rows} rows "
+                             f"(shape {list(cos.shape)}); positions must be < max_pos")
+        return cos.to(x.device)[ids], sin.to(x.device)[ids]
+    # device ids: checked on the device (a negative id would wrap to the table's end), as _gather does
+    return _gather((rows, cos.to(x.device), sin.to(x.device)), ids, True, "the cos/sin rows", "")
 
 
 def _spec_rotation(x, positions, offset, key, layout, pairing, inverse, seq_len):

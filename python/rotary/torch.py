@@ -23,6 +23,7 @@ generated vmap rule. Threads: a call uses torch.get_num_threads() unless `thread
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Optional, Tuple
 
@@ -85,10 +86,14 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
                batch_offsets: Any = None) -> Tuple[Optional[torch.Tensor], int]:
     """(positions tensor or None, offset) for the operators; packed and per-batch schemes become ids (torch ops,
     on the positions' device: nothing is read on the host)."""
+    _check_schemes(positions, layout, cu_seqlens, seq_offsets, batch_offsets)
     if cu_seqlens is not None:
         return _packed_ids(x, positions, cu_seqlens, seq_offsets), 0
     if batch_offsets is not None:
         bo = torch.as_tensor(batch_offsets, device=x.device).long()
+        if bo.dim() != 1 or bo.shape[0] not in (1, x.shape[0]):
+            raise ValueError(f"[rotary_apply] positions.batch_offsets must have shape [B] = [{x.shape[0]}] (or [1]), "
+                             f"got {list(bo.shape)}")
         start = 0 if positions is None else int(positions)
         return bo[:, None] + (start + torch.arange(_n_tokens(x, layout), device=x.device)), 0
     if positions is None:
@@ -107,14 +112,59 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
     return torch.as_tensor(np.asarray(positions)), 0
 
 
+def _int_scalar(positions: Any) -> bool:
+    return (isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_))) or (
+        isinstance(positions, torch.Tensor) and positions.dim() == 0 and not positions.is_floating_point())
+
+
+def _check_schemes(positions: Any, layout: str, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any) -> None:
+    """One position scheme per call, as rotary.apply checks it (an int `positions` may start packed or per-batch
+    sequences: it is added)."""
+    if seq_offsets is not None and cu_seqlens is None:
+        raise ValueError("[rotary_apply] seq_offsets needs cu_seqlens (the starts of packed thd sequences), got "
+                         "seq_offsets alone")
+    if cu_seqlens is not None:
+        if layout != "thd":
+            raise ValueError(f"[rotary_apply] cu_seqlens packs sequences along the tokens of layout \"thd\", got "
+                             f"layout \"{layout}\"")
+        if batch_offsets is not None:
+            raise ValueError("[rotary_apply] batch_offsets cannot be combined with cu_seqlens (packed sequences "
+                             "start at seq_offsets), got both")
+    if (cu_seqlens is not None or batch_offsets is not None) and positions is not None and not _int_scalar(positions):
+        other = "cu_seqlens" if cu_seqlens is not None else "batch_offsets"
+        raise ValueError(f"[rotary_apply] positions ids cannot be combined with {other}: give one scheme (an int "
+                         f"positions is the start added to it), got both")
+
+
 def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: Any) -> torch.Tensor:
-    """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset)."""
+    """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset).
+    cu_seqlens on the CPU is checked as rotary.apply checks it (device tensors are not read on the host, nor are
+    tensors being traced by torch.compile)."""
     cu = torch.as_tensor(cu_seqlens, device=x.device).long()
+    if cu.dim() != 1 or cu.shape[0] < 1:
+        raise ValueError(f"[rotary_apply] positions.cu_seqlens must have shape [N+1], got {list(cu.shape)}")
+    so = None
+    if seq_offsets is not None:
+        so = torch.as_tensor(seq_offsets, device=x.device).long()
+        if so.dim() != 1 or so.shape[0] != cu.shape[0] - 1:
+            raise ValueError(f"[rotary_apply] positions.seq_offsets must have shape [N] = [{cu.shape[0] - 1}], "
+                             f"got {list(so.shape)}")
+    if cu.device.type == "cpu" and not torch.compiler.is_compiling():
+        c = cu.tolist()
+        if c[0] != 0:
+            raise ValueError(f"[rotary_apply] positions.cu_seqlens[0] must be 0, got {c[0]}")
+        for i in range(1, len(c)):
+            if c[i] < c[i - 1]:
+                raise ValueError(f"[rotary_apply] positions.cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
+                                 f"{c[i]} < cu_seqlens[{i - 1}] = {c[i - 1]}")
+        if c[-1] != x.shape[0]:
+            raise ValueError(f"[rotary_apply] positions.cu_seqlens[{len(c) - 1}] (the last entry) must equal the "
+                             f"token count T = {x.shape[0]}, got {c[-1]}")
     t = torch.arange(x.shape[0], device=x.device)
     seq = torch.bucketize(t, cu[1:], right=True)
     ids = t - cu[seq]
-    if seq_offsets is not None:
-        ids = ids + torch.as_tensor(seq_offsets, device=x.device).long()[seq]
+    if so is not None:
+        ids = ids + so[seq]
     if positions is not None:
         ids = ids + int(positions)
     return ids
@@ -402,23 +452,23 @@ def _hf_formula(q, k, cos, sin, unsqueeze_dim):
 
 
 def _rotate_qk_by_halves(q, k, c, s, unsqueeze_dim):
-    """q, k rotated by per-token half tables c/s [B or 1, S, R/2] (or [S, R/2]); None if the shapes do not fit."""
+    """q, k rotated by per-token half tables c/s [B or 1, S, R/2]; None if the shapes do not fit. A 2-D table is
+    not taken: HF's formula broadcasts cos.unsqueeze(1) = [S, 1, R] against [B, H, S, D], pairing its rows with
+    the heads, and the fallback reproduces that (or its broadcasting error) exactly."""
     ud = unsqueeze_dim % 4 if q.dim() == 4 else unsqueeze_dim
-    if not (q.dim() == 4 and k.dim() == 4 and ud in (1, 2) and c.dim() in (2, 3) and c.shape == s.shape
+    if not (q.dim() == 4 and k.dim() == 4 and ud in (1, 2) and c.dim() == 3 and c.shape == s.shape
             and q.shape[-1] == k.shape[-1] and 0 < 2 * c.shape[-1] <= q.shape[-1]):
         return None
     layout = "bhsd" if ud == 1 else "bshd"
     s_len = q.shape[2 if ud == 1 else 1]
-    if c.dim() == 2:
-        if c.shape[0] != s_len:
-            return None
-        positions = None  # rows 0..S-1 of the [S, R/2] table
-    else:
-        if c.shape[1] != s_len or c.shape[0] not in (1, q.shape[0]) or k.shape[0] != q.shape[0]:
-            return None
-        if c.shape[0] != q.shape[0]:
-            c, s = c.expand(q.shape[0], -1, -1), s.expand(q.shape[0], -1, -1)
-        positions = None
+    if c.shape[1] != s_len or c.shape[0] not in (1, q.shape[0]) or k.shape[0] != q.shape[0]:
+        return None
+    if c.shape[0] != q.shape[0]:
+        c, s = c.expand(q.shape[0], -1, -1), s.expand(q.shape[0], -1, -1)
+    positions = None
+    # HF's q * cos promotes (bf16 q under autocast with f32 tables gives f32): the kernel returns q's dtype.
+    tables = functools.reduce(torch.promote_types, (c.dtype, s.dtype))
+    q, k = q.to(torch.promote_types(q.dtype, tables)), k.to(torch.promote_types(k.dtype, tables))
     if q.dtype != k.dtype:
         return (apply_cos_sin(q, c, s, positions, layout=layout), apply_cos_sin(k, c, s, positions, layout=layout))
     if _functorch_active():
@@ -434,10 +484,11 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     """Hugging Face's apply_rotary_pos_emb, computed by rotary's kernel (torch.ops.rotary.apply_qk_cos_sin).
 
     q: [B, Hq, S, D] and k: [B, Hk, S, D] for unsqueeze_dim=1 ([B, S, H, D] for unsqueeze_dim=2; GQA allowed).
-    cos/sin: HF's tables [B, S, R] (or [S, R]) as returned by a *RotaryEmbedding module: the angle values
+    cos/sin: HF's tables [B, S, R] (or [1, S, R]) as returned by a *RotaryEmbedding module: the angle values
     duplicated over both halves (HF's `cat((freqs, freqs))`); only the first R/2 columns are read. R may be
     smaller than D (channels R.. pass through). The values are used as given (attention scaling included).
-    Differentiable in q, k, cos and sin. Shapes the kernel does not take fall back to HF's torch formula.
+    The result has HF's dtype (q's, promoted with the tables'). Differentiable in q, k, cos and sin. Other
+    shapes (2-D tables, which HF's formula broadcasts against the heads) are computed by HF's torch formula.
     """
     r = cos.shape[-1]
     if r % 2 == 0 and cos.shape == sin.shape:

@@ -118,6 +118,46 @@ def test_flash_attn_varlen(inplace, interleaved, offsets_kind):
     torch.testing.assert_close(x_unpad.grad.double(), x_pt.grad[mask], atol=F32_ABS_TOL, rtol=0)
 
 
+def test_torch_packed_and_per_batch_positions_are_checked_as_rotary_apply_checks_them():
+    """rotary.torch (apply_rotary_emb, apply_cos_sin, apply) refuses what rotary.apply refuses, with its message:
+    it used to rotate every row by positions computed from a decreasing or short cu_seqlens, to drop seq_offsets
+    without cu_seqlens or batch_offsets with it, and to take too many offsets."""
+    x = torch.randn(10, 2, 8)
+    cos, sin = _cos_sin(32, 8, seed=1)
+    spec = rotary.Spec(8)
+    cases = [
+        (dict(cu_seqlens=[0, 6, 4, 10]), r"cu_seqlens must be non-decreasing, got cu_seqlens\[2\] = 4 < cu_seqlens\[1\] = 6"),
+        (dict(cu_seqlens=[0, 4, 8]), r"cu_seqlens\[2\] \(the last entry\) must equal the token count T = 10, got 8"),
+        (dict(cu_seqlens=[1, 4, 10]), r"cu_seqlens\[0\] must be 0, got 1"),
+        (dict(cu_seqlens=[0, 4, 10], seq_offsets=[1, 2, 3]), r"seq_offsets must have shape \[N\] = \[2\], got \[3\]"),
+        (dict(seq_offsets=[1, 2]), "seq_offsets needs cu_seqlens"),
+        (dict(cu_seqlens=[0, 4, 10], batch_offsets=[1, 2]), "batch_offsets cannot be combined with cu_seqlens"),
+        (dict(cu_seqlens=[0, 4, 10], positions=torch.arange(10)), "positions ids cannot be combined with cu_seqlens"),
+    ]
+    for kw, message in cases:
+        kw = dict(kw)
+        pos = kw.pop("positions", None)
+        for call in (lambda: rt.apply_cos_sin(x, cos, sin, pos, layout="thd", **kw),
+                     lambda: rt.apply(x, 0 if pos is None else pos, spec, layout="thd", **kw)):
+            before = x.clone()
+            with pytest.raises(ValueError, match=r"\[rotary_apply\] .*" + message):
+                call()
+            assert torch.equal(x, before)
+    with pytest.raises(ValueError, match=r"seq_offsets must have shape \[N\] = \[2\], got \[3\]"):
+        rt.apply_rotary_emb(x, cos, sin, seqlen_offsets=torch.tensor([1, 2, 3]), cu_seqlens=torch.tensor([0, 4, 10]))
+    xb = torch.randn(2, 5, 2, 8)
+    with pytest.raises(ValueError, match=r"batch_offsets must have shape \[B\] = \[2\] \(or \[1\]\), got \[3\]"):
+        rt.apply_rotary_emb(xb, cos, sin, seqlen_offsets=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="layout \"thd\""):
+        rt.apply_cos_sin(xb, cos, sin, None, layout="bshd", cu_seqlens=[0, 2])
+    # what stays accepted: an int start added to packed or per-batch starts (documented), a [1] offset broadcast
+    want = rt.apply_cos_sin(x, cos, sin, None, layout="thd", cu_seqlens=[0, 4, 10], seq_offsets=[3, 4])
+    got = rt.apply_cos_sin(x, cos, sin, 2, layout="thd", cu_seqlens=[0, 4, 10], seq_offsets=[1, 2])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    torch.testing.assert_close(rt.apply_rotary_emb(xb, cos, sin, seqlen_offsets=torch.tensor([3])),
+                               rt.apply_rotary_emb(xb, cos, sin, seqlen_offsets=3), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 @pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
 def test_autograd_gradcheck_both_pairings(layout, pairing):

@@ -198,16 +198,33 @@ def test_apply_rotary_pos_emb_autograd_and_fallbacks():
     qa, _ = rt.apply_rotary_pos_emb(q, k, c2, sin)
     qh, _ = modeling_llama.apply_rotary_pos_emb(q, k, c2, sin)
     torch.testing.assert_close(qa, qh)
-    # [S, D] tables broadcast over batch (older HF / some models) and partial rotary (R < D) pass-through
-    cos2, sin2 = cos[0, :, :8], sin[0, :, :8]
+    # partial rotary (R < D): channels R.. pass through
+    cos2, sin2 = cos[:, :, :8], sin[:, :, :8]
     qb, kb = rt.apply_rotary_pos_emb(q.detach(), k.detach(), cos2, sin2)
-    c4, s4 = cos2[:, :4].numpy()[None, None], sin2[:, :4].numpy()[None, None]  # the values used as given
+    c4, s4 = cos2[..., :4].numpy()[:, None], sin2[..., :4].numpy()[:, None]  # the values used as given
     x = q.detach().numpy()
     want = x.copy()
     want[..., :4] = x[..., :4] * c4 - x[..., 4:8] * s4
     want[..., 4:8] = x[..., 4:8] * c4 + x[..., :4] * s4
     np.testing.assert_allclose(qb.numpy(), want, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(qb.numpy()[..., 8:], x[..., 8:])
+    # 2-D [S, D] tables: HF's cos.unsqueeze(1) = [S, 1, D] pairs the rows with the heads of [B, H, S, D]; rotary gives
+    # HF's result (it used to pair row s with position s, so with H == S the two differed), or HF's error.
+    qs, ks = torch.randn(2, 4, 4, 16, dtype=torch.float64), torch.randn(2, 4, 4, 16, dtype=torch.float64)
+    c2d, s2d = _hf_cos_sin(D, torch.arange(4)[None], torch.float64)
+    for ud in (0, 1):
+        for ours, hf in zip(rt.apply_rotary_pos_emb(qs, ks, c2d[0], s2d[0], unsqueeze_dim=ud),
+                            modeling_llama.apply_rotary_pos_emb(qs, ks, c2d[0], s2d[0], unsqueeze_dim=ud)):
+            torch.testing.assert_close(ours, hf, rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        rt.apply_rotary_pos_emb(q.detach(), k.detach(), cos[0], sin[0])  # H 2 != S 6, as HF raises
+    # dtypes as HF's promotion gives them: a bf16 q (autocast) with f32 tables gives f32; q and k each their own
+    qb16 = torch.randn(1, 2, 6, 16).to(torch.bfloat16)
+    c32, s32 = cos.float(), sin.float()
+    for ours, hf in zip(rt.apply_rotary_pos_emb(qb16, qb16.double(), c32, s32),
+                        modeling_llama.apply_rotary_pos_emb(qb16, qb16.double(), c32, s32)):
+        assert ours.dtype == hf.dtype
+        torch.testing.assert_close(ours, hf, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("layout,shape", [("bshd", (2, 7, 3, 32)), ("bhsd", (2, 3, 7, 32)), ("thd", (7, 3, 32))])

@@ -321,6 +321,43 @@ def test_inplace_on_tensors_requiring_grad():
     assert t._version > v  # no grad needed: the version counter still moves
 
 
+def _qk_cos_sin(q, k, cos, sin, inplace):
+    if not inplace:
+        return ops.apply_qk_cos_sin(q, k, cos, sin, None, 0, "bshd", "half", False, 0)
+    ops.apply_qk_cos_sin_(q, k, cos, sin, None, 0, "bshd", "half", False, 0)
+    return q, k
+
+
+def test_inplace_rotation_by_tables_that_need_a_gradient():
+    """In place by caller tables computed from a learnable inv_freq: backward gives the out-of-place gradients
+    (it raised "modified by an inplace operation": the functional op had saved x, which copy_ then overwrote)."""
+    inv_freq = torch.rand(4, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(8, 8, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 5, 3, 8, dtype=torch.float64)
+    weight = torch.linspace(-1, 1, 2 * 5 * 3 * 8, dtype=torch.float64).reshape(2, 5, 3, 8)
+
+    def grads(call, x_needs_grad):
+        inv_freq.grad = W.grad = None
+        ang = torch.arange(10, dtype=torch.float64)[:, None] * inv_freq
+        a = x @ W if x_needs_grad else x.clone()
+        out = call(a, ang.cos(), ang.sin())
+        if isinstance(out, tuple):
+            out = out[0] + 2 * out[1]
+        (out * weight).sum().backward()
+        return inv_freq.grad.clone(), None if W.grad is None else W.grad.clone()
+
+    cases = [(lambda a, c, s, ip: rt.apply_rotary_emb(a, c, s, inplace=ip)),
+             (lambda a, c, s, ip: rt.apply_cos_sin(a, c, s, inplace=ip)),
+             (lambda a, c, s, ip: _qk_cos_sin(a, a * 0.5, c, s, ip))]
+    for call in cases:
+        for x_needs_grad in (True, False):
+            want = grads(lambda a, c, s: call(a, c, s, False), x_needs_grad)
+            got = grads(lambda a, c, s: call(a, c, s, True), x_needs_grad)
+            torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+            if x_needs_grad:
+                torch.testing.assert_close(got[1], want[1], rtol=1e-12, atol=1e-12)
+
+
 def test_negative_bit_views():
     """13.5: a negative-bit view (t._neg_view(), z.conj().imag) is read as its value, as input and in place;
     an `out=` that is one is refused clearly."""
@@ -443,6 +480,26 @@ def test_composite_device_path_matches_kernel(layout):
     with _torch_composite.forced():
         torch.testing.assert_close(ops.apply(q, p3, 0, rt.spec_key(mrope), layout), want, rtol=0,
                                    atol=TOL["float32"])
+
+
+def test_composite_device_path_refuses_positions_outside_the_table():
+    """Negative positions used to wrap around to the table's last rows on the device path (torch indexing), where
+    the CPU kernel raises: host-known offsets raise its ValueError, device ids fail the device assertion."""
+    x = torch.randn(1, 4, 2, 8)
+    cos, sin = torch.rand(20, 4), torch.rand(20, 4)
+    key = rt.spec_key(rotary.Spec(8))
+    with _torch_composite.forced():
+        with pytest.raises(ValueError, match=r"\[rotary_apply\] positions.offset must be >= 0, got -2"):
+            ops.apply(x, None, -2, key, "bshd")
+        with pytest.raises(ValueError, match=r"\[rotary_apply\] positions.offset must be >= 0, got -1"):
+            ops.apply_cos_sin(x, cos, sin, None, -1, "bshd")
+        with pytest.raises(ValueError, match=r"position 20 is out of range for cos/sin with 20 rows"):
+            ops.apply_cos_sin(x, cos, sin, None, 17, "bshd")
+        for bad in (-1, 20):
+            with pytest.raises(RuntimeError, match=r"a position is outside the cos/sin rows \[0, 20\)"):
+                ops.apply_cos_sin(x, cos, sin, torch.tensor([0, 1, bad, 2]), 0, "bshd")
+        with pytest.raises(RuntimeError, match=r"a position is outside the device table"):
+            ops.apply(x, torch.tensor([0, 1, -1, 2]), 0, key, "bshd")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
