@@ -67,6 +67,11 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
                 raise ValueError(f"[rotary] {what} must be a writable array with one element per address, got a "
                                  f"read-only broadcast view (shape {x.shape}, strides {x.strides})")
             raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
+        if not x.dtype.isnative:  # byte-swapped ('>f4' on a little-endian machine): the kernels read native values
+            if not readonly:
+                raise TypeError(f"[rotary] {what} must have the machine's byte order, got dtype {x.dtype.str} "
+                                f"(write into a native array, e.g. x.astype(x.dtype.newbyteorder('=')), and copy back)")
+            x = x.astype(x.dtype.newbyteorder("="))
         # C-contiguous arrays (the common case, checked first: it is cheap) have no such axis.
         if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
             x = np.ascontiguousarray(x)
@@ -117,9 +122,10 @@ def empty_like(x: ArrayLike) -> ArrayLike:
 
 def _empty_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
+        dtype = x.dtype.newbyteorder("=")  # a byte-swapped input still gets a native result
         if _has_broadcast_axis(x) or x.flags.c_contiguous:
-            return empty(x.shape, x.dtype)  # cache-line aligned (see rotary.empty)
-        return np.empty_like(x)  # keeps x's memory order (e.g. a transposed view stays transposed)
+            return empty(x.shape, dtype)  # cache-line aligned (see rotary.empty)
+        return np.empty_like(x, dtype=dtype)  # keeps x's memory order (e.g. a transposed view stays transposed)
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 
 
@@ -130,7 +136,8 @@ def _check_out(out: Any, x: Any, what: str) -> None:
                         f"got {type(out).__name__}")
     if tuple(out.shape) != tuple(x.shape):
         raise ValueError(f"[rotary] {what} must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
-    if out.dtype != x.dtype:
+    same = out.dtype == x.dtype or (x_numpy and out.dtype == x.dtype.newbyteorder("="))  # a byte-swapped input takes a native out
+    if not same:
         raise TypeError(f"[rotary] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
 
 
@@ -164,7 +171,8 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
             return a.to(torch.float64)
         raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} tensor, "
                         f"got dtype {a.dtype}")
-    raise TypeError(f"[rotary] {what} must be an int, a sequence or an array, got {type(a).__name__}")
+    raise TypeError(f"[rotary] {what} must be a sequence or an array of {'numbers' if allow_float else 'integers'}, "
+                    f"got {type(a).__name__}")
 
 
 def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out") -> Tuple[Any, bool, Any, Any]:

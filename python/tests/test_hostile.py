@@ -188,7 +188,12 @@ CASES = [
     ("threads", lambda x: rotary.apply(x, 0, spec(), threads=-1, out=x), ValueError, ["threads", "-1"]),
     ("seq_len", lambda x: rotary.apply(x, 0, spec(), seq_len=0, out=x), ValueError, ["seq_len", "got 0"]),
     ("onnx id past the caller table", _onnx_past_table, ValueError, ["position 4", "4 rows"]),
-    ("onnx cos/sin dtypes differ", _onnx_dtype, TypeError, ["sin dtype", "f64"]),
+    ("onnx cos/sin dtypes differ", _onnx_dtype, TypeError, ["sin_cache dtype", "f64"]),
+    ("onnx position_ids an int", lambda x: rotary.onnx_rotary_embedding(x, np.ones((8, 4), np.float32),
+                                                                        np.ones((8, 4), np.float32), 7),
+     TypeError, ["position_ids must be a sequence or an array of integers, got int"]),
+    ("out byte-swapped", lambda x: rotary.apply(x.astype(">f4"), 0, spec(), out=np.empty(x.shape, ">f4")), TypeError,
+     ["out must have the machine's byte order", ">f4"]),
     # Outputs sharing memory with any other input of the call (read after rows are written): refused.
     ("out holding the positions", lambda x: _out_holding(x, "positions"), ValueError,
      ["q_out overlaps positions.ids", "before it is read"]),
@@ -400,6 +405,20 @@ def test_size_one_batch_ids_broadcast_over_the_batch():
     np.testing.assert_array_equal(k, rotary.apply(x[:, :, :1].copy(), np.repeat(ids, 3, 0), spec()))
     af = rotary.mrope_frequencies(m)
     np.testing.assert_array_equal(rotary.apply_axes(x, ids3, af), rotary.apply_axes(x, np.repeat(ids3, 3, 1), af))
+
+
+def test_byte_swapped_inputs_are_read_as_their_values():
+    """A big-endian array ('>f4': from a file, a network buffer) got nanobind's argument-list dump; inputs are
+    read through a native copy (the result native), and a native out takes a byte-swapped input."""
+    x = np.random.default_rng(5).standard_normal((1, 3, 2, D)).astype(np.float32)
+    want = rotary.apply(x, 2, spec())
+    np.testing.assert_array_equal(rotary.apply(x.astype(">f4"), 2, spec()), want)
+    out = np.empty_like(x)
+    rotary.apply(x.astype(">f4"), 2, spec(), out=out)
+    np.testing.assert_array_equal(out, want)
+    c, s = rotary.cos_sin(spec(), 8)
+    np.testing.assert_array_equal(rotary.apply_cos_sin(x, c.astype(">f4"), s.astype(">f4"), 2),
+                                  rotary.apply_cos_sin(x, c, s, 2))
 
 
 def test_torch_float8_input_gets_a_rotary_message():

@@ -163,3 +163,27 @@ def test_onnx_errors_and_torch_inputs():
     # 3-D input equals the 4-D result re-laid out
     y3 = rotary.onnx_rotary_embedding(x3, cos, sin, pos, num_heads=x.shape[1])
     np.testing.assert_array_equal(y3, y.numpy().transpose(0, 2, 1, 3).reshape(y3.shape))
+
+
+def test_onnx_errors_name_the_nodes_inputs():
+    """Errors of the mapped apply call are reported in the node's names (X, Y, position_ids, cos_cache,
+    sin_cache) under [onnx_rotary_embedding], as docs/api.md promises; they used to name q, positions.ids, cos."""
+    x = np.ones((1, 2, 3, 8), np.float32)
+    cos, sin = np.ones((5, 4), np.float32), np.zeros((5, 4), np.float32)
+    ids = np.zeros((1, 3), np.int64)
+    cases = [
+        (lambda: rotary.onnx_rotary_embedding(x.astype(np.int32), cos, sin, ids), TypeError,
+         "[onnx_rotary_embedding] X dtype must be floating"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.array([[0, -1, 2]])), ValueError,
+         "[onnx_rotary_embedding] position_ids[0,1] must be >= 0"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.array([[0, 5, 2]])), ValueError,
+         "[onnx_rotary_embedding] position 5 is out of range for cos_cache/sin_cache with 5 rows"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.zeros((1, 4), np.int64)), ValueError,
+         "[onnx_rotary_embedding] position_ids shape [1,4] does not match"),
+    ]
+    for call, exc, message in cases:
+        with pytest.raises(exc) as info:
+            call()
+        assert message in str(info.value), str(info.value)
+        for internal in ("[rotary_apply]", "positions.ids", " q ", "q dtype"):
+            assert internal not in str(info.value), str(info.value)

@@ -39,6 +39,40 @@ TensorView first_columns(const TensorView& t, int64_t half, const char* name) {
   return v;
 }
 
+bool identifier_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/// Rethrows an error of the apply call the node maps onto in the node's own names: [onnx_rotary_embedding],
+/// X for q, Y for q_out, position_ids for positions.ids, cos_cache / sin_cache for cos / sin (whole words only).
+[[noreturn]] void rethrow_in_node_names(const Error& e) {
+  static const std::pair<const char*, const char*> kNames[] = {
+      {"positions.ids", "position_ids"}, {"q_out", "Y"}, {"q", "X"}, {"cos", "cos_cache"}, {"sin", "sin_cache"}};
+  std::string in = e.what(), out;
+  const std::string apply_where = "[rotary_apply]";
+  size_t i = 0;
+  if (in.compare(0, apply_where.size(), apply_where) == 0) {
+    out = std::string("[") + kWhere + "]";
+    i = apply_where.size();
+  }
+  while (i < in.size()) {
+    bool renamed = false;
+    if (i == 0 || !(identifier_char(in[i - 1]) || in[i - 1] == '.')) {
+      for (const auto& [from, to] : kNames) {
+        const size_t n = std::char_traits<char>::length(from);
+        if (in.compare(i, n, from) == 0 && (i + n == in.size() || !(identifier_char(in[i + n]) || in[i + n] == '.'))) {
+          out += to;
+          i += n;
+          renamed = true;
+          break;
+        }
+      }
+    }
+    if (!renamed) out += in[i++];
+  }
+  throw Error(e.kind(), out, e.cause());
+}
+
 }  // namespace
 
 void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
@@ -115,7 +149,11 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
   args.threads = a.threads;
   args.backend = a.backend;
   args.stream = a.stream;
-  apply_cos_sin(cos, sin, args);
+  try {
+    apply_cos_sin(cos, sin, args);
+  } catch (const Error& e) {
+    rethrow_in_node_names(e);
+  }
 }
 
 }  // namespace rotary

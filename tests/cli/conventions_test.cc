@@ -105,6 +105,25 @@ TEST_F(CliConventions, TyposGetASuggestionAndExitTwo) {
   EXPECT_NE(err.find("Run `rotary freqs --help`"), std::string::npos) << err;
 }
 
+TEST_F(CliConventions, EmptyValuesAndRepeatedOptionsAreUsageErrors) {
+  // `--preset=` used to report that no --config or --preset was given, and a repeated option silently kept the
+  // last value; freqs took a --seq-len of 0 that apply refuses.
+  std::string out, err;
+  const std::pair<std::string, std::string> cases[] = {
+      {"freqs --preset=", "--preset needs a value (NAME), got an empty one"},
+      {"freqs --preset ''", "--preset needs a value (NAME), got an empty one"},
+      {"freqs --preset llama-2-7b --seq-len 4096 --seq-len 8192", "--seq-len is given twice (4096 and 8192)"},
+      {"freqs --preset llama-2-7b --json --json", "--json is given twice"},
+      {"freqs --preset llama-2-7b --seq-len 0", "--seq-len must be > 0, got 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    EXPECT_EQ(run(args, &out, &err), 2);
+    EXPECT_NE(err.find("rotary freqs: " + message), std::string::npos) << err;
+    EXPECT_EQ(out, "");
+  }
+}
+
 TEST_F(CliConventions, ExitCodesSeparateUsageErrorsFromRuntimeFailures) {
   std::string out, err;
   EXPECT_EQ(run("", &out, &err), 2);                                  // no command

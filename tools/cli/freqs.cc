@@ -103,7 +103,7 @@ int run(const std::vector<std::string>& args) {
   const Spec spec = spec_from_flags(flags).normalized();
   std::optional<int64_t> seq_len;
   if (auto n = flags.get_int("seq-len")) {
-    if (*n < 0) throw UsageError("--seq-len must be >= 0, got " + std::to_string(*n));
+    if (*n < 1) throw UsageError("--seq-len must be > 0, got " + std::to_string(*n));
     seq_len = *n;
   }
   const Frequencies f = compute_frequencies(spec, seq_len);

@@ -49,11 +49,17 @@ Flags::Flags(const std::vector<std::string>& args, const Options& options) {
           if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value (" + o->metavar + ")");
           value = args[++i];
         }
-        values_[name] = value;
+        if (value.empty()) throw UsageError("--" + name + " needs a value (" + o->metavar + "), got an empty one");
       } else {
         if (inline_value) throw UsageError("--" + name + " takes no value");
-        values_[name] = "1";
+        value = "1";
       }
+      // Each option once: a second --seq-len (a pasted command, a script's default and its override) would
+      // otherwise silently win or lose.
+      if (auto it = values_.find(name); it != values_.end())
+        throw UsageError("--" + name + " is given twice" +
+                         (o->metavar ? " (" + cut_for_message(it->second) + " and " + cut_for_message(value) + ")" : ""));
+      values_[name] = value;
     } else if (a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
       throw UsageError("unknown option " + cut_for_message(a) + " (options are spelled --name; -h is help)");
     } else {
