@@ -271,6 +271,9 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
             raise ValueError("[rotary_apply_context_parallel] thd shards need the global cu_seqlens")
         ids, seq_len = _rotary._cp_shard_packed(rank, cp_size, [int(v) for v in np.asarray(cu_seqlens).reshape(-1)])
     else:
+        if cu_seqlens is not None:
+            raise ValueError(f"[rotary_apply_context_parallel] cu_seqlens are the global boundaries of thd shards; "
+                             f"layout \"{layout}\" takes none, got cu_seqlens")
         local_len = int(x.shape[1] if layout == "bshd" else x.shape[2])
         ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, _offset_arg(offset, "offset", "rotary_context_parallel"))
     if _is_torch(x):

@@ -383,8 +383,10 @@ def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = No
             ) -> Tuple[torch.Tensor, torch.Tensor]:
     """rotary's exact f32 cos/sin (attention factor folded in): torch.ops.rotary.cos_sin.
 
-    positions: an int n (0..n-1) or an integer/float tensor of any shape (M-RoPE specs: [3, ...], rows merged by
-    the spec's sections), on any device. Returns (cos, sin) of shape positions.shape + (rotary_dim // 2,).
+    positions: an int n (0..n-1) or an integer/float tensor of any shape, on any device. Returns (cos, sin) of
+    shape positions.shape + (rotary_dim // 2,). M-RoPE specs take [3, ...] ids (one row per axis t, h, w: an int
+    n or text-only ids are not taken here) and return shape positions.shape[1:] + (rotary_dim // 2,), each
+    frequency from its section's axis.
     """
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
         positions = torch.arange(int(positions))

@@ -230,6 +230,8 @@ CASES = [
      ["threads must be >= 0", str(-2**40)]),
     ("threads a float", lambda x: rotary.apply(x, 0, spec(), threads=2.5, out=x), TypeError,
      ["threads must be an int", "float"]),
+    ("cp cu_seqlens on bshd", lambda x: rotary.apply_context_parallel(x, spec(), 0, 2, cu_seqlens=[0, 4, 8]),
+     ValueError, ["cu_seqlens are the global boundaries of thd shards", "layout \"bshd\" takes none"]),
     ("cp offset 2**64", lambda x: rotary.apply_context_parallel(x, spec(), 0, 2, offset=2**64), ValueError,
      ["offset must be < 2^31", str(2**64)]),
     ("grid_positions 2**70 x 2", lambda x: rotary.grid_positions(2**70, 2), ValueError,

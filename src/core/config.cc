@@ -334,16 +334,23 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     type_field = rp.field("type");
   }
   if (type_name == "mrope") type_name = "default";  // Qwen2-VL: default frequencies + sections
+  // Phi-3 / Phi-4-multimodal configs written before longrope had that name: transformers renames "su" and
+  // "yarn" to longrope for these models (their short_factor / long_factor tables).
+  if ((model_type == "phi3" || model_type == "phi4_multimodal") && (type_name == "su" || type_name == "yarn"))
+    type_name = "longrope";
   Scaling& sc = spec.scaling;
   sc.type = rope_type_from(type_name, type_field);
 
-  // --- base and partial rotary: dict first (v5), then top level (v4), then legacy names.
+  // --- base and partial rotary: dict first (v5), then top level (v4), then legacy names. GPT-NeoX's config
+  // class reads only its own names at the top level (rotary_emb_base, rotary_pct: default 0.25), as transformers.
+  const bool neox = model_type == "gpt_neox";
   spec.base = rp.number("rope_theta").value_or(
-      top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(10000.0)));
+      neox ? top.number("rotary_emb_base").value_or(10000.0)
+           : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(10000.0)));
   std::optional<double> prf = rp.number("partial_rotary_factor");
-  if (!prf) prf = top.number("partial_rotary_factor");
+  if (!prf && !neox) prf = top.number("partial_rotary_factor");
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
-  spec.partial_rotary_factor = prf.value_or(1.0);
+  spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : 1.0);
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
       spec.partial_rotary_factor > 1)
     invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
@@ -428,6 +435,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
 Spec spec_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
   const json doc = detail::parse_config_text(json_text, source_name);
   const detail::ConfigRoot r = detail::config_root(doc);
+  detail::reject_per_layer_overrides(r);
   const detail::RopeDict d = detail::rope_dict(r);
   detail::reject_per_layer_type(r, d);
   return detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);

@@ -44,6 +44,10 @@ Spec parse_spec(const ConfigRoot& r, const nlohmann::json& rope_dict, const std:
 /// spec.normalized(), with " (in SOURCE)" appended to a validation message.
 Spec normalized_in(const Spec& spec, const std::string& source_name);
 
+/// Throws kUnsupported when per_layer_config gives a layer its own RoPE input (head_dim, rope_parameters...):
+/// no reader describes RoPE per layer (src/core/layer_types.cc).
+void reject_per_layer_overrides(const ConfigRoot& r);
+
 /// Throws kUnsupported when the config's RoPE parameters differ per layer type (a dict nested per layer
 /// type, or Gemma 3's legacy rope_local_base_freq): one Spec cannot describe it (src/core/layer_types.cc).
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);

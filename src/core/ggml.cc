@@ -66,8 +66,7 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
     invalid("mode must be normal (0), neox (2), mrope (8), vision (24) or imrope (40), got " + str(mode_i));
   if (p.n_dims <= 0 || p.n_dims % 2 != 0) invalid("n_dims must be even and > 0, got " + str(p.n_dims));
   if (p.n_dims > kMaxDims) invalid("n_dims must be <= 65536 (rotary's head_dim limit), got " + str(p.n_dims));
-  if (!std::isfinite(p.freq_base) || p.freq_base <= 0.0 || p.freq_base == 1.0)
-    invalid("freq_base must be finite, > 0 and != 1, got " + num(p.freq_base));
+  if (!std::isfinite(p.freq_base) || p.freq_base <= 0.0) invalid("freq_base must be finite and > 0, got " + num(p.freq_base));
   if (!std::isfinite(p.freq_scale) || p.freq_scale <= 0.0)
     invalid("freq_scale must be finite and > 0, got " + num(p.freq_scale));
   if (!std::isfinite(p.ext_factor) || p.ext_factor < 0.0)
@@ -82,6 +81,8 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
               str(p.n_ctx_orig));
     if (!std::isfinite(p.beta_fast) || p.beta_fast <= 0.0) invalid("beta_fast must be finite and > 0, got " + num(p.beta_fast));
     if (!std::isfinite(p.beta_slow) || p.beta_slow <= 0.0) invalid("beta_slow must be finite and > 0, got " + num(p.beta_slow));
+    // The correction dims divide by ln(freq_base); without YaRN a base of 1 is just theta_i = 1, as ggml computes it.
+    if (p.freq_base == 1.0) invalid("freq_base must be != 1 when ext_factor != 0 (YaRN's correction dims divide by ln(freq_base)), got 1");
   }
 
   const bool is_multi = multi(p.mode);

@@ -41,9 +41,16 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
   return keys;
 }
 
-/// Gemma 3's legacy config.json form: a top-level rope_local_base_freq next to a flat rope dict.
+bool model_type_is(const json& obj, const char* name) {
+  return obj.contains("model_type") && obj.at("model_type").is_string() && obj.at("model_type").get<std::string>() == name;
+}
+
+/// Gemma 3's legacy config.json form: a flat rope dict with a top-level rope_local_base_freq, or any flat rope
+/// dict of a Gemma 3 text model (transformers converts it with the defaults: local base 1e4, pattern 6).
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
-  return keys.empty() && r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
+  if (!keys.empty()) return false;
+  if (r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null()) return true;
+  return model_type_is(*r.root, "gemma3_text") || model_type_is(*r.doc, "gemma3");
 }
 
 double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
@@ -64,7 +71,10 @@ std::vector<std::string> gemma3_layer_types(const detail::ConfigRoot& r) {
     return v.get<int64_t>();
   };
   const int64_t layers = int_at("num_hidden_layers");
-  const int64_t pattern = int_at("sliding_window_pattern");
+  // Gemma3TextConfig's default when the key is absent: five sliding layers, then one full.
+  const int64_t pattern = root.contains("sliding_window_pattern") && !root.at("sliding_window_pattern").is_null()
+                              ? int_at("sliding_window_pattern")
+                              : 6;
   std::vector<std::string> out;
   if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
   for (int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
@@ -75,6 +85,22 @@ std::vector<std::string> gemma3_layer_types(const detail::ConfigRoot& r) {
 
 namespace detail {
 
+void reject_per_layer_overrides(const ConfigRoot& r) {
+  const json& root = *r.root;
+  if (!root.contains("per_layer_config") || !root.at("per_layer_config").is_object()) return;
+  const json& per_layer = root.at("per_layer_config");
+  for (auto layer = per_layer.begin(); layer != per_layer.end(); ++layer) {
+    if (!layer.value().is_object()) continue;
+    for (const char* key : {"head_dim", "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor",
+                            "max_position_embeddings", "qk_rope_head_dim"})
+      if (layer.value().contains(key))
+        fail(Error::Kind::kUnsupported, kConfigWhere,
+             r.prefix + "per_layer_config." + shown_name(layer.key()) + "." + key +
+                 " gives that layer its own RoPE input (Gemma 4's full-attention head_dim): rotary reads one RoPE "
+                 "per layer type, not per layer; got " + show_json(layer.value().at(key)));
+  }
+}
+
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
   const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
   if (!keys.empty()) {
@@ -84,12 +110,15 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              "): one Spec cannot describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, "
              "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   }
-  if (legacy_gemma3(r, keys))
+  if (legacy_gemma3(r, keys)) {
+    const bool given = r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
     fail(Error::Kind::kUnsupported, kConfigWhere,
          r.prefix + "rope_local_base_freq gives sliding-window layers their own base (Gemma 3): one Spec cannot "
              "describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, C "
              "rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
-             "got rope_local_base_freq " + show_json(r.root->at("rope_local_base_freq")));
+             "got rope_local_base_freq " +
+             (given ? show_json(r.root->at("rope_local_base_freq")) : std::string("absent (a Gemma 3 text model: 10000)")));
+  }
 }
 
 }  // namespace detail
@@ -124,6 +153,7 @@ std::string LayerTypeSpecs::type_names() const {
 LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
   const json doc = detail::parse_config_text(json_text, source_name);
   const detail::ConfigRoot r = detail::config_root(doc);
+  detail::reject_per_layer_overrides(r);
   const detail::RopeDict d = detail::rope_dict(r);
   LayerTypeSpecs out;
   out.layer_types = read_layer_types(r);

@@ -101,6 +101,36 @@ TEST(Config, GptNeoxLegacyKeys) {
   EXPECT_EQ(s.pairing, Pairing::kHalfSplit);
 }
 
+TEST(Config, GptNeoxReadsItsOwnNamesAsItsConfigClassDoes) {
+  // GPTNeoXConfig takes the base from rotary_emb_base (a top-level rope_theta is not its key) and the fraction
+  // from rotary_pct (default 0.25) ahead of a top-level partial_rotary_factor; rotary used to prefer the others.
+  const Spec s = parse(R"({"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 4, "rope_theta": 50000,
+                           "partial_rotary_factor": 0.5, "rotary_pct": 0.25})");
+  EXPECT_EQ(s.base, 10000.0);
+  EXPECT_EQ(s.rotary_dim, 16);
+  EXPECT_EQ(parse(R"({"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 4})").rotary_dim, 16);
+  EXPECT_EQ(parse(R"({"model_type": "gpt_neox", "hidden_size": 256, "num_attention_heads": 4,
+                      "rope_parameters": {"rope_theta": 3e4, "partial_rotary_factor": 1.0}})").rotary_dim, 64);
+  // other models keep the usual order
+  EXPECT_EQ(parse(R"({"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 50000, "rotary_pct": 0.25})").base, 50000.0);
+}
+
+TEST(Config, Phi3LegacySuAndYarnAreLongrope) {
+  // Phi-3 checkpoints written before "longrope" had its name: transformers' Phi3Config renames both. rotary read
+  // "yarn" as YaRN (inv_freq off by up to 96 %) and refused "su".
+  for (const char* type : {"yarn", "su", "longrope"}) {
+    SCOPED_TRACE(type);
+    const Spec s = parse(std::string(R"({"model_type": "phi3", "head_dim": 8, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "rope_scaling": {"type": ")") + type +
+                         R"(", "short_factor": [1, 1.5, 2, 3], "long_factor": [2, 3, 4, 5]}})");
+    EXPECT_EQ(s.scaling.type, rotary::RopeType::kLongRope);
+  }
+  // elsewhere "yarn" is YaRN
+  EXPECT_EQ(parse(R"({"head_dim": 8, "max_position_embeddings": 8192, "rope_scaling": {"type": "yarn", "factor": 2.0}})")
+                .scaling.type,
+            rotary::RopeType::kYarn);
+}
+
 TEST(Config, GptjIsInterleavedWithExplicitRotaryDim) {
   const Spec s = parse(R"({"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64, "n_positions": 2048})");
   EXPECT_EQ(s.head_dim, 256);

@@ -131,6 +131,54 @@ TEST(LayerTypes, FlatConfigsShareOneSpec) {
   EXPECT_EQ(&none.spec_for_layer(40), &*none.by_type[0].spec);
 }
 
+TEST(LayerTypes, Gemma3TextConfigsWithoutTheLocalBaseOrPatternTakeTransformersDefaults) {
+  // A flat Gemma 3 text config without rope_local_base_freq / sliding_window_pattern: transformers still gives
+  // the sliding layers base 1e4 and makes every 6th layer full. rotary used to return one shared Spec (the
+  // global base for every layer), or no layer_types.
+  const LayerTypeSpecs bare = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "gemma3_text", "head_dim": 8, "num_hidden_layers": 7, "rope_theta": 500000.0})");
+  EXPECT_TRUE(bare.nested);
+  const std::vector<std::string> want = {"sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                                         "sliding_attention", "full_attention", "sliding_attention"};
+  EXPECT_EQ(bare.layer_types, want);
+  expect_freqs(bare.spec_for("full_attention"), expected(500000.0, 8, 1.0));
+  expect_freqs(bare.spec_for("sliding_attention"), expected(1e4, 8, 1.0));
+  expect_freqs(bare.spec_for_layer(0), expected(1e4, 8, 1.0));
+  // the multimodal wrapper (model_type gemma3 with a text_config) reads the same way
+  const LayerTypeSpecs wrapped = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "gemma3", "text_config": {"head_dim": 8, "num_hidden_layers": 6, "rope_theta": 500000.0}})");
+  EXPECT_TRUE(wrapped.nested);
+  expect_freqs(wrapped.spec_for_layer(5), expected(500000.0, 8, 1.0));
+  expect_freqs(wrapped.spec_for_layer(4), expected(1e4, 8, 1.0));
+  Error::Kind kind{};
+  error_of([&] { (void)rotary::spec_from_hf_config_json(R"({"model_type": "gemma3_text", "head_dim": 8})"); }, &kind);
+  EXPECT_EQ(kind, Error::Kind::kUnsupported);
+}
+
+TEST(LayerTypes, PerLayerRopeOverridesAreRefusedNamingTheEntry) {
+  // Gemma 4's config.json: its full-attention layers take head_dim 512 through per_layer_config. Read as the
+  // shared head_dim, their Spec was silently wrong.
+  const char* gemma4 = R"({"model_type": "gemma4_text", "head_dim": 256, "num_hidden_layers": 6,
+    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                    "sliding_attention", "full_attention"],
+    "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                           "rope_theta": 1000000.0}},
+    "per_layer_config": {"5": {"head_dim": 512}}})";
+  for (auto read : {std::function<void()>([&] { (void)rotary::layer_type_specs_from_hf_config_json(gemma4); }),
+                    std::function<void()>([&] { (void)rotary::spec_from_hf_config_json(gemma4); })}) {
+    Error::Kind kind{};
+    const std::string msg = error_of(read, &kind);
+    EXPECT_EQ(kind, Error::Kind::kUnsupported) << msg;
+    EXPECT_NE(msg.find("per_layer_config.5.head_dim gives that layer its own RoPE input"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("got 512"), std::string::npos) << msg;
+  }
+  // overrides of other things (kv heads, sliding windows) are not RoPE's business
+  const LayerTypeSpecs other = rotary::layer_type_specs_from_hf_config_json(
+      R"({"head_dim": 8, "per_layer_config": {"3": {"num_key_value_heads": 2}}})");
+  EXPECT_FALSE(other.nested);
+}
+
 TEST(LayerTypes, OneSpecReadersRefuseLayerTypeConfigsNamingTheWayOut) {
   for (const char* text : {kGemma3V5, kGemma3Legacy}) {
     Error::Kind kind{};

@@ -417,6 +417,11 @@ TEST(Ggml, RejectsBadParameters) {
   p = ok; p.mode = GgmlRopeMode::kMrope; p.sections = {40, 40, 0, 0}; expect_error(p, "sum(sections) must be <= 64");
   p = ok; p.mode = GgmlRopeMode::kMrope; p.sections = {-1, 8, 8, 0}; expect_error(p, "sections[0] must be >= 0");
   p = ok; p.freq_factors = {1.0, 2.0}; expect_error(p, "freq_factors must have at least 32");
+  p = ok; p.freq_base = 0; expect_error(p, "freq_base must be finite and > 0");
+  // base 1: every theta is 1, as ggml computes it; only YaRN's correction dims (ln(base)) cannot take it
+  p = ok; p.freq_base = 1; p.ext_factor = 1; p.n_ctx_orig = 4096; expect_error(p, "freq_base must be != 1 when ext_factor != 0");
+  p = ok; p.freq_base = 1;
+  for (double theta : ggml_frequencies(p).freqs.inv_freq) EXPECT_EQ(theta, 1.0);
   EXPECT_EQ(parse_ggml_rope_mode("imrope"), GgmlRopeMode::kImrope);
   EXPECT_EQ(parse_ggml_rope_mode("24"), GgmlRopeMode::kVision);
   EXPECT_THROW(parse_ggml_rope_mode("yarn"), Error);
