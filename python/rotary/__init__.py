@@ -446,7 +446,7 @@ def onnx_rotary_embedding(
     Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
     """
     if isinstance(X, np.ndarray):
-        out = np.empty(X.shape, dtype=X.dtype)
+        out = np.empty(X.shape, dtype=X.dtype.newbyteorder("="))  # a byte-swapped X gets a native Y
     elif _is_torch(X):
         out = _torch_module().empty(tuple(X.shape), dtype=X.dtype)
     else:

@@ -90,7 +90,8 @@ def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq
     """ggml_rope_ext / ggml_rope_multi parameters as AxisFrequencies.
 
     mode: "normal" (0), "neox" (2), "mrope" (8), "vision" (24), "imrope" (40) (names or numbers as strings).
-    Multi-rope modes take 4 position rows (t, h, w, e) exactly as ggml; VISION needs n_dims = head_dim / 2.
+    Multi-rope modes take 4 position rows (t, h, w, e) exactly as ggml; VISION needs n_dims = head_dim / 2 (ggml
+    asserts it; rotary, given a wider head, rotates the first 2 * n_dims channels and passes the rest through).
     rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
     """
     ff = [] if freq_factors is None else [float(v) for v in freq_factors]

@@ -136,6 +136,14 @@ def _check_schemes(positions: Any, layout: str, cu_seqlens: Any, seq_offsets: An
                          f"positions is the start added to it), got both")
 
 
+def _host_readable(t: torch.Tensor) -> bool:
+    """A real CPU tensor whose values may be read now: not on a device, not traced (torch.compile, make_fx with
+    fake or symbolic tensors), not under a functorch transform."""
+    if t.device.type != "cpu" or torch.compiler.is_compiling() or _functorch_active():
+        return False
+    return torch._guards.detect_fake_mode(t) is None
+
+
 def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: Any) -> torch.Tensor:
     """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset).
     cu_seqlens on the CPU is checked as rotary.apply checks it (device tensors are not read on the host, nor are
@@ -149,7 +157,7 @@ def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: A
         if so.dim() != 1 or so.shape[0] != cu.shape[0] - 1:
             raise ValueError(f"[rotary_apply] positions.seq_offsets must have shape [N] = [{cu.shape[0] - 1}], "
                              f"got {list(so.shape)}")
-    if cu.device.type == "cpu" and not torch.compiler.is_compiling():
+    if _host_readable(cu):
         c = cu.tolist()
         if c[0] != 0:
             raise ValueError(f"[rotary_apply] positions.cu_seqlens[0] must be 0, got {c[0]}")

@@ -150,6 +150,13 @@ def test_torch_packed_and_per_batch_positions_are_checked_as_rotary_apply_checks
         rt.apply_rotary_emb(xb, cos, sin, seqlen_offsets=torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="layout \"thd\""):
         rt.apply_cos_sin(xb, cos, sin, None, layout="bshd", cu_seqlens=[0, 2])
+    # traced with fake or symbolic tensors (make_fx, AOT tracing): the values are not read on the host
+    from torch.fx.experimental.proxy_tensor import make_fx
+    for mode in ("real", "fake", "symbolic"):
+        gm = make_fx(lambda a, cu: rt.apply(a, 0, spec, layout="thd", cu_seqlens=cu), tracing_mode=mode)(
+            x, torch.tensor([0, 4, 10]))
+        torch.testing.assert_close(gm(x, torch.tensor([0, 4, 10])),
+                                   rt.apply(x, 0, spec, layout="thd", cu_seqlens=[0, 4, 10]), rtol=0, atol=0)
     # what stays accepted: an int start added to packed or per-batch starts (documented), a [1] offset broadcast
     want = rt.apply_cos_sin(x, cos, sin, None, layout="thd", cu_seqlens=[0, 4, 10], seq_offsets=[3, 4])
     got = rt.apply_cos_sin(x, cos, sin, 2, layout="thd", cu_seqlens=[0, 4, 10], seq_offsets=[1, 2])

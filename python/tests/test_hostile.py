@@ -421,6 +421,11 @@ def test_byte_swapped_inputs_are_read_as_their_values():
     c, s = rotary.cos_sin(spec(), 8)
     np.testing.assert_array_equal(rotary.apply_cos_sin(x, c.astype(">f4"), s.astype(">f4"), 2),
                                   rotary.apply_cos_sin(x, c, s, 2))
+    X = np.ascontiguousarray(x.transpose(0, 2, 1, 3))  # ONNX [B, H, S, D]
+    ids = np.arange(3)[None]
+    y = rotary.onnx_rotary_embedding(X.astype(">f4"), c, s, ids)
+    assert y.dtype == np.float32 and y.dtype.isnative
+    np.testing.assert_array_equal(y, rotary.onnx_rotary_embedding(X, c, s, ids))
 
 
 def test_torch_float8_input_gets_a_rotary_message():
