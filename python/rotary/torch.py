@@ -34,19 +34,12 @@ import rotary as _rotary
 from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
 from rotary._torch_ops import spec_from_key, spec_key
+from rotary._torch_positions import _functorch_active, _peek_functorch, _positions
 
 __all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
            "spec_from_key", "patch", "unpatch", "is_patched", "supported_models", "spec_of_module"]
 
 ops = torch.ops.rotary
-_peek_functorch = torch._C._functorch.peek_interpreter_stack
-
-
-def _functorch_active() -> bool:
-    """True inside torch.func transforms (never while torch.compile traces: the check is folded away there)."""
-    return not torch.compiler.is_compiling() and _peek_functorch() is not None
-
-
 _Tensor = torch.Tensor
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
@@ -74,108 +67,6 @@ def _eager(*tensors: Any) -> bool:
 def _key(spec: Any) -> str:
     """spec_key(spec), a constant for torch.compile (the Spec is guarded on, never traced)."""
     return spec_key(spec)
-
-
-def _n_tokens(x: torch.Tensor, layout: str) -> int:
-    if layout == "thd":
-        return x.shape[0]
-    return x.shape[1] if layout == "bshd" else x.shape[2]
-
-
-def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = None, seq_offsets: Any = None,
-               batch_offsets: Any = None) -> Tuple[Optional[torch.Tensor], int]:
-    """(positions tensor or None, offset) for the operators; packed and per-batch schemes become ids (torch ops,
-    on the positions' device: nothing is read on the host)."""
-    _check_schemes(positions, layout, cu_seqlens, seq_offsets, batch_offsets)
-    if cu_seqlens is not None:
-        return _packed_ids(x, positions, cu_seqlens, seq_offsets), 0
-    if batch_offsets is not None:
-        bo = torch.as_tensor(batch_offsets, device=x.device).long()
-        if bo.dim() != 1 or bo.shape[0] not in (1, x.shape[0]):
-            raise ValueError(f"[rotary_apply] positions.batch_offsets must have shape [B] = [{x.shape[0]}] (or [1]), "
-                             f"got {list(bo.shape)}")
-        start = 0 if positions is None else int(positions)
-        return bo[:, None] + (start + torch.arange(_n_tokens(x, layout), device=x.device)), 0
-    if positions is None:
-        return None, 0
-    if isinstance(positions, torch.Tensor):
-        if positions.dim() == 0 and not positions.is_floating_point():
-            return positions + torch.arange(_n_tokens(x, layout), device=positions.device), 0
-        return positions, 0
-    if isinstance(positions, (bool, np.bool_)):
-        raise TypeError("[rotary] positions must be an int or a tensor, got bool")
-    if isinstance(positions, (int, np.integer)):
-        return None, int(positions)
-    if isinstance(positions, float):
-        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass a tensor for "
-                        "fractional positions")
-    return torch.as_tensor(np.asarray(positions)), 0
-
-
-def _int_scalar(positions: Any) -> bool:
-    return (isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_))) or (
-        isinstance(positions, torch.Tensor) and positions.dim() == 0 and not positions.is_floating_point())
-
-
-def _check_schemes(positions: Any, layout: str, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any) -> None:
-    """One position scheme per call, as rotary.apply checks it (an int `positions` may start packed or per-batch
-    sequences: it is added)."""
-    if seq_offsets is not None and cu_seqlens is None:
-        raise ValueError("[rotary_apply] seq_offsets needs cu_seqlens (the starts of packed thd sequences), got "
-                         "seq_offsets alone")
-    if cu_seqlens is not None:
-        if layout != "thd":
-            raise ValueError(f"[rotary_apply] cu_seqlens packs sequences along the tokens of layout \"thd\", got "
-                             f"layout \"{layout}\"")
-        if batch_offsets is not None:
-            raise ValueError("[rotary_apply] batch_offsets cannot be combined with cu_seqlens (packed sequences "
-                             "start at seq_offsets), got both")
-    if (cu_seqlens is not None or batch_offsets is not None) and positions is not None and not _int_scalar(positions):
-        other = "cu_seqlens" if cu_seqlens is not None else "batch_offsets"
-        raise ValueError(f"[rotary_apply] positions ids cannot be combined with {other}: give one scheme (an int "
-                         f"positions is the start added to it), got both")
-
-
-def _host_readable(t: torch.Tensor) -> bool:
-    """A real CPU tensor whose values may be read now: not on a device, not traced (torch.compile, make_fx with
-    fake or symbolic tensors), not under a functorch transform."""
-    if t.device.type != "cpu" or torch.compiler.is_compiling() or _functorch_active():
-        return False
-    return torch._guards.detect_fake_mode(t) is None
-
-
-def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: Any) -> torch.Tensor:
-    """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset).
-    cu_seqlens on the CPU is checked as rotary.apply checks it (device tensors are not read on the host, nor are
-    tensors being traced by torch.compile)."""
-    cu = torch.as_tensor(cu_seqlens, device=x.device).long()
-    if cu.dim() != 1 or cu.shape[0] < 1:
-        raise ValueError(f"[rotary_apply] positions.cu_seqlens must have shape [N+1], got {list(cu.shape)}")
-    so = None
-    if seq_offsets is not None:
-        so = torch.as_tensor(seq_offsets, device=x.device).long()
-        if so.dim() != 1 or so.shape[0] != cu.shape[0] - 1:
-            raise ValueError(f"[rotary_apply] positions.seq_offsets must have shape [N] = [{cu.shape[0] - 1}], "
-                             f"got {list(so.shape)}")
-    if _host_readable(cu):
-        c = cu.tolist()
-        if c[0] != 0:
-            raise ValueError(f"[rotary_apply] positions.cu_seqlens[0] must be 0, got {c[0]}")
-        for i in range(1, len(c)):
-            if c[i] < c[i - 1]:
-                raise ValueError(f"[rotary_apply] positions.cu_seqlens must be non-decreasing, got cu_seqlens[{i}] = "
-                                 f"{c[i]} < cu_seqlens[{i - 1}] = {c[i - 1]}")
-        if c[-1] != x.shape[0]:
-            raise ValueError(f"[rotary_apply] positions.cu_seqlens[{len(c) - 1}] (the last entry) must equal the "
-                             f"token count T = {x.shape[0]}, got {c[-1]}")
-    t = torch.arange(x.shape[0], device=x.device)
-    seq = torch.bucketize(t, cu[1:], right=True)
-    ids = t - cu[seq]
-    if so is not None:
-        ids = ids + so[seq]
-    if positions is not None:
-        ids = ids + int(positions)
-    return ids
 
 
 def _check_backend(backend: str) -> None:

@@ -15,11 +15,14 @@ using detail::kConfigWhere;
 
 [[noreturn]] void invalid(const std::string& message) { detail::invalid(kConfigWhere, message); }
 
+/// obj[key] is present and not null (a JSON null counts as absent).
+bool has_value(const json& obj, const char* key) { return obj.contains(key) && !obj.at(key).is_null(); }
+
 /// config.layer_types (empty if absent or null); must be a list of strings.
 std::vector<std::string> read_layer_types(const detail::ConfigRoot& r) {
   std::vector<std::string> out;
   const json& root = *r.root;
-  if (!root.contains("layer_types") || root.at("layer_types").is_null()) return out;
+  if (!has_value(root, "layer_types")) return out;
   const json& v = root.at("layer_types");
   const std::string field = r.prefix + "layer_types";
   if (!v.is_array()) invalid(field + " must be a list of strings, got " + detail::show_json(v));
@@ -49,13 +52,13 @@ bool model_type_is(const json& obj, const char* name) {
 /// dict of a Gemma 3 text model (transformers converts it with the defaults: local base 1e4, pattern 6).
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
   if (!keys.empty()) return false;
-  if (r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null()) return true;
+  if (has_value(*r.root, "rope_local_base_freq")) return true;
   return model_type_is(*r.root, "gemma3_text") || model_type_is(*r.doc, "gemma3");
 }
 
 double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
   const json& root = *r.root;
-  if (!root.contains(key) || root.at(key).is_null()) return fallback;
+  if (!has_value(root, key)) return fallback;
   const json& v = root.at(key);
   if (!v.is_number()) invalid(r.prefix + key + " must be a number, got " + detail::show_json(v));
   return v.get<double>();
@@ -64,17 +67,15 @@ double number_at(const detail::ConfigRoot& r, const char* key, double fallback) 
 /// transformers' Gemma 3 default when layer_types is absent: every sliding_window_pattern-th layer is full.
 std::vector<std::string> gemma3_layer_types(const detail::ConfigRoot& r) {
   const json& root = *r.root;
-  auto int_at = [&](const char* key) -> int64_t {
-    if (!root.contains(key) || root.at(key).is_null()) return 0;
+  auto int_at = [&](const char* key, int64_t fallback) -> int64_t {
+    if (!has_value(root, key)) return fallback;
     const json& v = root.at(key);
     if (!v.is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + detail::show_json(v));
     return v.get<int64_t>();
   };
-  const int64_t layers = int_at("num_hidden_layers");
+  const int64_t layers = int_at("num_hidden_layers", 0);
   // Gemma3TextConfig's default when the key is absent: five sliding layers, then one full.
-  const int64_t pattern = root.contains("sliding_window_pattern") && !root.at("sliding_window_pattern").is_null()
-                              ? int_at("sliding_window_pattern")
-                              : 6;
+  const int64_t pattern = int_at("sliding_window_pattern", 6);
   std::vector<std::string> out;
   if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
   for (int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
@@ -111,7 +112,7 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   }
   if (legacy_gemma3(r, keys)) {
-    const bool given = r.root->contains("rope_local_base_freq") && !r.root->at("rope_local_base_freq").is_null();
+    const bool given = has_value(*r.root, "rope_local_base_freq");
     fail(Error::Kind::kUnsupported, kConfigWhere,
          r.prefix + "rope_local_base_freq gives sliding-window layers their own base (Gemma 3): one Spec cannot "
              "describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, C "
@@ -175,7 +176,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     // rope_theta (default 1e6), the sliding one rope_local_base_freq with default frequencies.
     out.nested = true;
     json full = *d.dict;
-    if (!full.contains("rope_theta") || full.at("rope_theta").is_null())
+    if (!has_value(full, "rope_theta"))
       full["rope_theta"] = number_at(r, "rope_theta", 1000000.0);
     json sliding = json::object();
     sliding["rope_type"] = "default";

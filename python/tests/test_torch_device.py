@@ -1,0 +1,103 @@
+"""The device path of rotary's torch operators (the torch composite used for device tensors until the CUDA
+backend is present), run on the CPU against the CPU kernels; CUDA tensors and graph capture where a GPU is lent."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rotary  # noqa: E402
+import rotary.torch as rt  # noqa: E402
+from rotary import _torch_composite  # noqa: E402
+from test_apply import TOL  # noqa: E402
+from test_torch_ops import SHAPES, SPEC, _positions  # noqa: E402
+
+ops = torch.ops.rotary
+
+
+class _NoHostRead(torch.utils._python_dispatch.TorchDispatchMode):
+    """Fails on any read of tensor values by the host (.item(), int(t), bool(t), .tolist(), .cpu() of data)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.equal.default):
+            raise AssertionError(f"host read of tensor values: {func}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd", "thd"])
+def test_composite_device_path_matches_kernel(layout):
+    """The composite kernels (used for device tensors until rotary's CUDA backend is present) equal the CPU
+    kernels, and read no tensor value on the host once their tables exist."""
+    torch.manual_seed(1)
+    specs = [SPEC, rotary.Spec(16, base=1e4, pairing="interleaved", rope_type="yarn", factor=4.0,
+                                original_max_position_embeddings=64, max_position_embeddings=256),
+             rotary.Spec(16, base=1e4, rope_type="longrope", short_factor=[1.0] * 8, long_factor=[2.0] * 8,
+                         original_max_position_embeddings=32, max_position_embeddings=128)]
+    q = torch.randn(SHAPES[layout](4))
+    k = torch.randn(SHAPES[layout](2))
+    for spec, pos in itertools.product(specs, (_positions(layout), _positions(layout) + 40, None)):
+        key = rt.spec_key(spec)
+        args = (pos, 7 if pos is None else 0, key, layout)
+        cos, sin = ops.cos_sin(torch.arange(64), key)
+        tables = (cos, sin, pos, 7 if pos is None else 0, layout)
+        want = [ops.apply(q, *args), *ops.apply_qk(q, k, *args), ops.apply_cos_sin(q, *tables)]
+        with _torch_composite.forced():
+            got = [ops.apply(q, *args), *ops.apply_qk(q, k, *args), ops.apply_cos_sin(q, *tables)]
+            with _NoHostRead():
+                again = [ops.apply(q, *args), *ops.apply_qk(q, k, *args), ops.apply_cos_sin(q, *tables)]
+            qi, ki = q.clone(), k.clone()
+            ops.apply_qk_(qi, ki, *args)
+        for g, a, w in zip(got, again, want):
+            torch.testing.assert_close(g, w, rtol=0, atol=TOL["float32"])
+            torch.testing.assert_close(a, g, rtol=0, atol=0)
+        torch.testing.assert_close(qi, want[1], rtol=0, atol=TOL["float32"])
+        torch.testing.assert_close(ki, want[2], rtol=0, atol=TOL["float32"])
+    mrope = rotary.Spec(16, mrope_section=[2, 3, 3])
+    p3 = torch.randint(0, 50, (3, 2, 3)) if layout != "thd" else torch.randint(0, 50, (3, 3))
+    want = ops.apply(q, p3, 0, rt.spec_key(mrope), layout)
+    with _torch_composite.forced():
+        torch.testing.assert_close(ops.apply(q, p3, 0, rt.spec_key(mrope), layout), want, rtol=0,
+                                   atol=TOL["float32"])
+
+
+def test_composite_device_path_refuses_positions_outside_the_table():
+    """Negative positions used to wrap around to the table's last rows on the device path (torch indexing), where
+    the CPU kernel raises: host-known offsets raise its ValueError, device ids fail the device assertion."""
+    x = torch.randn(1, 4, 2, 8)
+    cos, sin = torch.rand(20, 4), torch.rand(20, 4)
+    key = rt.spec_key(rotary.Spec(8))
+    with _torch_composite.forced():
+        with pytest.raises(ValueError, match=r"\[rotary_apply\] positions.offset must be >= 0, got -2"):
+            ops.apply(x, None, -2, key, "bshd")
+        with pytest.raises(ValueError, match=r"\[rotary_apply\] positions.offset must be >= 0, got -1"):
+            ops.apply_cos_sin(x, cos, sin, None, -1, "bshd")
+        with pytest.raises(ValueError, match=r"position 20 is out of range for cos/sin with 20 rows"):
+            ops.apply_cos_sin(x, cos, sin, None, 17, "bshd")
+        for bad in (-1, 20):
+            with pytest.raises(RuntimeError, match=r"a position is outside the cos/sin rows \[0, 20\)"):
+                ops.apply_cos_sin(x, cos, sin, torch.tensor([0, 1, bad, 2]), 0, "bshd")
+        with pytest.raises(RuntimeError, match=r"a position is outside the device table"):
+            ops.apply(x, torch.tensor([0, 1, -1, 2]), 0, key, "bshd")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_and_graph_capture():  # pragma: no cover - runs where a GPU is lent
+    spec = rotary.Spec.preset("llama-3.1-8b")
+    q = torch.randn(1, 7, 32, 128, device="cuda")
+    k = torch.randn(1, 7, 8, 128, device="cuda")
+    pos = torch.arange(100, 107, device="cuda")
+    want = rt.apply_qk(q.cpu(), k.cpu(), pos.cpu(), spec)
+    got = rt.apply_qk(q, k, pos, spec)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w, rtol=0, atol=TOL["float32"])
+    qs, ks = q.clone(), k.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        rt.apply_qk(qs, ks, pos, spec, inplace=True)
+    qs.copy_(q)
+    ks.copy_(k)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(qs.cpu(), want[0], rtol=0, atol=TOL["float32"])
