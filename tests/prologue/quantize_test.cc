@@ -106,6 +106,51 @@ std::vector<float> fp8_edge_values(DType dt) {
   return xs;
 }
 
+/// v rows of `W` values (v.size() a multiple of W) written by the prologue into a `dt` cache, as the cache's
+/// bytes; int8 row scales into `scales` (one per row), fp8 with the per-tensor scale `fp8_scale`.
+std::vector<uint8_t> write_v_rows(const std::vector<float>& v, int64_t W, DType dt, float fp8_scale, Backend backend,
+                                  std::vector<float>* scales) {
+  const auto rows = static_cast<int64_t>(v.size()) / W;
+  std::vector<float> k(v.size(), 0.0f), all_scales(static_cast<size_t>(2 * rows), -1.0f);
+  std::vector<uint8_t> kc(v.size()), vc(v.size());
+  std::vector<int64_t> slots(static_cast<size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) slots[static_cast<size_t>(t)] = t;
+  PrologueArgs a;
+  a.k = TensorView::contiguous(k.data(), DType::kF32, {rows, 1, W});
+  a.v = TensorView::contiguous(const_cast<float*>(v.data()), DType::kF32, {rows, 1, W});
+  a.k_cache = TensorView::contiguous(kc.data(), dt, {rows, 1, 1, W});
+  a.v_cache = TensorView::contiguous(vc.data(), dt, {rows, 1, 1, W});
+  a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {rows});
+  if (dt == DType::kI8) {
+    a.k_scale = TensorView::contiguous(all_scales.data(), DType::kF32, {rows, 1, 1});
+    a.v_scale = TensorView::contiguous(all_scales.data() + rows, DType::kF32, {rows, 1, 1});
+  } else {
+    a.k_scale = a.v_scale = TensorView::contiguous(&fp8_scale, DType::kF32, {1});
+  }
+  a.backend = backend;
+  prologue(a);
+  if (scales != nullptr) scales->assign(all_scales.begin() + rows, all_scales.end());
+  return vc;
+}
+
+/// Checks the bytes (and int8 scales) that write_v_rows gives against the scalar rules, row by row.
+void expect_scalar_rules(const std::vector<float>& v, int64_t W, DType dt, float fp8_scale, Backend backend) {
+  std::vector<float> scales;
+  const std::vector<uint8_t> vc = write_v_rows(v, W, dt, fp8_scale, backend, &scales);
+  for (int64_t r = 0; r < static_cast<int64_t>(v.size()) / W; ++r) {
+    if (dt == DType::kI8) {
+      int8_t want[256];
+      const float s = detail::quantize_int8_row(v.data() + r * W, W, want);
+      EXPECT_EQ(detail::f32_bits(s), detail::f32_bits(scales[static_cast<size_t>(r)])) << "row " << r;
+      EXPECT_EQ(0, std::memcmp(want, vc.data() + r * W, static_cast<size_t>(W))) << "row " << r << ", scale " << s;
+      continue;
+    }
+    for (int64_t i = r * W; i < r * W + W; ++i)
+      ASSERT_EQ(detail::quantize_fp8(v[static_cast<size_t>(i)], fp8_scale, dt), vc[static_cast<size_t>(i)])
+          << dtype_name(dt) << " y = " << v[static_cast<size_t>(i)] << ", scale " << fp8_scale;
+  }
+}
+
 /// The SIMD cache writer (every ISA target the CPU runs) on crafted values: v rows copied into a cache with
 /// scale 1 must hold exactly the scalar rule's bytes. Random data almost never lands on a tie; these do.
 TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues) {
@@ -131,38 +176,51 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
         v = fp8_edge_values(dt);
         while (v.size() % W != 0) v.push_back(1.0f);
       }
-      const auto rows = static_cast<int64_t>(v.size() / W);
-      std::vector<float> k(v.size(), 0.0f), scales(static_cast<size_t>(2 * rows), -1.0f);
-      std::vector<uint8_t> kc(v.size()), vc(v.size());
-      std::vector<int64_t> slots(static_cast<size_t>(rows));
-      for (int64_t t = 0; t < rows; ++t) slots[static_cast<size_t>(t)] = t;
-      float one = 1.0f;
-      PrologueArgs a;
-      a.k = TensorView::contiguous(k.data(), DType::kF32, {rows, 1, W});
-      a.v = TensorView::contiguous(v.data(), DType::kF32, {rows, 1, W});
-      a.k_cache = TensorView::contiguous(kc.data(), dt, {rows, 1, 1, W});
-      a.v_cache = TensorView::contiguous(vc.data(), dt, {rows, 1, 1, W});
-      a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {rows});
-      if (dt == DType::kI8) {
-        a.k_scale = TensorView::contiguous(scales.data(), DType::kF32, {rows, 1, 1});
-        a.v_scale = TensorView::contiguous(scales.data() + rows, DType::kF32, {rows, 1, 1});
-      } else {
-        a.k_scale = a.v_scale = TensorView::contiguous(&one, DType::kF32, {1});
-      }
-      a.backend = backend;
-      prologue(a);
-      for (int64_t r = 0; r < rows; ++r) {
-        if (dt == DType::kI8) {
-          int8_t want[W];
-          const float s = detail::quantize_int8_row(v.data() + r * W, W, want);
-          EXPECT_EQ(detail::f32_bits(s), detail::f32_bits(scales[static_cast<size_t>(rows + r)])) << "row " << r;
-          EXPECT_EQ(0, std::memcmp(want, vc.data() + r * W, W)) << "row " << r;
-          continue;
+      expect_scalar_rules(v, W, dt, 1.0f, backend);
+    }
+  });
+}
+
+/// The same with scales other than 1, where fl32(y / scale) is a real division (an encoder that multiplies by
+/// the reciprocal, or takes the sign from the quotient, fails here): y = fl32(x * scale) and its neighbours
+/// for x on the ties and edges above, so that the quotients land on, just below and just above the rounding
+/// boundaries; scales across the range, tiny and huge ones included.
+TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
+  constexpr int64_t W = 80;
+  const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f};
+  std::mt19937 g(11);
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (float scale : scales) {
+      SCOPED_TRACE(scale);
+      for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
+        std::vector<float> v;
+        for (float x : fp8_edge_values(dt)) {
+          const float y = x * scale;
+          v.insert(v.end(), {y, std::nextafter(y, 0.0f), std::nextafter(y, INFINITY * y)});
         }
-        for (int64_t i = r * W; i < r * W + W; ++i)
-          ASSERT_EQ(f32_to_fp8(v[static_cast<size_t>(i)], dt), vc[static_cast<size_t>(i)])
-              << dtype_name(dt) << " x = " << v[static_cast<size_t>(i)];
+        v.insert(v.end(), {3e38f, -3e38f, -1e-38f * scale, -0.0f, -1e-45f, NAN, -NAN, INFINITY});
+        std::uniform_real_distribution<float> e(-20.0f, 17.0f);
+        for (int i = 0; i < 4000; ++i) v.push_back((i & 1 ? -1.0f : 1.0f) * std::exp2(e(g)) * scale);
+        while (v.size() % W != 0) v.push_back(scale);
+        expect_scalar_rules(v, W, dt, scale, Backend::kCpu);
       }
+      // int8: one row per step of k / 2 in [0, 127]: amax = fl32(127 * scale) gives the row's scale (near
+      // `scale`), the rest are fl32((k / 2) * row scale) and neighbours: ties of the quotient and beside them.
+      std::vector<float> v;
+      const float amax = 127.0f * scale;
+      const float row_scale = amax / 127.0f;
+      for (int k = 0; k <= 254; ++k) {
+        const float y = static_cast<float>(k) / 2 * row_scale;
+        for (int i = 0; i < W; ++i) {
+          const float yi = i % 3 == 0 ? y : i % 3 == 1 ? std::nextafter(y, 0.0f) : std::nextafter(y, INFINITY);
+          v.push_back(i == 0 ? amax : (i % 2 ? -yi : yi));
+        }
+      }
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (int r = 0; r < 64; ++r)
+        for (int i = 0; i < W; ++i) v.push_back(u(g) * scale * static_cast<float>(r + 1));
+      expect_scalar_rules(v, W, DType::kI8, 0.0f, Backend::kCpu);
     }
   });
 }

@@ -1,0 +1,138 @@
+// NaNs of every payload stay NaN through the bf16 writers: the SIMD roundings' rare NaN path, on every target.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "prologue/prologue_testing.h"
+
+namespace rotary {
+namespace {
+
+using testing::Buf;
+
+/// f32 NaNs whose low 16 bits carry into the sign or exponent if rounded to bf16 as finite values
+/// (bits + 0x7FFF + lsb): an all-ones payload becomes -0 or +0 that way, 0x7F800001 infinity.
+const uint32_t kNaNs[] = {0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FBFFFFFu, 0xFFFF8001u, 0x7FC0FFFFu};
+
+float nan_bits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+/// bf16 q and k normalised by weights holding NaN payloads (the only f32 operand of a bf16 -> bf16 row),
+/// rotated into a bf16 cache: wherever the reference backend writes a NaN, the SIMD kernels must write a NaN
+/// too, and the same bits elsewhere. The norm's x * r * w takes w's payload, quieted, into the rounding.
+TEST(NaNPayload, NormWeightsWithAnyNaNPayloadGiveNaNInBf16OutputsOnEveryTarget) {
+  constexpr int64_t T = 3, Hq = 4, Hkv = 2, D = 128;
+  Spec spec;
+  spec.head_dim = D;
+  Rope rope(spec);
+  Buf q(DType::kBF16, T * Hq * D, 1), k(DType::kBF16, T * Hkv * D, 2), v(DType::kBF16, T * Hkv * D, 3);
+  std::vector<float> w(D, 0.75f);
+  for (size_t i = 0; i < std::size(kNaNs); ++i) w[7 + 19 * i] = nan_bits(kNaNs[i]);  // both halves, several vectors
+  std::vector<int64_t> slots = {0, 1, 2};
+  auto run = [&](Backend backend, std::vector<uint16_t>* q_out, std::vector<uint16_t>* kc) {
+    Buf qc = q;
+    q_out->clear();
+    kc->assign(static_cast<size_t>(T * Hkv * D), 0);
+    std::vector<uint16_t> vc(kc->size(), 0);
+    PrologueArgs a;
+    a.q = qc.view({T, Hq, D});
+    a.k = k.view({T, Hkv, D});
+    a.v = v.view({T, Hkv, D});
+    a.positions = Positions::contiguous(5);
+    a.sources = {{&rope, std::nullopt}};
+    a.k_cache = TensorView::contiguous(kc->data(), DType::kBF16, {T, 1, Hkv, D});
+    a.v_cache = TensorView::contiguous(vc.data(), DType::kBF16, {T, 1, Hkv, D});
+    a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+    a.q_norm_weight = TensorView::contiguous(w.data(), DType::kF32, {D});
+    a.k_norm_weight = TensorView::contiguous(w.data(), DType::kF32, {D});
+    a.backend = backend;
+    prologue(a);
+    q_out->resize(static_cast<size_t>(T * Hq * D));
+    std::memcpy(q_out->data(), qc.data(), q_out->size() * 2);
+  };
+  auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
+  std::vector<uint16_t> want_q, want_k;
+  run(Backend::kReference, &want_q, &want_k);
+  int64_t nans = 0;
+  for (uint16_t b : want_q) nans += is_nan(b);
+  ASSERT_GT(nans, T * Hq * 5);  // every row has NaNs where the weights do (and where the rotation mixes them)
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    std::vector<uint16_t> got_q, got_k;
+    run(Backend::kCpu, &got_q, &got_k);
+    for (auto [want, got] : {std::pair{&want_q, &got_q}, std::pair{&want_k, &got_k}})
+      for (size_t i = 0; i < want->size(); ++i) {
+        if (is_nan((*want)[i])) {
+          ASSERT_TRUE(is_nan((*got)[i])) << "element " << i << ": 0x" << std::hex << (*got)[i];
+        } else {
+          ASSERT_EQ((*want)[i], (*got)[i]) << "element " << i;
+        }
+      }
+  });
+}
+
+/// f32 k and v holding NaN payloads, rotated (k) and converted (v) into bf16 caches, with and without a
+/// norm: NaN wherever the reference backend writes one, the same value (to one bf16 ulp) elsewhere.
+TEST(NaNPayload, F32InputsWithAnyNaNPayloadGiveNaNInABf16CacheOnEveryTarget) {
+  constexpr int64_t T = 4, Hkv = 2, D = 64;
+  Spec spec;
+  spec.head_dim = D;
+  Rope rope(spec);
+  Buf k(DType::kF32, T * Hkv * D, 2), v(DType::kF32, T * Hkv * D, 3);
+  for (int64_t row = 0; row < T * Hkv; ++row)
+    for (size_t i = 0; i < std::size(kNaNs); ++i) {
+      const auto at = static_cast<size_t>(row * D + static_cast<int64_t>((5 + 13 * i + static_cast<size_t>(row)) % D));
+      reinterpret_cast<float*>(k.data())[at] = nan_bits(kNaNs[i]);
+      reinterpret_cast<float*>(v.data())[at] = nan_bits(kNaNs[i]);
+    }
+  std::vector<float> w(D, 1.25f);
+  std::vector<int64_t> slots = {3, 0, 2, 1};
+  auto run = [&](Backend backend, bool norm, std::vector<uint16_t>* kc, std::vector<uint16_t>* vc) {
+    kc->assign(static_cast<size_t>(T * Hkv * D), 0);
+    vc->assign(kc->size(), 0);
+    PrologueArgs a;
+    a.k = k.view({T, Hkv, D});
+    a.v = v.view({T, Hkv, D});
+    a.positions = Positions::contiguous(3);
+    a.sources = {{&rope, std::nullopt}};
+    a.k_cache = TensorView::contiguous(kc->data(), DType::kBF16, {T, 1, Hkv, D});
+    a.v_cache = TensorView::contiguous(vc->data(), DType::kBF16, {T, 1, Hkv, D});
+    a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+    if (norm) a.k_norm_weight = TensorView::contiguous(w.data(), DType::kF32, {D});
+    a.backend = backend;
+    prologue(a);
+  };
+  auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
+  for (bool norm : {false, true}) {
+    SCOPED_TRACE(norm ? "k norm" : "no norm");
+    std::vector<uint16_t> want_k, want_v;
+    run(Backend::kReference, norm, &want_k, &want_v);
+    int64_t nans = 0;
+    for (uint16_t b : want_v) nans += is_nan(b);
+    ASSERT_EQ(nans, T * Hkv * static_cast<int64_t>(std::size(kNaNs)));
+    testing::for_each_target([&](const std::string& target) {
+      SCOPED_TRACE(target);
+      std::vector<uint16_t> got_k, got_v;
+      run(Backend::kCpu, norm, &got_k, &got_v);
+      for (auto [want, got] : {std::pair{&want_k, &got_k}, std::pair{&want_v, &got_v}})
+        for (size_t i = 0; i < want->size(); ++i) {
+          if (is_nan((*want)[i])) {
+            ASSERT_TRUE(is_nan((*got)[i])) << "element " << i << ": 0x" << std::hex << (*got)[i];
+          } else {  // the reference rotates f32 inputs in double: one bf16 ulp apart at most
+            ASSERT_LE(std::abs(int{(*want)[i]} - int{(*got)[i]}), 1) << "element " << i;
+          }
+        }
+    });
+  }
+}
+
+}  // namespace
+}  // namespace rotary
