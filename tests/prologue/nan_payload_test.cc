@@ -1,4 +1,4 @@
-// NaNs of every payload stay NaN through the bf16 writers: the SIMD roundings' rare NaN path, on every target.
+// Special values through the prologue's writers on every target: NaNs of every payload stay NaN in bf16 outputs; infinities, zeros and subnormals keep their class.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,6 +131,76 @@ TEST(NaNPayload, F32InputsWithAnyNaNPayloadGiveNaNInABf16CacheOnEveryTarget) {
           }
         }
     });
+  }
+}
+
+/// Infinities, NaNs, signed zeros and subnormals in q, k and v of every input dtype, written into caches of
+/// every 16/32-bit dtype, both pairings, with and without the norm, on every target: each output has the
+/// reference backend's class (NaN, +-inf, +-0) and, when finite, its value to one unit of the output's last
+/// place (the reference may round from double).
+TEST(NaNPayload, SpecialValuesKeepTheirClassOnEveryPathAndTarget) {
+  constexpr int64_t T = 3, Hq = 2, Hkv = 1, D = 64;
+  Spec spec;
+  spec.head_dim = D;
+  const double specials[] = {INFINITY, -INFINITY, NAN, -0.0, 0.0, 1e-41, -6e-8, 3e4, -1e-5};
+  for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved}) {
+    spec.pairing = pairing;
+    Rope rope(spec);
+    for (DType in : {DType::kF32, DType::kF16, DType::kBF16})
+      for (DType cache : {DType::kF32, DType::kF16, DType::kBF16})
+        for (bool norm : {false, true}) {
+          SCOPED_TRACE(std::string(dtype_name(in)) + " -> " + dtype_name(cache) + (norm ? " norm" : "") +
+                       (pairing == Pairing::kHalfSplit ? " half" : " interleaved"));
+          Buf q(in, T * Hq * D, 1), k(in, T * Hkv * D, 2), v(in, T * Hkv * D, 3);
+          for (Buf* b : {&q, &k, &v})  // one special per row of the first two tokens, the last token plain
+            for (int64_t row = 0; row < 2 * b->size() / (T * D); ++row)
+              detail::store_from_double(b->data(), in, row * D + (row * 7) % D,
+                                        specials[static_cast<size_t>(row + (b == &k) * 3 + (b == &v) * 5) % std::size(specials)]);
+          std::vector<float> w(D, 0.5f);
+          std::vector<int64_t> slots = {2, 0, 1};
+          auto run = [&](Backend backend, Buf* q_out, Buf* kc, Buf* vc) {
+            *q_out = q;
+            *kc = Buf(cache, T * Hkv * D);
+            *vc = Buf(cache, T * Hkv * D);
+            PrologueArgs a;
+            a.q = q_out->view({T, Hq, D});
+            a.k = k.view({T, Hkv, D});
+            a.v = v.view({T, Hkv, D});
+            a.positions = Positions::contiguous(0);  // token 0: sin 0, so inf * sin is NaN
+            a.sources = {{&rope, std::nullopt}};
+            a.k_cache = kc->view({T, 1, Hkv, D});
+            a.v_cache = vc->view({T, 1, Hkv, D});
+            a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+            if (norm) a.q_norm_weight = a.k_norm_weight = TensorView::contiguous(w.data(), DType::kF32, {D});
+            a.backend = backend;
+            prologue(a);
+          };
+          Buf want[3], got[3];
+          run(Backend::kReference, &want[0], &want[1], &want[2]);
+          testing::for_each_target([&](const std::string& target) {
+            SCOPED_TRACE(target);
+            run(Backend::kCpu, &got[0], &got[1], &got[2]);
+            for (int t = 0; t < 3; ++t)
+              for (int64_t i = 0; i < want[t].size(); ++i) {
+                const double a = want[t].at(i), b = got[t].at(i);
+                const std::string where = "tensor " + std::to_string(t) + " element " + std::to_string(i);
+                if (std::isnan(a) || std::isinf(a) || a == 0.0) {
+                  ASSERT_EQ(std::isnan(a), std::isnan(b)) << where << ": want " << a << " got " << b;
+                  if (!std::isnan(a)) ASSERT_EQ(a, b) << where;
+                  if (a == 0.0) ASSERT_EQ(std::signbit(a), std::signbit(b)) << where;
+                } else {  // f32 arithmetic: errors scale with the row's magnitude (a difference may cancel)
+                  double row_max = 0.0;
+                  for (int64_t j = i / D * D; j < i / D * D + D; ++j)
+                    if (std::isfinite(want[t].at(j))) row_max = std::fmax(row_max, std::fabs(want[t].at(j)));
+                  const DType out = t == 0 ? in : cache;
+                  const double ulp = out == DType::kBF16 ? 0x1p-7 : out == DType::kF16 ? 0x1p-10 : 0x1p-23;
+                  const double tiny = out == DType::kF16 ? 0x1p-24 : out == DType::kBF16 ? 0x1p-133 : 0x1p-149;
+                  ASSERT_LE(std::fabs(a - b), std::fabs(a) * ulp + row_max * 0x1p-21 + tiny)
+                      << where << ": want " << a << " got " << b;
+                }
+              }
+          });
+        }
   }
 }
 
