@@ -19,6 +19,13 @@ using testing::Buf;
 /// (bits + 0x7FFF + lsb): an all-ones payload becomes -0 or +0 that way, 0x7F800001 infinity.
 const uint32_t kNaNs[] = {0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FBFFFFFu, 0xFFFF8001u, 0x7FC0FFFFu};
 
+double bf16_value(uint16_t b) {
+  const uint32_t u = uint32_t{b} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 float nan_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -202,6 +209,52 @@ TEST(NaNPayload, SpecialValuesKeepTheirClassOnEveryPathAndTarget) {
           });
         }
   }
+}
+
+/// rotary::apply_cos_sin on bf16 q with caller tables holding NaN payloads (the only f32 operands of a bf16
+/// rotation): NaN wherever the reference backend writes one, the same value elsewhere, on every target,
+/// both pairings, decode-sized and larger calls.
+TEST(NaNPayload, CallerTablesWithAnyNaNPayloadGiveNaNInBf16ApplyOutputsOnEveryTarget) {
+  constexpr int64_t H = 3, D = 64, h = D / 2;
+  for (int64_t T : {1, 40})
+    for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved}) {
+      SCOPED_TRACE("T " + std::to_string(T) + (pairing == Pairing::kHalfSplit ? " half" : " interleaved"));
+      std::vector<float> cos(static_cast<size_t>(T * h), 0.6f), sin(cos.size(), 0.8f);
+      for (int64_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < std::size(kNaNs); ++i)
+          (i % 2 ? sin : cos)[static_cast<size_t>(t * h) + (3 + 7 * i + static_cast<size_t>(t)) % h] = nan_bits(kNaNs[i]);
+      Buf q(DType::kBF16, T * H * D, 4);
+      auto run = [&](Backend backend) {
+        Buf out = q;
+        ApplyArgs a;
+        a.q = out.view({T, H, D});
+        a.layout = Layout::kTHD;
+        a.pairing = pairing;
+        a.backend = backend;
+        apply_cos_sin(TensorView::contiguous(cos.data(), DType::kF32, {T, h}),
+                      TensorView::contiguous(sin.data(), DType::kF32, {T, h}), a);
+        std::vector<uint16_t> bits(static_cast<size_t>(T * H * D));
+        std::memcpy(bits.data(), out.data(), bits.size() * 2);
+        return bits;
+      };
+      auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
+      const std::vector<uint16_t> want = run(Backend::kReference);
+      int64_t nans = 0;
+      for (uint16_t b : want) nans += is_nan(b);
+      ASSERT_GE(nans, T * H * static_cast<int64_t>(std::size(kNaNs)));
+      testing::for_each_target([&](const std::string& target) {
+        SCOPED_TRACE(target);
+        const std::vector<uint16_t> got = run(Backend::kCpu);
+        for (size_t i = 0; i < want.size(); ++i) {
+          if (is_nan(want[i])) {
+            ASSERT_TRUE(is_nan(got[i])) << "element " << i << ": 0x" << std::hex << got[i];
+          } else {  // the reference rotates in double: one bf16 ulp apart, or f32 cancellation (inputs ~1)
+            const double a = bf16_value(want[i]), b = bf16_value(got[i]);
+            ASSERT_LE(std::fabs(a - b), std::fabs(a) * 0x1p-7 + 0x1p-20) << "element " << i << ": want " << a << " got " << b;
+          }
+        }
+      });
+    }
 }
 
 }  // namespace
