@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "plan/quantize.h"
 #include "prologue/prologue_testing.h"
+#include "testing/shared.h"
 
 namespace rotary {
 namespace {
@@ -19,18 +21,7 @@ using testing::Buf;
 /// (bits + 0x7FFF + lsb): an all-ones payload becomes -0 or +0 that way, 0x7F800001 infinity.
 const uint32_t kNaNs[] = {0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FBFFFFFu, 0xFFFF8001u, 0x7FC0FFFFu};
 
-double bf16_value(uint16_t b) {
-  const uint32_t u = uint32_t{b} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-float nan_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+float nan_bits(uint32_t u) { return detail::bits_f32(u); }
 
 /// bf16 q and k normalised by weights holding NaN payloads (the only f32 operand of a bf16 -> bf16 row),
 /// rotated into a bf16 cache: wherever the reference backend writes a NaN, the SIMD kernels must write a NaN
@@ -249,7 +240,7 @@ TEST(NaNPayload, CallerTablesWithAnyNaNPayloadGiveNaNInBf16ApplyOutputsOnEveryTa
           if (is_nan(want[i])) {
             ASSERT_TRUE(is_nan(got[i])) << "element " << i << ": 0x" << std::hex << got[i];
           } else {  // the reference rotates in double: one bf16 ulp apart, or f32 cancellation (inputs ~1)
-            const double a = bf16_value(want[i]), b = bf16_value(got[i]);
+            const double a = testing::bf16_bits_to_f32(want[i]), b = testing::bf16_bits_to_f32(got[i]);
             ASSERT_LE(std::fabs(a - b), std::fabs(a) * 0x1p-7 + 0x1p-20) << "element " << i << ": want " << a << " got " << b;
           }
         }
