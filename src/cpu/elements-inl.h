@@ -133,9 +133,9 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundToBF16Bits(D d, hn::Vec<D> v) {
                         RoundNonNaNToBF16Bits(du, bits));
 }
 
-/// Whether a lane of a or of b is NaN. On x86 one unordered compare of a with b (true where either is NaN)
-/// and one test, instead of a compare per vector and their union: two instructions fewer per pair in the
-/// bf16 stores below, which run once per 2N values written.
+/// Whether a lane of a or of b is NaN. For AVX2 and AVX-512 vectors: one unordered compare of a with b (true
+/// where either is NaN) and one test, instead of a compare per vector and their union, two instructions fewer
+/// per pair in the bf16 stores below, which run once per 2N values written.
 template <class D>
 HWY_INLINE bool AnyNaN(D d, hn::Vec<D> a, hn::Vec<D> b) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
