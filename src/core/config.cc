@@ -15,6 +15,7 @@ namespace rotary {
 namespace {
 
 using json = nlohmann::json;
+using detail::has_value;
 using detail::kConfigWhere;
 constexpr const char* kWhere = kConfigWhere;
 
@@ -135,7 +136,7 @@ class Fields {
   Fields(const json& obj, std::string prefix) : obj_(obj), prefix_(std::move(prefix)) {}
 
   std::string field(const std::string& key) const { return prefix_ + key; }
-  bool has(const std::string& key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
+  bool has(const std::string& key) const { return has_value(obj_, key); }
   bool has_key(const std::string& key) const { return obj_.contains(key); }
 
   std::optional<double> number(const std::string& key) const {
@@ -221,7 +222,7 @@ RopeType rope_type_from(const std::string& name, const std::string& field) {
 bool uses_text_config(const json& doc) {
   if (!doc.contains("text_config") || !doc.at("text_config").is_object()) return false;
   for (const char* key : {"head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"})
-    if (doc.contains(key) && !doc.at(key).is_null()) return false;
+    if (has_value(doc, key)) return false;
   return true;
 }
 

@@ -34,6 +34,10 @@ std::string read_config_file(const std::string& path);
 ConfigRoot config_root(const nlohmann::json& doc);
 /// v5 rope_parameters, else v4 rope_scaling, else an empty object.
 RopeDict rope_dict(const ConfigRoot& r);
+/// obj[key] is present and not null (HF treats `None` like a missing key for every optional field).
+inline bool has_value(const nlohmann::json& obj, const std::string& key) {
+  return obj.contains(key) && !obj.at(key).is_null();
+}
 /// A short rendering of a JSON value for messages.
 std::string show_json(const nlohmann::json& v);
 

@@ -11,12 +11,10 @@ namespace rotary {
 namespace {
 
 using json = nlohmann::json;
+using detail::has_value;
 using detail::kConfigWhere;
 
 [[noreturn]] void invalid(const std::string& message) { detail::invalid(kConfigWhere, message); }
-
-/// obj[key] is present and not null (a JSON null counts as absent).
-bool has_value(const json& obj, const char* key) { return obj.contains(key) && !obj.at(key).is_null(); }
 
 /// config.layer_types (empty if absent or null); must be a list of strings.
 std::vector<std::string> read_layer_types(const detail::ConfigRoot& r) {

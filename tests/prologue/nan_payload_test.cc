@@ -23,6 +23,26 @@ const uint32_t kNaNs[] = {0x7FFFFFFFu, 0xFFFFFFFFu, 0x7FBFFFFFu, 0xFFFF8001u, 0x
 
 float nan_bits(uint32_t u) { return detail::bits_f32(u); }
 
+bool is_bf16_nan(uint16_t b) { return (b & 0x7FFF) > 0x7F80; }
+
+int64_t count_nans(const std::vector<uint16_t>& bf16) {
+  int64_t n = 0;
+  for (uint16_t b : bf16) n += is_bf16_nan(b);
+  return n;
+}
+
+/// bf16 `got` is NaN wherever `want` is; elsewhere `finite(i)` checks element i.
+template <class Finite>
+void expect_nans_kept(const std::vector<uint16_t>& want, const std::vector<uint16_t>& got, Finite finite) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (is_bf16_nan(want[i])) {
+      ASSERT_TRUE(is_bf16_nan(got[i])) << "element " << i << ": 0x" << std::hex << got[i];
+    } else {
+      finite(i);
+    }
+  }
+}
+
 /// bf16 q and k normalised by weights holding NaN payloads (the only f32 operand of a bf16 -> bf16 row),
 /// rotated into a bf16 cache: wherever the reference backend writes a NaN, the SIMD kernels must write a NaN
 /// too, and the same bits elsewhere. The norm's x * r * w takes w's payload, quieted, into the rounding.
@@ -56,24 +76,15 @@ TEST(NaNPayload, NormWeightsWithAnyNaNPayloadGiveNaNInBf16OutputsOnEveryTarget) 
     q_out->resize(static_cast<size_t>(T * Hq * D));
     std::memcpy(q_out->data(), qc.data(), q_out->size() * 2);
   };
-  auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
   std::vector<uint16_t> want_q, want_k;
   run(Backend::kReference, &want_q, &want_k);
-  int64_t nans = 0;
-  for (uint16_t b : want_q) nans += is_nan(b);
-  ASSERT_GT(nans, T * Hq * 5);  // every row has NaNs where the weights do (and where the rotation mixes them)
+  ASSERT_GT(count_nans(want_q), T * Hq * 5);  // every row has NaNs where the weights do (and where the rotation mixes them)
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
     std::vector<uint16_t> got_q, got_k;
     run(Backend::kCpu, &got_q, &got_k);
     for (auto [want, got] : {std::pair{&want_q, &got_q}, std::pair{&want_k, &got_k}})
-      for (size_t i = 0; i < want->size(); ++i) {
-        if (is_nan((*want)[i])) {
-          ASSERT_TRUE(is_nan((*got)[i])) << "element " << i << ": 0x" << std::hex << (*got)[i];
-        } else {
-          ASSERT_EQ((*want)[i], (*got)[i]) << "element " << i;
-        }
-      }
+      expect_nans_kept(*want, *got, [&](size_t i) { ASSERT_EQ((*want)[i], (*got)[i]) << "element " << i; });
   });
 }
 
@@ -108,26 +119,19 @@ TEST(NaNPayload, F32InputsWithAnyNaNPayloadGiveNaNInABf16CacheOnEveryTarget) {
     a.backend = backend;
     prologue(a);
   };
-  auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
   for (bool norm : {false, true}) {
     SCOPED_TRACE(norm ? "k norm" : "no norm");
     std::vector<uint16_t> want_k, want_v;
     run(Backend::kReference, norm, &want_k, &want_v);
-    int64_t nans = 0;
-    for (uint16_t b : want_v) nans += is_nan(b);
-    ASSERT_EQ(nans, T * Hkv * static_cast<int64_t>(std::size(kNaNs)));
+    ASSERT_EQ(count_nans(want_v), T * Hkv * static_cast<int64_t>(std::size(kNaNs)));
     testing::for_each_target([&](const std::string& target) {
       SCOPED_TRACE(target);
       std::vector<uint16_t> got_k, got_v;
       run(Backend::kCpu, norm, &got_k, &got_v);
       for (auto [want, got] : {std::pair{&want_k, &got_k}, std::pair{&want_v, &got_v}})
-        for (size_t i = 0; i < want->size(); ++i) {
-          if (is_nan((*want)[i])) {
-            ASSERT_TRUE(is_nan((*got)[i])) << "element " << i << ": 0x" << std::hex << (*got)[i];
-          } else {  // the reference rotates f32 inputs in double: one bf16 ulp apart at most
-            ASSERT_LE(std::abs(int{(*want)[i]} - int{(*got)[i]}), 1) << "element " << i;
-          }
-        }
+        expect_nans_kept(*want, *got, [&](size_t i) {  // the reference rotates f32 inputs in double: one bf16 ulp
+          ASSERT_LE(std::abs(int{(*want)[i]} - int{(*got)[i]}), 1) << "element " << i;
+        });
     });
   }
 }
@@ -228,22 +232,16 @@ TEST(NaNPayload, CallerTablesWithAnyNaNPayloadGiveNaNInBf16ApplyOutputsOnEveryTa
         std::memcpy(bits.data(), out.data(), bits.size() * 2);
         return bits;
       };
-      auto is_nan = [](uint16_t b) { return (b & 0x7FFF) > 0x7F80; };
       const std::vector<uint16_t> want = run(Backend::kReference);
-      int64_t nans = 0;
-      for (uint16_t b : want) nans += is_nan(b);
-      ASSERT_GE(nans, T * H * static_cast<int64_t>(std::size(kNaNs)));
+      ASSERT_GE(count_nans(want), T * H * static_cast<int64_t>(std::size(kNaNs)));
       testing::for_each_target([&](const std::string& target) {
         SCOPED_TRACE(target);
         const std::vector<uint16_t> got = run(Backend::kCpu);
-        for (size_t i = 0; i < want.size(); ++i) {
-          if (is_nan(want[i])) {
-            ASSERT_TRUE(is_nan(got[i])) << "element " << i << ": 0x" << std::hex << got[i];
-          } else {  // the reference rotates in double: one bf16 ulp apart, or f32 cancellation (inputs ~1)
-            const double a = testing::bf16_bits_to_f32(want[i]), b = testing::bf16_bits_to_f32(got[i]);
-            ASSERT_LE(std::fabs(a - b), std::fabs(a) * 0x1p-7 + 0x1p-20) << "element " << i << ": want " << a << " got " << b;
-          }
-        }
+        expect_nans_kept(want, got, [&](size_t i) {  // the reference rotates in double: one bf16 ulp apart,
+          // or f32 cancellation (inputs ~1)
+          const double a = testing::bf16_bits_to_f32(want[i]), b = testing::bf16_bits_to_f32(got[i]);
+          ASSERT_LE(std::fabs(a - b), std::fabs(a) * 0x1p-7 + 0x1p-20) << "element " << i << ": want " << a << " got " << b;
+        });
       });
     }
 }
