@@ -19,6 +19,7 @@
 #include "cpu/prologue_kernels.h"
 #include "cpu/prologue_rows-inl.h"
 #include "cpu/quantize-inl.h"
+#include "cpu/quantize_rows-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
@@ -128,6 +129,18 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
                             float* rms) {
   const size_t es = dtype_size(c.dtype);
   const auto D = static_cast<size_t>(c.dim);
+  // int8 / fp8 rows of whole vectors, fully rotated or not rotated, stay in registers (quantize_rows-inl.h);
+  // the others go through the scratch row (StoreRow). Quantised rows are never streamed (cpu_prologue.cc).
+  if ((c.dtype == DType::kI8 || c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2) &&
+      WithQuantRowVectors<EI>(D, rot.R, [&](auto kv_tag) HWY_ATTR {
+        FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
+          void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
+          const float scale = QuantRowInRegisters<decltype(kv_tag)::value, EI, P>(rows + head * in_sh, out, c.dtype,
+                                                                                  c.tensor_scale, rot, w, r);
+          if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
+        });
+      }))
+    return;
   FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
     const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);

@@ -448,8 +448,9 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
 }
 
 TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
-  // int8 rows of k go through the f32 scratch row; f32 rows of v, which nothing changes, are quantised
-  // from the input, the others from the scratch row. On every path the codes and the scale must be
+  // int8 rows of whole vectors, fully rotated or not (AVX2, AVX-512), stay in registers; other rows of k
+  // go through the f32 scratch row; f32 rows of v, which nothing changes, are quantised from the input, the
+  // others from the scratch row. On every path the codes and the scale must be
   // quantize_int8_row of the f32 cache's values, bit for bit: head dims from 8 to 256 (whole vectors and
   // remainders on every target), partial rotation, both pairings, with and without the norm, one token
   // (decode) and three; v rows that are all zeros (scale 0), of subnormal size (a subnormal scale, whose
