@@ -19,7 +19,8 @@ constexpr int64_t kStreamBytes = int64_t(16) << 20;
 bool unit_channels(const PlanRows& r) { return !r.present() || r.s_d == 1 || r.dim <= 1; }
 
 /// Every row of `r` starts on a 64-byte boundary and spans whole 64-byte lines (non-temporal stores
-/// need aligned full vectors); f32/f16/bf16 only (quantised rows go through a scratch row).
+/// need aligned full vectors); f32/f16/bf16 only (quantised rows are stored normally: streamed, AVX2 f32 → int8
+/// prefill took 1.5x the time; docs/performance.md).
 bool streamable(const PlanRows& r) {
   if (!r.present()) return true;
   if (r.dtype != DType::kF32 && r.dtype != DType::kF16 && r.dtype != DType::kBF16) return false;
