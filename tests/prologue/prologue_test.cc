@@ -447,26 +447,29 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
   EXPECT_GT(compared, 500);
 }
 
-TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
-  // int8 rows of whole vectors, fully rotated or not (AVX2, AVX-512), stay in registers; other rows of k
-  // go through the f32 scratch row; f32 rows of v, which nothing changes, are quantised from the input, the
-  // others from the scratch row. On every path the codes and the scale must be
-  // quantize_int8_row of the f32 cache's values, bit for bit: head dims from 8 to 256 (whole vectors and
+TEST(Prologue, QuantisedCacheRowsAreTheF32ResultQuantisedOnEveryPath) {
+  // int8 and fp8 rows of 4, 8 or 16 whole vectors, fully rotated or not (AVX2, AVX-512), stay in registers;
+  // other rows of k go through the f32 scratch row; f32 rows of v, which nothing changes, are quantised from
+  // the input, the others from the scratch row. On every path the codes and the scale must be
+  // quantize_int8_row (fp8: quantize_fp8 with the tensor's scale) of the f32 cache's values, bit for bit: head dims from 8 to 256 (whole vectors and
   // remainders on every target), partial rotation, both pairings, with and without the norm, one token
   // (decode) and three; v rows that are all zeros (scale 0), of subnormal size (a subnormal scale, whose
   // quotients need the clamp; or a scale of 0) or hold a NaN, and a k row holding an infinity (a NaN row
   // with the norm, whose factor is then 0).
   constexpr int64_t NB = 1, BS = 4;
   int64_t compared = 0;
+  // fp8 scales: k's keeps the values in range, v's (1e-3) saturates most of them.
+  float k_fp8_scale = 0.05f, v_fp8_scale = 1e-3f;
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
+    for (DType quant : {DType::kI8, DType::kF8E4M3, DType::kF8E5M2})
     for (int64_t T : {3, 1})
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16})
     for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 32}, {16, 16}, {8, 8}, {256, 256},
                         {96, 64}, {24, 24}})
       for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
         for (bool norm : {false, true}) {
-          SCOPED_TRACE("T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " D" + std::to_string(D) + " R" +
+          SCOPED_TRACE(std::string(dtype_name(quant)) + " T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " D" + std::to_string(D) + " R" +
                        std::to_string(R) + " " + pairing_name(pairing) + (norm ? " norm" : ""));
           constexpr int64_t H = 3;
           Spec spec;
@@ -489,7 +492,7 @@ TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
           std::vector<int64_t> slots = {2, 0, 3};
           slots.resize(static_cast<size_t>(T));
           std::vector<Buf> kc, vc, ks, vs;
-          for (DType cache : {DType::kF32, DType::kI8}) {
+          for (DType cache : {DType::kF32, quant}) {
             Buf q = q0, k = k0, v = v0;
             kc.emplace_back(cache, NB * BS * H * D);
             vc.emplace_back(cache, NB * BS * H * D);
@@ -499,31 +502,40 @@ TEST(Prologue, Int8CacheRowsAreTheF32ResultQuantisedOnEveryPath) {
             if (cache == DType::kI8) {
               a.k_scale = ks.back().view({NB, BS, H});
               a.v_scale = vs.back().view({NB, BS, H});
+            } else if (cache != DType::kF32) {
+              a.k_scale = TensorView::contiguous(&k_fp8_scale, DType::kF32, {1});
+              a.v_scale = TensorView::contiguous(&v_fp8_scale, DType::kF32, {1});
             }
             if (norm) a.q_norm_weight = a.k_norm_weight = w.view({D});
             prologue(a);
           }
           for (int which = 0; which < 2; ++which) {
             const Buf& f32 = which == 0 ? kc[0] : vc[0];
-            const Buf& i8 = which == 0 ? kc[1] : vc[1];
+            const Buf& stored = which == 0 ? kc[1] : vc[1];
             const Buf& scales = which == 0 ? ks[1] : vs[1];
             for (int64_t t = 0; t < T; ++t)
               for (int64_t h = 0; h < H; ++h) {
                 const int64_t row = slots[static_cast<size_t>(t)] * H + h;
                 std::vector<float> y(static_cast<size_t>(D));
                 for (int64_t d = 0; d < D; ++d) y[static_cast<size_t>(d)] = static_cast<float>(f32.at(row * D + d));
-                std::vector<int8_t> want(static_cast<size_t>(D));
-                const float scale = detail::quantize_int8_row(y.data(), D, want.data());
-                ASSERT_EQ(detail::f32_bits(scale), detail::f32_bits(static_cast<float>(scales.at(row))))
-                    << (which ? "v" : "k") << " t" << t << " h" << h;
-                ASSERT_EQ(0, std::memcmp(want.data(), i8.bytes.data() + row * D, static_cast<size_t>(D)))
+                std::vector<uint8_t> want(static_cast<size_t>(D));
+                if (quant == DType::kI8) {
+                  const float scale = detail::quantize_int8_row(y.data(), D, reinterpret_cast<int8_t*>(want.data()));
+                  ASSERT_EQ(detail::f32_bits(scale), detail::f32_bits(static_cast<float>(scales.at(row))))
+                      << (which ? "v" : "k") << " t" << t << " h" << h;
+                } else {
+                  for (int64_t d = 0; d < D; ++d)
+                    want[static_cast<size_t>(d)] =
+                        detail::quantize_fp8(y[static_cast<size_t>(d)], which == 0 ? k_fp8_scale : v_fp8_scale, quant);
+                }
+                ASSERT_EQ(0, std::memcmp(want.data(), stored.bytes.data() + row * D, static_cast<size_t>(D)))
                     << (which ? "v" : "k") << " t" << t << " h" << h;
               }
           }
           ++compared;
         }
   });
-  EXPECT_GT(compared, 150);
+  EXPECT_GT(compared, 450);
 }
 
 }  // namespace
