@@ -184,14 +184,16 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
 /// The same with scales other than 1, where fl32(y / scale) is a real division (an encoder that multiplies by
 /// the reciprocal, or takes the sign from the quotient, fails here): y = fl32(x * scale) and its neighbours
 /// for x on the ties and edges above, so that the quotients land on, just below and just above the rounding
-/// boundaries; scales across the range, tiny and huge ones included.
+/// boundaries; scales across the range, tiny and huge ones included. Rows of 80 values take the scratch-row
+/// writers, rows of 64 (whole vectors on AVX2 and AVX-512) the rows kept in registers (quantize_rows-inl.h).
 TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
-  constexpr int64_t W = 80;
   const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
+    for (int64_t W : {80, 64})
     for (float scale : scales) {
+      SCOPED_TRACE("W " + std::to_string(W));
       SCOPED_TRACE(scale);
       for (DType dt : {DType::kF8E4M3, DType::kF8E5M2}) {
         std::vector<float> v;
