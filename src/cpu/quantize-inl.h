@@ -110,6 +110,18 @@ HWY_INLINE void StoreRowFp8(const float* HWY_RESTRICT y, size_t n, uint8_t* HWY_
   if (i < n) Remainder<8, 1>(i, n, step);
 }
 
+/// An int8 row's scale from its largest magnitude (quantize_int8_row's rule): NaN when the row holds one, else
+/// fl32(amax / 127). Rows whose scale is not finite and > 0 (UsableInt8Scale) are stored as zeros.
+HWY_INLINE float Int8RowScale(float amax, bool nan) { return nan ? std::nanf("") : amax / 127.0f; }
+HWY_INLINE bool UsableInt8Scale(float scale) { return std::isfinite(scale) && scale > 0.0f; }
+
+/// The int8 values of f32 lanes y with a usable scale: fl32(y / scale) clamped to [-127, 127] and rounded to an
+/// integer, ties to even (in f32 lanes).
+template <class D>
+HWY_INLINE hn::Vec<D> QuantiseI8(D d, hn::Vec<D> y, hn::Vec<D> scale) {
+  return RoundHalfEven(d, hn::Min(hn::Max(hn::Div(y, scale), hn::Set(d, -127.0f)), hn::Set(d, 127.0f)));
+}
+
 /// Writes y[0, n) into an int8 row with its own scale (quantize_int8_row's rule); returns the scale.
 HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
@@ -139,12 +151,10 @@ HWY_INLINE float StoreRowI8(const float* HWY_RESTRICT y, size_t n, int8_t* HWY_R
     nan = nan || std::isnan(y[i]);
     amax = std::fmax(amax, std::fabs(y[i]));
   }
-  const float scale = nan ? std::nanf("") : amax / 127.0f;
-  const bool usable = std::isfinite(scale) && scale > 0.0f;
-  // fl32(y / scale) clamped to [-127, 127] and rounded to an integer, ties to even (in f32 lanes).
+  const float scale = Int8RowScale(amax, nan);
+  const bool usable = UsableInt8Scale(scale);
   auto quantised = [&](auto dc, size_t j) ROTARY_STEP_INLINE {
-    const auto v = usable ? hn::Div(hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
-    return RoundHalfEven(dc, hn::Min(hn::Max(v, hn::Set(dc, -127.0f)), hn::Set(dc, 127.0f)));
+    return usable ? QuantiseI8(dc, hn::LoadU(dc, y + j), hn::Set(dc, scale)) : hn::Zero(dc);
   };
   size_t j = StoreWholeBytes<true>(n, [&](size_t k) HWY_ATTR { return WholeToI32(d, quantised(d, k)); },
                                    reinterpret_cast<uint8_t*>(out));

@@ -26,20 +26,15 @@ HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-/// Stores the kV whole-number vectors q (int8 values or fp8 codes in 32-bit lanes) as kV * N bytes.
+/// Stores the kV whole-number vectors q (int8 values or fp8 codes in 32-bit lanes) as kV * N bytes: on the
+/// targets WithQuantRowVectors admits, StoreWholeBytes stores them all (kV * N is a multiple of 32 on AVX2, of
+/// 16 on AVX-512).
 template <size_t kV, bool kSigned, class D>
 HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, uint8_t* HWY_RESTRICT out) {
   const size_t N = hn::Lanes(d);
-  size_t j = StoreWholeBytes<kSigned>(kV * N, [&](size_t k) HWY_ATTR { return q[k / N]; }, out);
-  for (; j < kV * N; j += N) {
-    if constexpr (kSigned) {
-      const hn::Rebind<int8_t, D> d8;
-      hn::StoreU(hn::DemoteTo(d8, q[j / N]), d8, reinterpret_cast<int8_t*>(out + j));
-    } else {
-      const hn::Rebind<uint8_t, D> d8;
-      hn::StoreU(hn::DemoteTo(d8, q[j / N]), d8, out + j);
-    }
-  }
+  const size_t stored = StoreWholeBytes<kSigned>(kV * N, [&](size_t k) HWY_ATTR { return q[k / N]; }, out);
+  HWY_DASSERT(stored == kV * N);
+  (void)stored;
 }
 
 /// One row of D = kV * N channels from `in` (EI) into a quantised cache row `out` of dtype `dt` (kI8: returns
@@ -81,11 +76,10 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     VI m[4] = {hn::Zero(di), hn::Zero(di), hn::Zero(di), hn::Zero(di)};
     for (size_t j = 0; j < kV; ++j) m[j % 4] = hn::Max(m[j % 4], hn::And(hn::BitCast(di, y[j]), hn::Set(di, 0x7FFFFFFF)));
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
-    scale = bits > 0x7F800000 ? std::nanf("") : bits_f32(static_cast<uint32_t>(bits)) / 127.0f;
-    if (std::isfinite(scale) && scale > 0.0f) {
-      const V vs = hn::Set(d, scale), lo = hn::Set(d, -127.0f), hi = hn::Set(d, 127.0f);
-      for (size_t j = 0; j < kV; ++j)
-        q[j] = WholeToI32(d, RoundHalfEven(d, hn::Min(hn::Max(hn::Div(y[j], vs), lo), hi)));
+    scale = Int8RowScale(bits_f32(static_cast<uint32_t>(bits)), bits > 0x7F800000);
+    if (UsableInt8Scale(scale)) {
+      const V vs = hn::Set(d, scale);
+      for (size_t j = 0; j < kV; ++j) q[j] = WholeToI32(d, QuantiseI8(d, y[j], vs));
     } else {
       for (size_t j = 0; j < kV; ++j) q[j] = hn::Zero(di);
     }
