@@ -1,4 +1,4 @@
-// Hugging Face config.json text <-> Spec: reads v4/v5 and legacy GPT-NeoX/GPT-J keys, writes the v5 layout.
+// Hugging Face config.json text -> Spec: reads v4/v5 and legacy GPT-NeoX/GPT-J keys (spec_json.cc writes it).
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -444,43 +444,6 @@ Spec spec_from_hf_config_json(std::string_view json_text, const std::string& sou
 
 Spec spec_from_hf_config_file(const std::string& path) {
   return spec_from_hf_config_json(detail::read_config_file(path), path);
-}
-
-std::string spec_to_json(const Spec& spec, int indent) {
-  // One list of every Spec field (docs/cli.md describes each). Keys are the ones parse() above reads, so the
-  // text reads back to an equal Spec; fields the rope_type does not use are written too (parse() skips them).
-  using ordered = nlohmann::ordered_json;
-  auto optional = [](const std::optional<double>& v) { return v ? ordered(*v) : ordered(nullptr); };
-  const Scaling& sc = spec.scaling;
-  ordered rp;
-  rp["rope_type"] = rope_type_name(sc.type);
-  rp["rope_theta"] = spec.base;
-  rp["partial_rotary_factor"] = spec.partial_rotary_factor;
-  rp["factor"] = optional(sc.factor);
-  rp["original_max_position_embeddings"] = sc.original_max_position_embeddings;
-  rp["beta_fast"] = sc.beta_fast;
-  rp["beta_slow"] = sc.beta_slow;
-  rp["mscale"] = optional(sc.mscale);
-  rp["mscale_all_dim"] = optional(sc.mscale_all_dim);
-  rp["truncate"] = sc.truncate;
-  rp["attention_factor"] = optional(sc.attention_factor);
-  rp["short_factor"] = sc.short_factor;
-  rp["long_factor"] = sc.long_factor;
-  rp["low_freq_factor"] = sc.low_freq_factor;
-  rp["high_freq_factor"] = sc.high_freq_factor;
-  rp["alpha"] = optional(sc.alpha);
-  rp["mixed_b"] = optional(sc.mixed_b);
-  rp["mrope_section"] = spec.mrope.section;
-  rp["mrope_interleaved"] = spec.mrope.interleaved;
-  ordered doc;
-  doc["name"] = spec.name;
-  doc["head_dim"] = spec.head_dim;
-  doc["rotary_dim"] = spec.effective_rotary_dim();
-  doc["max_position_embeddings"] = spec.max_position_embeddings;
-  doc["rope_interleave"] = spec.pairing == Pairing::kInterleaved;
-  doc["rope_parameters"] = std::move(rp);
-  // A name that is not UTF-8 (a file path in another encoding) is written with U+FFFD, not refused.
-  return doc.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace rotary
