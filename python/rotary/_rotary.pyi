@@ -141,7 +141,7 @@ class Spec:
 
     def replace(self, **kwargs) -> Spec:
         """
-        A copy with some fields changed, e.g. spec.replace(pairing="interleaved").
+        A copy with some fields changed, e.g. spec.replace(pairing="interleaved"). replace(mrope_section=None) also drops mrope_interleaved.
         """
 
     def __eq__(self, arg: object, /) -> object: ...

@@ -274,9 +274,15 @@ void bind_spec(nb::module_& m) {
           [](const PySpec& s, nb::kwargs changes) -> PySpec {
             nb::dict d = spec_to_dict(s.spec());
             for (auto [key, value] : changes) d[key] = value;
+            // Dropping the sections drops their interleaved assignment (which needs sections).
+            if (changes.contains("mrope_section") && !changes.contains("mrope_interleaved")) {
+              nb::object sec = changes["mrope_section"];
+              if (sec.is_none() || (nb::hasattr(sec, "__len__") && nb::len(sec) == 0)) d["mrope_interleaved"] = false;
+            }
             return nb::cast<PySpec>(nb::type<PySpec>()(**d));
           },
-          "A copy with some fields changed, e.g. spec.replace(pairing=\"interleaved\").");
+          "A copy with some fields changed, e.g. spec.replace(pairing=\"interleaved\"). "
+          "replace(mrope_section=None) also drops mrope_interleaved.");
   cls.def("__eq__", [](const PySpec& a, nb::handle b) -> nb::object {
     if (!nb::isinstance<PySpec>(b)) return nb::borrow(Py_NotImplemented);
     return nb::bool_(spec_to_dict(a.spec()).equal(spec_to_dict(nb::cast<const PySpec&>(b).spec())));

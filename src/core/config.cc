@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_parse.h"
+#include "core/model_defaults.h"
 #include "rotary/config.h"
 
 namespace rotary {
@@ -267,19 +268,54 @@ std::string read_config_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+/// A rope_parameters object holding dicts (one per layer type) rather than RoPE values (a flat dict holds
+/// numbers, strings, booleans and lists only).
+bool nested_per_layer_type(const json& rope_parameters) {
+  if (!rope_parameters.is_object()) return false;
+  for (const auto& kv : rope_parameters.items())
+    if (kv.value().is_object()) return true;
+  return false;
+}
+
+/// Python's truth value of a JSON value (None, False, 0, "", [] and {} are false).
+bool truthy(const json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0.0;
+  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
+
+}  // namespace
+
 // The dict of a config without rope_parameters / rope_scaling. At namespace scope, not a function-local static:
 // the latter's init guard is a lock that fork() could hold.
 const json kEmptyRopeDict = json::object();
 
 RopeDict rope_dict(const ConfigRoot& r) {
   const Fields top(*r.root, r.prefix);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    if (!top.has(key)) continue;
+  auto dict = [&](const char* key) {
     const json& v = r.root->at(key);
     if (!v.is_object()) invalid(top.field(key) + " must be an object, got " + show(v));
     return RopeDict{&v, top.field(key)};
-  }
-  return RopeDict{&kEmptyRopeDict, top.field("rope_scaling")};
+  };
+  // transformers' convert_rope_params_to_dict takes `rope_scaling or rope_parameters`: a file with both (a v4
+  // dict left beside a v5 one) uses rope_scaling unless it is falsy ({}, [], false...). A rope_parameters
+  // nested per layer type is kept, and rope_scaling then ignored (models with layer types merge the two each
+  // their own way, which rotary does not follow). An empty rope_parameters is not absent: default RoPE.
+  const bool scaling = r.root->contains("rope_scaling") && truthy(r.root->at("rope_scaling"));
+  if (scaling && !(top.has("rope_parameters") && nested_per_layer_type(r.root->at("rope_parameters"))))
+    return dict("rope_scaling");
+  if (top.has("rope_parameters")) return dict("rope_parameters");
+  // Neither: the config class's own dict (gpt-oss's yarn, Apertus's llama3), else the default type's.
+  const json* class_dict = model_defaults(model_type_of(r)).rope_dict;
+  return RopeDict{class_dict != nullptr ? class_dict : &kEmptyRopeDict, top.field("rope_scaling")};
+}
+
+std::string model_type_of(const ConfigRoot& r) {
+  return Fields(*r.root, r.prefix).string("model_type").value_or(Fields(*r.doc, "").string("model_type").value_or(""));
 }
 
 std::string show_json(const json& v) { return show(v); }
@@ -293,20 +329,23 @@ Spec normalized_in(const Spec& spec, const std::string& source_name) {
 }
 
 Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& dict_field, const std::string& source) {
-  const json& doc = *r.doc;
-  const json& root = *r.root;
-  const Fields top(root, r.prefix);
-  const Fields outer(doc, "");
+  const Fields top(*r.root, r.prefix);
 
   Spec spec;
   spec.name = source;
-  const std::string model_type = top.string("model_type").value_or(outer.string("model_type").value_or(""));
+  const std::string model_type = model_type_of(r);
+  // What the model's transformers config class assumes for the fields the file leaves out.
+  const ModelDefaults& cls = model_defaults(model_type);
 
-  // --- head_dim: explicit (Gemma, Qwen3), DeepSeek's rope part, or hidden / heads.
+  // --- head_dim: DeepSeek's rope part, explicit (Gemma, Qwen3), the class's, or hidden / heads.
   if (auto d = top.integer("qk_rope_head_dim")) {
     spec.head_dim = *d;
+  } else if (cls.qk_rope_head_dim != 0 && !r.root->contains("qk_rope_head_dim")) {
+    spec.head_dim = cls.qk_rope_head_dim;
   } else if (auto d = top.integer("head_dim")) {
     spec.head_dim = *d;
+  } else if (cls.head_dim != 0 && !r.root->contains("head_dim")) {  // an explicit null is not omitted
+    spec.head_dim = cls.head_dim;
   } else {
     auto hidden = top.integer("hidden_size");
     if (!hidden) hidden = top.integer("n_embd");
@@ -347,11 +386,13 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   const bool neox = model_type == "gpt_neox";
   spec.base = rp.number("rope_theta").value_or(
       neox ? top.number("rotary_emb_base").value_or(10000.0)
-           : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(10000.0)));
+           : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(cls.rope_theta)));
   std::optional<double> prf = rp.number("partial_rotary_factor");
   if (!prf && !neox) prf = top.number("partial_rotary_factor");
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
-  spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : 1.0);
+  // The class's factor only where no dict or top level names one (an explicit null means full rotation).
+  const bool prf_named = rope_dict.contains("partial_rotary_factor") || r.root->contains("partial_rotary_factor");
+  spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
       spec.partial_rotary_factor > 1)
     invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
@@ -364,9 +405,8 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
   }
 
-  // --- pairing: GPT-J and DeepSeek-V2/V3 checkpoints rotate interleaved pairs.
-  if (model_type == "gptj" || model_type == "deepseek_v2" || model_type == "deepseek_v3")
-    spec.pairing = Pairing::kInterleaved;
+  // --- pairing: GPT-J, DeepSeek-V2/V3, GLM, Cohere, ERNIE 4.5 and Helium rotate interleaved pairs.
+  if (cls.interleaved_pairs) spec.pairing = Pairing::kInterleaved;
   if (auto ri = top.boolean("rope_interleave")) spec.pairing = *ri ? Pairing::kInterleaved : Pairing::kHalfSplit;
 
   // --- type-specific keys (only the ones HF reads for this type).
@@ -425,8 +465,14 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   }
 
   // --- multimodal sections (Qwen2-VL, Qwen2.5-VL, Qwen3-VL).
+  // The VL models' code has its own section (and Qwen3-VL's interleaving) when the dict gives none; where
+  // that section does not cover this head's rotated part, the head is read as plain RoPE (what the model
+  // computes for text positions), not refused over a field the file does not have.
+  const auto& cs = cls.mrope_section;
+  const bool class_sections = cs[0] != 0 && 2 * (cs[0] + cs[1] + cs[2]) == spec.rotary_dim;
   if (auto sec = rp.integers("mrope_section")) spec.mrope.section = *sec;
-  if (auto il = rp.boolean("mrope_interleaved")) spec.mrope.interleaved = *il;
+  else if (class_sections) spec.mrope.section.assign(cs.begin(), cs.end());
+  spec.mrope.interleaved = rp.boolean("mrope_interleaved").value_or(class_sections && cls.mrope_interleaved);
 
   return spec;
 }

@@ -32,8 +32,12 @@ nlohmann::json parse_config_text(std::string_view json_text, const std::string& 
 /// Reads a file's text (kIo if unreadable).
 std::string read_config_file(const std::string& path);
 ConfigRoot config_root(const nlohmann::json& doc);
-/// v5 rope_parameters, else v4 rope_scaling, else an empty object.
+/// A non-empty v4 rope_scaling (transformers' `rope_scaling or rope_parameters`; not over a rope_parameters
+/// nested per layer type), else v5 rope_parameters, else the model's config-class dict (model_defaults.h),
+/// else an empty object.
 RopeDict rope_dict(const ConfigRoot& r);
+/// The root's model_type, else the document's, else "".
+std::string model_type_of(const ConfigRoot& r);
 /// obj[key] is present and not null (HF treats `None` like a missing key for every optional field).
 inline bool has_value(const nlohmann::json& obj, const std::string& key) {
   return obj.contains(key) && !obj.at(key).is_null();

@@ -278,6 +278,8 @@ void Spec::validate() const {
       invalid("scaling.type must be a known RopeType, got " + std::to_string(static_cast<int>(s.type)));
   }
 
+  if (mrope.interleaved && !mrope.enabled())
+    invalid("mrope.interleaved needs mrope.section (3 entries: t, h, w), got no section");
   if (mrope.enabled()) {
     if (mrope.section.size() != 3)
       invalid("mrope.section must have exactly 3 entries (t, h, w), got " + std::to_string(mrope.section.size()));

@@ -86,6 +86,60 @@ TEST(Config, HeadDimExplicitOrDerived) {
   EXPECT_EQ(parse(R"({"head_dim": 64})").base, 10000.0);  // HF default_theta
 }
 
+TEST(Config, FieldsTheFileLeavesOutTakeTheModelsConfigClassDefaults) {
+  // transformers' config classes (python/tests/test_hf_class_defaults.py checks them live): Mixtral's base,
+  // Phi's half rotation, Qwen3's head_dim whatever hidden_size / heads give, gpt-oss's yarn dict.
+  const Spec mixtral = parse(R"({"model_type": "mixtral", "hidden_size": 1024, "num_attention_heads": 16})");
+  EXPECT_EQ(mixtral.base, 1e6);
+  EXPECT_EQ(parse(R"({"model_type": "phi", "hidden_size": 1024, "num_attention_heads": 16})").rotary_dim, 32);
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16})").head_dim, 128);
+  EXPECT_EQ(parse(R"({"model_type": "deepseek_v3", "head_dim": 192, "hidden_size": 1024, "num_attention_heads": 16})")
+                .head_dim, 64);  // qk_rope_head_dim's default, the rotated part
+  const Spec oss = parse(R"({"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64})");
+  EXPECT_EQ(oss.scaling.type, RopeType::kYarn);
+  EXPECT_EQ(oss.base, 150000.0);
+  EXPECT_EQ(oss.head_dim, 64);
+  const Spec vl = parse(R"({"model_type": "qwen3_vl", "text_config": {"hidden_size": 1024, "num_attention_heads": 8}})");
+  EXPECT_EQ(vl.mrope.section, (std::vector<int64_t>{24, 20, 20}));
+  EXPECT_TRUE(vl.mrope.interleaved);
+  // A head whose rotated part the code's section does not cover reads as plain RoPE, not as an error.
+  const Spec narrow = parse(R"({"model_type": "qwen3_vl", "text_config": {"head_dim": 64}})");
+  EXPECT_TRUE(narrow.mrope.section.empty());
+  EXPECT_FALSE(narrow.mrope.interleaved);
+  // The model's code, not a default: GLM, Cohere, ERNIE 4.5 and Helium rotate interleaved pairs.
+  EXPECT_EQ(parse(R"({"model_type": "glm4", "head_dim": 128, "partial_rotary_factor": 0.5})").pairing,
+            Pairing::kInterleaved);
+  EXPECT_EQ(parse(R"({"model_type": "cohere", "head_dim": 128})").pairing, Pairing::kInterleaved);
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "head_dim": 128})").pairing, Pairing::kHalfSplit);
+  // An explicit null is not an omission: transformers passes None on, so the class default does not apply.
+  EXPECT_EQ(parse(R"({"model_type": "phi", "head_dim": 64, "partial_rotary_factor": null})").rotary_dim, 64);
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "head_dim": null, "hidden_size": 1024, "num_attention_heads": 16})")
+                .head_dim, 64);
+  // The file's own values win; a model without an entry keeps the generic defaults.
+  EXPECT_EQ(parse(R"({"model_type": "mixtral", "head_dim": 64, "rope_theta": 5e5})").base, 5e5);
+  EXPECT_EQ(parse(R"({"model_type": "qwen3", "head_dim": 64})").head_dim, 64);
+  EXPECT_EQ(parse(R"({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16})").base, 10000.0);
+}
+
+TEST(Config, ANonEmptyRopeScalingWinsOverRopeParametersAsInTransformers) {
+  // convert_rope_params_to_dict: `rope_scaling or rope_parameters`; an empty dict counts as absent.
+  const Spec both = parse(R"({"head_dim": 64, "rope_parameters": {"rope_type": "default", "rope_theta": 5e5},
+                              "rope_scaling": {"rope_type": "linear", "factor": 4.0, "rope_theta": 2e4}})");
+  EXPECT_EQ(both.scaling.type, RopeType::kLinear);
+  EXPECT_EQ(both.base, 2e4);
+  const Spec empty = parse(R"({"head_dim": 64, "rope_scaling": {},
+                               "rope_parameters": {"rope_type": "linear", "factor": 2.0}})");
+  EXPECT_EQ(empty.scaling.type, RopeType::kLinear);
+  EXPECT_EQ(empty.scaling.factor, 2.0);
+  EXPECT_EQ(parse(R"({"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "rope_scaling": {}})")
+                .scaling.type, RopeType::kYarn);  // the class's dict
+  // Any falsy rope_scaling gives way; an empty rope_parameters is default RoPE, not the class's dict.
+  EXPECT_EQ(parse(R"({"head_dim": 64, "rope_scaling": [], "rope_parameters": {"rope_type": "linear", "factor": 2.0}})")
+                .scaling.type, RopeType::kLinear);
+  EXPECT_EQ(parse(R"({"model_type": "gpt_oss", "hidden_size": 2880, "num_attention_heads": 64, "rope_parameters": {}})")
+                .scaling.type, RopeType::kDefault);
+}
+
 TEST(Config, DictValuesWinOverTopLevel) {
   const Spec s = parse(R"({"head_dim": 64, "rope_theta": 1, "partial_rotary_factor": 1.0,
                            "rope_parameters": {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5}})");

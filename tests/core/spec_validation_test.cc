@@ -248,6 +248,14 @@ TEST(SpecValidation, MropeSectionCount) {
   EXPECT_NO_THROW(s.validate());
 }
 
+TEST(SpecValidation, MropeInterleavedNeedsSections) {
+  Spec s = llama();
+  s.mrope.interleaved = true;
+  expect_invalid(s, {"mrope.interleaved needs mrope.section (3 entries: t, h, w), got no section"});
+  s.mrope.section = {24, 20, 20};
+  EXPECT_NO_THROW(s.validate());
+}
+
 TEST(SpecValidation, ProportionalRotatesWholeHead) {
   Spec s = llama(RopeType::kProportional);
   s.partial_rotary_factor = 0.25;

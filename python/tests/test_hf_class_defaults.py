@@ -1,0 +1,179 @@
+"""config.json files that leave RoPE fields out: rotary assumes what each model's transformers config class does."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+import rotary
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# rotary's table of class defaults (src/core/model_defaults.cc) and models whose defaults are the generic ones.
+# Each is checked on a trimmed file: the model type, hidden_size and num_attention_heads, nothing else.
+FLAT = ["apertus", "bitnet", "cohere", "cohere2", "cohere2_moe", "deepseek_v2", "deepseek_v3", "ernie4_5",
+        "ernie4_5_moe", "gemma", "gemma2", "glm", "glm4", "gpt_oss", "helium", "lfm2", "minimax", "mixtral",
+        "nemotron", "persimmon", "phi", "phimoe", "qwen3", "seed_oss", "smollm3", "stablelm", "llama", "mistral",
+        "qwen2", "olmo2", "granite"]
+# Vision-language models: the text part nested in text_config (head_dim 128, the sections' sum times 2).
+NESTED = [("qwen2_vl", "qwen2_vl_text"), ("qwen2_5_vl", "qwen2_5_vl_text"), ("qwen3_vl", "qwen3_vl_text"),
+          ("qwen3_vl_moe", "qwen3_vl_moe_text"), ("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")]
+# 768 / 8 = 96 differs from every class's own head_dim (64, 128, 256), so a missed class default shows.
+HIDDEN, HEADS = 768, 8
+
+
+def _hf_modeling(model_type: str):
+    try:
+        return importlib.import_module(f"transformers.models.{model_type}.modeling_{model_type}")
+    except ImportError as e:  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no {model_type}: {e}")
+
+
+def _hf_text_rope(model_type: str, config):
+    """The model's text RotaryEmbedding built from `config` (its inv_freq, attention_scaling, mrope_section)."""
+    mod = _hf_modeling(model_type)
+    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    assert names, f"{model_type}: no RotaryEmbedding class"
+    return getattr(mod, names[0])(config=config)
+
+
+def _hf_pairing(model_type: str, config=None) -> str:
+    """The pairs the model's own code rotates: x[i] with x[i + d/2] ("half"), or x[2i] with x[2i+1]."""
+    if config is not None and getattr(config, "rope_interleave", False):
+        return "interleaved"  # DeepSeek-V3: the checkpoint's pairs are interleaved (the code permutes them)
+    mod = _hf_modeling(model_type)
+    if not hasattr(mod, "rotate_half"):
+        # DeepSeek-V2: a complex product of (x[2i], x[2i+1]); gpt-oss: the two halves of torch.chunk.
+        fn = getattr(mod, "apply_rotary_emb", None) or getattr(mod, "_apply_rotary_emb")
+        src = inspect.getsource(fn)
+        assert ("view_as_complex" in src) != ("torch.chunk(x, 2" in src), f"{model_type}: pairing not recognised"
+        return "interleaved" if "view_as_complex" in src else "half"
+    out = mod.rotate_half(torch.arange(1.0, 9.0))
+    assert float(out[0]) in (-5.0, -2.0), f"{model_type}: rotate_half is neither half-split nor interleaved"
+    return "half" if float(out[0]) == -5.0 else "interleaved"
+
+
+def _hf_config(model_type: str, fields: dict):
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return transformers.AutoConfig.for_model(model_type, **fields)
+    except (KeyError, ValueError) as e:  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no config class for {model_type}: {e}")
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _check(spec: rotary.Spec, emb, what: str):
+    hf = emb.inv_freq.double().numpy()
+    ours = spec.inv_freq(None)
+    assert ours.shape == hf.shape, f"{what}: {ours.shape[0]} frequencies, transformers {hf.shape[0]}"
+    rel = np.max(np.abs(ours - hf) / np.abs(hf))
+    assert rel <= 1e-6, f"{what}: inv_freq max rel err {rel:.3g} (base or scaling differ)"
+    assert spec.attention_factor == pytest.approx(float(emb.attention_scaling), rel=1e-6), f"{what}: attention_factor"
+
+
+@pytest.mark.parametrize("model_type", FLAT)
+def test_a_trimmed_config_gets_the_config_class_defaults(model_type, tmp_path):
+    fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
+    config = _hf_config(model_type, fields)
+    emb = _hf_text_rope(model_type, config)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, **fields}))
+    spec = rotary.Spec.from_hf_config(str(path))
+    _check(spec, emb, model_type)
+    assert spec.pairing == _hf_pairing(model_type, config), model_type
+
+
+# Files that give some fields, with null or falsy values, or both dicts: each read as transformers reads it.
+PARTIAL = [
+    ("phi", {"partial_rotary_factor": None}),  # an explicit null: full rotation, not the class's 0.5
+    ("seed_oss", {"head_dim": None}),  # an explicit null: hidden_size / heads, not the class's 128
+    ("apertus", {"rope_theta": 3e5}),  # the class dict's own base stays
+    ("gpt_oss", {"rope_theta": 3e5}),  # the class dict has none: the top-level base
+    ("gpt_oss", {"rope_parameters": {}}),  # an empty dict is not absent: default RoPE
+    ("mixtral", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),  # the class's base, linear
+    ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 5e5},
+               "rope_scaling": {"rope_type": "linear", "factor": 4.0, "rope_theta": 2e4}}),  # rope_scaling wins
+    ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5},
+               "rope_scaling": []}),  # a falsy rope_scaling does not
+    ("glm4", {"partial_rotary_factor": 0.25, "head_dim": 64}),
+]
+
+
+@pytest.mark.parametrize("model_type,given", PARTIAL, ids=[f"{m}-{'-'.join(g)}" for m, g in PARTIAL])
+def test_a_partly_trimmed_config_reads_as_transformers_reads_it(model_type, given, tmp_path):
+    fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": model_type, **fields, **given}))
+    emb = _hf_text_rope(model_type, transformers.AutoConfig.from_pretrained(str(tmp_path)))
+    _check(rotary.Spec.from_hf_config(str(path)), emb, f"{model_type} with {given}")
+
+
+@pytest.mark.parametrize("model_type,text_type", NESTED, ids=[m for m, _ in NESTED])
+def test_a_trimmed_vl_config_gets_the_model_code_sections(model_type, text_type):
+    text = {"hidden_size": 1024, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
+    config = _hf_config(model_type, {"text_config": text})
+    emb = _hf_text_rope(model_type, config.text_config)
+    for doc in ({"model_type": model_type, "text_config": {"model_type": text_type, **text}},
+                {"model_type": model_type, "text_config": dict(text)}):
+        spec = rotary.Spec.from_hf_config(doc)
+        _check(spec, emb, model_type)
+        assert list(spec.mrope_section) == list(emb.mrope_section), model_type
+        # Qwen3-VL's and Qwen3.5's code always interleaves the sections; Qwen2-VL's never does.
+        assert spec.mrope_interleaved == model_type.startswith("qwen3"), model_type
+
+
+def test_a_real_interleaved_model_s_config_rotates_interleaved_pairs():
+    # Not a class default but the model's code: a complete GLM-4 / Cohere config reads as interleaved too.
+    glm = {"model_type": "glm4", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
+           "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "max_position_embeddings": 131072}
+    cohere = {"model_type": "cohere", "hidden_size": 8192, "num_attention_heads": 64, "rope_theta": 8e6}
+    for doc in (glm, cohere):
+        spec = rotary.Spec.from_hf_config(doc)
+        assert spec.pairing == _hf_pairing(doc["model_type"]) == "interleaved", doc["model_type"]
+    assert rotary.Spec.from_hf_config({**glm, "rope_interleave": False}).pairing == "half"  # the flag still wins
+
+
+@pytest.mark.parametrize("model_type", ["glm4_moe_lite", "mistral4", "youtu", "axk1"])
+def test_an_mla_class_whose_rope_interleave_defaults_to_true_reads_interleaved(model_type):
+    assert _hf_config(model_type, {}).rope_interleave is True
+    doc = {"model_type": model_type, "qk_rope_head_dim": 64}
+    assert rotary.Spec.from_hf_config(doc).pairing == "interleaved"
+    assert rotary.Spec.from_hf_config({**doc, "rope_interleave": False}).pairing == "half"
+
+
+def test_codegen_rotates_every_two_as_gpt_j():
+    src = inspect.getsource(_hf_modeling("codegen").apply_rotary_pos_emb)
+    assert "rotate_every_two" in src
+    spec = rotary.Spec.from_hf_config({"model_type": "codegen", "n_embd": 1024, "n_head": 16, "rotary_dim": 32})
+    assert (spec.pairing, spec.head_dim, spec.rotary_dim) == ("interleaved", 64, 32)
+
+
+def test_the_file_s_own_fields_win_over_the_class_defaults():
+    doc = {"model_type": "mixtral", "hidden_size": HIDDEN, "num_attention_heads": HEADS, "rope_theta": 5e5,
+           "head_dim": 64, "partial_rotary_factor": 0.5}
+    spec = rotary.Spec.from_hf_config(doc)
+    assert (spec.base, spec.head_dim, spec.rotary_dim) == (5e5, 64, 32)
+    # A dict of its own replaces gpt-oss's class dict (yarn) entirely.
+    gpt = rotary.Spec.from_hf_config({"model_type": "gpt_oss", "hidden_size": HIDDEN, "num_attention_heads": HEADS,
+                                      "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}})
+    assert gpt.rope_type == "default" and gpt.base == 1e4 and gpt.head_dim == 64
+
+
+def test_interleaved_sections_need_sections():
+    with pytest.raises(ValueError, match=r"mrope\.interleaved needs mrope\.section"):
+        rotary.Spec(128, mrope_interleaved=True)
+    # Dropping the sections drops their interleaving with them.
+    spec = rotary.Spec(128, mrope_section=[24, 20, 20], mrope_interleaved=True)
+    plain = spec.replace(mrope_section=None)
+    assert plain.mrope_section is None or len(plain.mrope_section) == 0
+    assert not plain.mrope_interleaved
+    assert spec.replace(base=5e5).mrope_interleaved

@@ -1,0 +1,40 @@
+// Internal: transformers' per-model config-class defaults for RoPE fields a config.json may leave out (core only).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace rotary::detail {
+
+/// What a transformers config class (and its model's code) assumes when config.json omits a RoPE field.
+/// Files written by save_pretrained carry these fields; hand-written or trimmed files rely on the class's
+/// defaults, which differ per model (Mixtral's base is 1e6, Phi rotates half the head, Qwen3's head_dim is
+/// 128 whatever hidden_size / num_attention_heads give). A field present with a JSON null is not omitted:
+/// transformers passes None to the class, so the head_dim and partial-rotary defaults do not apply to it.
+struct ModelDefaults {
+  std::string_view model_type;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  /// The class's head_dim when the file gives none (0: hidden_size / num_attention_heads).
+  int64_t head_dim = 0;
+  /// DeepSeek's qk_rope_head_dim (the rotated part of a head) when the file gives none (0: not such a model).
+  int64_t qk_rope_head_dim = 0;
+  /// The class's RoPE dict when the file has neither rope_parameters nor rope_scaling (null: default type).
+  const nlohmann::json* rope_dict = nullptr;
+  /// Qwen2-VL / Qwen3-VL: the section the model's code uses when the RoPE dict gives no mrope_section
+  /// (zeros: none), and whether its assignment is interleaved (Qwen3-VL's code always interleaves).
+  std::array<int64_t, 3> mrope_section{};
+  bool mrope_interleaved = false;
+  /// The model's code rotates interleaved pairs (x[2i], x[2i+1]): GPT-J, DeepSeek, GLM, Cohere, ERNIE 4.5; or
+  /// its class's rope_interleave defaults to true (MLA models such as Mistral 4). A top-level rope_interleave wins.
+  bool interleaved_pairs = false;
+};
+
+/// The defaults of `model_type` (config.json's "model_type"); for a model without an entry, the generic
+/// ones (base 10000, full rotation, hidden_size / num_attention_heads, default type, half-split pairs).
+const ModelDefaults& model_defaults(std::string_view model_type);
+
+}  // namespace rotary::detail
