@@ -15,7 +15,8 @@ namespace rotary {
 /// Parses the text of an HF config.json into a validated Spec.
 /// v4: rope_theta + rope_scaling {type|rope_type, ...}, top-level partial_rotary_factor / rotary_pct,
 ///     Phi-3's top-level original_max_position_embeddings.
-/// v5: rope_parameters {rope_type, rope_theta, ...}. With both, a non-empty rope_scaling wins, as in transformers.
+/// v5: rope_parameters {rope_type, rope_theta, ...}. With both, rope_scaling wins unless falsy ({}, [], false),
+///     as in transformers.
 /// head_dim from "head_dim" when present, else hidden_size / num_attention_heads.
 /// Fields the file leaves out take the model_type's transformers config-class defaults (docs/scaling.md).
 /// RoPE parameters that differ per layer type (see LayerTypeSpecs) are Error(kUnsupported): read them with

@@ -34,11 +34,12 @@ struct M : ModelDefaults {
 
 // Only the models whose defaults differ from the generic ones. GPT-NeoX reads its own legacy names
 // (config.cc); Gemma 3's legacy fields are read by layer_types.cc. python/tests/test_hf_class_defaults.py
-// checks every entry against the installed transformers on a trimmed file (frequencies and pairing).
+// checks the entries against the installed transformers (frequencies and pairing on trimmed files; GPT-J's
+// pairing is tests/core/config_presets_test.cc's).
 const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
+    M("axk1").interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("bitnet").theta(500000.0),
-    M("axk1").interleaved(),  // rope_interleave defaults to true in these MLA classes
     M("codegen").interleaved(),  // rotate_every_two, as GPT-J
     M("cohere").theta(500000.0).interleaved(),
     M("cohere2").interleaved(),
