@@ -270,15 +270,6 @@ std::string read_config_file(const std::string& path) {
 
 namespace {
 
-/// A rope_parameters object holding dicts (one per layer type) rather than RoPE values (a flat dict holds
-/// numbers, strings, booleans and lists only).
-bool nested_per_layer_type(const json& rope_parameters) {
-  if (!rope_parameters.is_object()) return false;
-  for (const auto& kv : rope_parameters.items())
-    if (kv.value().is_object()) return true;
-  return false;
-}
-
 /// Python's truth value of a JSON value (None, False, 0, "", [] and {} are false).
 bool truthy(const json& v) {
   if (v.is_null()) return false;
@@ -306,7 +297,7 @@ RopeDict rope_dict(const ConfigRoot& r) {
   // nested per layer type is kept, and rope_scaling then ignored (models with layer types merge the two each
   // their own way, which rotary does not follow). An empty rope_parameters is not absent: default RoPE.
   const bool scaling = r.root->contains("rope_scaling") && truthy(r.root->at("rope_scaling"));
-  if (scaling && !(top.has("rope_parameters") && nested_per_layer_type(r.root->at("rope_parameters"))))
+  if (scaling && !(top.has("rope_parameters") && nested_per_layer_type(r, r.root->at("rope_parameters"))))
     return dict("rope_scaling");
   if (top.has("rope_parameters")) return dict("rope_parameters");
   // Neither: the config class's own dict (gpt-oss's yarn, Apertus's llama3), else the default type's.
@@ -340,11 +331,11 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // --- head_dim: DeepSeek's rope part, explicit (Gemma, Qwen3), the class's, or hidden / heads.
   if (auto d = top.integer("qk_rope_head_dim")) {
     spec.head_dim = *d;
-  } else if (cls.qk_rope_head_dim != 0 && !r.root->contains("qk_rope_head_dim")) {
+  } else if (cls.qk_rope_head_dim != 0 && !top.has_key("qk_rope_head_dim")) {
     spec.head_dim = cls.qk_rope_head_dim;
   } else if (auto d = top.integer("head_dim")) {
     spec.head_dim = *d;
-  } else if (cls.head_dim != 0 && !r.root->contains("head_dim")) {  // an explicit null is not omitted
+  } else if (cls.head_dim != 0 && !top.has_key("head_dim")) {  // an explicit null is not omitted
     spec.head_dim = cls.head_dim;
   } else {
     auto hidden = top.integer("hidden_size");
@@ -391,7 +382,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   if (!prf && !neox) prf = top.number("partial_rotary_factor");
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
-  const bool prf_named = rope_dict.contains("partial_rotary_factor") || r.root->contains("partial_rotary_factor");
+  const bool prf_named = rp.has_key("partial_rotary_factor") || top.has_key("partial_rotary_factor");
   spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
       spec.partial_rotary_factor > 1)
@@ -405,7 +396,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
   }
 
-  // --- pairing: GPT-J, DeepSeek-V2/V3, GLM, Cohere, ERNIE 4.5 and Helium rotate interleaved pairs.
+  // --- pairing: interleaved where the model's code rotates (x[2i], x[2i+1]) (model_defaults.cc).
   if (cls.interleaved_pairs) spec.pairing = Pairing::kInterleaved;
   if (auto ri = top.boolean("rope_interleave")) spec.pairing = *ri ? Pairing::kInterleaved : Pairing::kHalfSplit;
 

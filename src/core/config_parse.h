@@ -56,6 +56,10 @@ Spec normalized_in(const Spec& spec, const std::string& source_name);
 /// no reader describes RoPE per layer (src/core/layer_types.cc).
 void reject_per_layer_overrides(const ConfigRoot& r);
 
+/// `dict` (a RoPE dict of `r`) is nested per layer type: it has keys that config.layer_types lists, or,
+/// without layer_types, keys whose values are objects (src/core/layer_types.cc).
+bool nested_per_layer_type(const ConfigRoot& r, const nlohmann::json& dict);
+
 /// Throws kUnsupported when the config's RoPE parameters differ per layer type (a dict nested per layer
 /// type, or Gemma 3's legacy rope_local_base_freq): one Spec cannot describe it (src/core/layer_types.cc).
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);

@@ -100,6 +100,10 @@ void reject_per_layer_overrides(const ConfigRoot& r) {
   }
 }
 
+bool nested_per_layer_type(const ConfigRoot& r, const json& dict) {
+  return !nested_keys(dict, read_layer_types(r)).empty();
+}
+
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
   const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
   if (!keys.empty()) {
