@@ -150,6 +150,22 @@ HWY_INLINE bool AnyNaN(D d, hn::Vec<D> a, hn::Vec<D> b) {
   return !hn::AllFalse(d, hn::Or(hn::IsNaN(a), hn::IsNaN(b)));
 }
 
+/// Whether a lane of a, b, c or d is NaN: AnyNaN's unordered compares, one test for the four vectors.
+template <class D>
+HWY_INLINE bool AnyNaN4(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::Vec<D> e) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(D()) == 16)
+    return (_mm512_cmp_ps_mask(a.raw, b.raw, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(c.raw, e.raw, _CMP_UNORD_Q)) != 0;
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (hn::MaxLanes(D()) == 8) {
+    const __m256 u = _mm256_or_ps(_mm256_cmp_ps(a.raw, b.raw, _CMP_UNORD_Q), _mm256_cmp_ps(c.raw, e.raw, _CMP_UNORD_Q));
+    return _mm256_testz_ps(u, u) == 0;
+  }
+#endif
+  return !hn::AllFalse(d, hn::Or(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Or(hn::IsNaN(c), hn::IsNaN(e))));
+}
+
 /// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare).
 template <class D>
 HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn::RebindToUnsigned<D>>* ra,
@@ -177,7 +193,7 @@ HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
 #define ROTARY_BF16_BLOCK_ORDER 1
 /// bf16 rows in block order (x86 targets): 2N words widen into a "low" f32 vector holding values 0-3 of
 /// each 8-value block and a "high" one holding values 4-7, by interleaving with zeros inside 128-bit
-/// blocks, and narrow back by the inverse, a signed pack inside blocks: no lane crosses a block (vs a
+/// blocks, and narrow back inside blocks (NonNaNBF16BlockWords): no lane crosses a block (vs a
 /// zero-extension plus a shift per vector in, a pack plus a block permute per vector out). Per-channel
 /// factors (cos, sin, norm weights) are put in the same order once (ToBlockOrder).
 template <class D>
@@ -188,22 +204,63 @@ HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* 
   *hi = hn::BitCast(d, hn::InterleaveUpper(d16, hn::Zero(d16), x));
 }
 
-/// Two f32 vectors in block order rounded to nearest even (RoundPairToBF16Bits) and stored as 2N bf16.
-template <bool kStream, class D>
-HWY_INLINE void StoreBF16Blocks(D d, hn::Vec<D> lo, hn::Vec<D> hi, uint16_t* HWY_RESTRICT p) {
+/// The 2N bf16 words of two f32 vectors in block order holding no NaN, rounded to nearest even
+/// (RoundNonNaNToBF16Bits's result) in 16-bit lanes: one byte shuffle per vector gathers each block's upper
+/// halves (the truncated bf16) and lower halves, one 64-bit interleave each puts them in value order, and the
+/// upper half is incremented where lower + (upper & 1) > 0x8000 (a saturating add, so 0xFFFF stays above; a
+/// signed compare after flipping bit 15) — 2N lanes per operation instead of N, and no shifts: on AVX2 (Zen 3)
+/// a bf16 row step took 8 % less time (docs/performance.md). Equal to the 32-bit rounding on every non-NaN f32
+/// (Elements.BlockNarrowingEqualsTheRoundingOfEveryNonNaNF32, exhaustively).
+template <class D>
+HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> NonNaNBF16BlockWords(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
+  const hn::Repartition<uint8_t, D> d8;
+  const hn::Repartition<uint16_t, D> d16;
+  const hn::Repartition<int16_t, D> di16;
+  const hn::Repartition<uint64_t, D> d64;
+  alignas(16) static constexpr uint8_t kSplit[16] = {2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13};
+  const auto split = hn::LoadDup128(d8, kSplit);
+  const auto a = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, lo), split));
+  const auto b = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hi), split));
+  const auto upper = hn::BitCast(d16, hn::InterleaveLower(d64, a, b));
+  const auto lower = hn::BitCast(d16, hn::InterleaveUpper(d64, a, b));
+  const auto m = hn::SaturatedAdd(lower, hn::And(upper, hn::Set(d16, uint16_t{1})));
+  const auto carry = hn::Gt(hn::BitCast(di16, hn::Xor(m, hn::Set(d16, uint16_t{0x8000}))), hn::Zero(di16));
+  return hn::Sub(upper, hn::BitCast(d16, hn::VecFromMask(di16, carry)));
+}
+
+/// The 2N bf16 words of two f32 vectors in block order with NaN among them (rare): RoundToBF16Bits per
+/// vector, the upper halves narrowed by a signed pack (an arithmetic shift keeps them exact through it).
+template <class D>
+HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> BF16BlockWordsWithNaN(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
   const hn::RebindToSigned<D> di;
   const hn::Repartition<uint16_t, D> d16;
   const hn::Repartition<int16_t, D> di16;
-  hn::Vec<hn::RebindToUnsigned<D>> rl, rh;
-  RoundPairToBF16Bits(d, lo, hi, &rl, &rh);
-  // The bf16 is each lane's upper half: an arithmetic shift keeps it exact through the signed pack.
-  const auto words = hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, rl)),
-                                                            hn::ShiftRight<16>(hn::BitCast(di, rh))));
+  return hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, RoundToBF16Bits(d, lo))),
+                                               hn::ShiftRight<16>(hn::BitCast(di, RoundToBF16Bits(d, hi)))));
+}
+
+template <bool kStream, class D16>
+HWY_INLINE void StoreWords(D16 d16, hn::Vec<D16> words, uint16_t* HWY_RESTRICT p) {
   if constexpr (kStream) {
     hn::Stream(words, d16, p);
   } else {
     hn::StoreU(words, d16, p);
   }
+}
+
+/// Two pairs of f32 vectors in block order (a row step's two halves) rounded to nearest even and stored as
+/// 2N bf16 each, with one NaN test for the four vectors.
+template <bool kStream, class D>
+HWY_INLINE void StoreBF16BlocksTwice(D d, hn::Vec<D> lo0, hn::Vec<D> hi0, uint16_t* HWY_RESTRICT p0, hn::Vec<D> lo1,
+                                     hn::Vec<D> hi1, uint16_t* HWY_RESTRICT p1) {
+  const hn::Repartition<uint16_t, D> d16;
+  if (HWY_UNLIKELY(AnyNaN4(d, lo0, hi0, lo1, hi1))) {
+    StoreWords<kStream>(d16, BF16BlockWordsWithNaN(d, lo0, hi0), p0);
+    StoreWords<kStream>(d16, BF16BlockWordsWithNaN(d, lo1, hi1), p1);
+    return;
+  }
+  StoreWords<kStream>(d16, NonNaNBF16BlockWords(d, lo0, hi0), p0);
+  StoreWords<kStream>(d16, NonNaNBF16BlockWords(d, lo1, hi1), p1);
 }
 
 /// `v` [K * N] (K vectors of N f32 per half row, K even) in block order: pair k's low vector's values,

@@ -270,7 +270,7 @@ HWY_INLINE bool HalfNormRowsInRegistersK(const Storage<EI>* in, Storage<EO>* out
 #undef ROTARY_PROLOGUE_BF16_BLOCKS
 #if ROTARY_BF16_BLOCK_ORDER
 #define ROTARY_PROLOGUE_BF16_BLOCKS 1
-/// One half-split bf16 row with RMSNorm in block order (LoadBF16Blocks / StoreBF16Blocks, elements-inl.h),
+/// One half-split bf16 row with RMSNorm in block order (LoadBF16Blocks / StoreBF16BlocksTwice, elements-inl.h),
 /// K whole vectors per half (K even; in place or apart), normalised by `factor` (its RmsFactor); `wb` the
 /// weights of both halves and `cb`, `sb` the token's cos and sin in block order (ToBlockOrder: wb [2][h],
 /// cb, sb [h]). Callers walk a token's rows with FactorsAhead (prologue_kernels.cc), inlined: a call per
@@ -296,10 +296,10 @@ HWY_INLINE void HalfBF16NormBlockRow(const uint16_t* in, uint16_t* out, const fl
     b_hi = hn::Mul(hn::Mul(b_hi, rv), hn::LoadU(d, wb + h + i + N));
     const V c_lo = hn::LoadU(d, cb + i), c_hi = hn::LoadU(d, cb + i + N);
     const V s_lo = hn::LoadU(d, sb + i), s_hi = hn::LoadU(d, sb + i + N);
-    StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)), hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)),
-                             out + i);
-    StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
-                             out + h + i);
+    StoreBF16BlocksTwice<kStream>(d, hn::NegMulAdd(b_lo, s_lo, hn::Mul(a_lo, c_lo)),
+                                  hn::NegMulAdd(b_hi, s_hi, hn::Mul(a_hi, c_hi)), out + i,
+                                  hn::MulAdd(a_lo, s_lo, hn::Mul(b_lo, c_lo)), hn::MulAdd(a_hi, s_hi, hn::Mul(b_hi, c_hi)),
+                                  out + h + i);
   }
 }
 

@@ -53,7 +53,7 @@ HWY_INLINE void InterleavedBF16LaneStep(D d, const uint16_t* in, uint16_t* out, 
 #if ROTARY_BF16_BLOCK_ORDER
 #define ROTARY_BF16_BLOCKS 1
 /// Half-split bf16 rows for x86 targets without AVX512-BF16, 2N values per half and step, in block order
-/// (LoadBF16Blocks / StoreBF16Blocks, elements-inl.h); cos/sin are put in that order once per token.
+/// (LoadBF16Blocks / StoreBF16BlocksTwice, elements-inl.h); cos/sin are put in that order once per token.
 template <size_t K, bool kStream, bool kPrefetch>
 HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, int64_t in_step,
                                   int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
@@ -81,10 +81,10 @@ HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, 
       V a_lo, a_hi, b_lo, b_hi;
       LoadBF16Blocks(d, in + i, &a_lo, &a_hi);
       LoadBF16Blocks(d, in + h + i, &b_lo, &b_hi);
-      StoreBF16Blocks<kStream>(d, hn::NegMulAdd(b_lo, slo[k], hn::Mul(a_lo, clo[k])),
-                               hn::NegMulAdd(b_hi, shi[k], hn::Mul(a_hi, chi[k])), out + i);
-      StoreBF16Blocks<kStream>(d, hn::MulAdd(a_lo, slo[k], hn::Mul(b_lo, clo[k])),
-                               hn::MulAdd(a_hi, shi[k], hn::Mul(b_hi, chi[k])), out + h + i);
+      StoreBF16BlocksTwice<kStream>(d, hn::NegMulAdd(b_lo, slo[k], hn::Mul(a_lo, clo[k])),
+                                    hn::NegMulAdd(b_hi, shi[k], hn::Mul(a_hi, chi[k])), out + i,
+                                    hn::MulAdd(a_lo, slo[k], hn::Mul(b_lo, clo[k])),
+                                    hn::MulAdd(a_hi, shi[k], hn::Mul(b_hi, chi[k])), out + h + i);
     }
   }
 }
