@@ -166,25 +166,37 @@ HWY_INLINE bool AnyNaN4(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::Vec<D
   return !hn::AllFalse(d, hn::Or(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Or(hn::IsNaN(c), hn::IsNaN(e))));
 }
 
-/// RoundToBF16Bits of two vectors, with the NaN handling only where one of them holds a NaN (rare).
-template <class D>
-HWY_INLINE void RoundPairToBF16Bits(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<hn::RebindToUnsigned<D>>* ra,
-                                    hn::Vec<hn::RebindToUnsigned<D>>* rb) {
-  const hn::RebindToUnsigned<D> du;
-  if (HWY_UNLIKELY(AnyNaN(d, a, b))) {
-    *ra = RoundToBF16Bits(d, a);
-    *rb = RoundToBF16Bits(d, b);
-    return;
-  }
-  *ra = RoundNonNaNToBF16Bits(du, hn::BitCast(du, a));
-  *rb = RoundNonNaNToBF16Bits(du, hn::BitCast(du, b));
-}
-
 /// Interleaved bf16 pairs from rounded bits (RoundToBF16Bits) of their even and odd values: each
 /// 32-bit lane holds one pair, the even value in its lower word.
 template <class DU>
 HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
   return hn::Or(hn::And(odd, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(even));
+}
+
+/// bf16 words from the upper halves (the truncated bf16) and lower halves of f32 values holding no NaN, in
+/// 16-bit lanes: the upper half plus one where lower + (upper & 1) > 0x8000 — RoundNonNaNToBF16Bits's carry
+/// on twice the lanes per operation, without shifts (a saturating add, so that 0xFFFF stays above; a signed
+/// compare after flipping bit 15). Equal to it on every non-NaN f32 (checked exhaustively with a stand-alone
+/// loop; Bf16Narrowing's tests check every lower half at every edge exponent on every target).
+template <class D16>
+HWY_INLINE hn::Vec<D16> RoundUpperHalves(D16 d16, hn::Vec<D16> upper, hn::Vec<D16> lower) {
+  const hn::RebindToSigned<D16> di16;
+  const auto m = hn::SaturatedAdd(lower, hn::And(upper, hn::Set(d16, uint16_t{1})));
+  const auto carry = hn::Gt(hn::BitCast(di16, hn::Xor(m, hn::Set(d16, uint16_t{0x8000}))), hn::Zero(di16));
+  return hn::Sub(upper, hn::BitCast(d16, hn::VecFromMask(di16, carry)));
+}
+
+/// BF16PairWords of f32 lanes `even`, `odd` holding no NaN, rounded in 16-bit lanes (RoundUpperHalves): a shift
+/// and a 16-bit blend gather the pairs' upper halves, another two their lower halves (vs a rounding of each
+/// vector's 32-bit lanes, then a mask, a shift and an or).
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> NonNaNBF16PairWords(D d, hn::Vec<D> even, hn::Vec<D> odd) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::Repartition<uint16_t, D> d16;
+  const auto e = hn::BitCast(du, even), o = hn::BitCast(du, odd);
+  const auto upper = hn::OddEven(hn::BitCast(d16, o), hn::BitCast(d16, hn::ShiftRight<16>(e)));
+  const auto lower = hn::OddEven(hn::BitCast(d16, hn::ShiftLeft<16>(o)), hn::BitCast(d16, e));
+  return hn::BitCast(du, RoundUpperHalves(d16, upper, lower));
 }
 
 
@@ -204,28 +216,21 @@ HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* 
   *hi = hn::BitCast(d, hn::InterleaveUpper(d16, hn::Zero(d16), x));
 }
 
-/// The 2N bf16 words of two f32 vectors in block order holding no NaN, rounded to nearest even
-/// (RoundNonNaNToBF16Bits's result) in 16-bit lanes: one byte shuffle per vector gathers each block's upper
-/// halves (the truncated bf16) and lower halves, one 64-bit interleave each puts them in value order, and the
-/// upper half is incremented where lower + (upper & 1) > 0x8000 (a saturating add, so 0xFFFF stays above; a
-/// signed compare after flipping bit 15) — 2N lanes per operation instead of N, and no shifts: on AVX2 (Zen 3)
-/// a bf16 row step took 8 % less time (docs/performance.md). Equal to the 32-bit rounding on every non-NaN f32
-/// (Elements.BlockNarrowingEqualsTheRoundingOfEveryNonNaNF32, exhaustively).
+/// The 2N bf16 words of two f32 vectors in block order holding no NaN, rounded to nearest even in 16-bit
+/// lanes (RoundUpperHalves): one byte shuffle per vector gathers each block's upper halves and lower halves,
+/// one 64-bit interleave each puts them in value order (vs an arithmetic shift per vector and a signed pack):
+/// on AVX2 (Zen 3), with one NaN test per row step, a bf16 row step took 8 % less time (docs/performance.md).
 template <class D>
 HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> NonNaNBF16BlockWords(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
   const hn::Repartition<uint8_t, D> d8;
   const hn::Repartition<uint16_t, D> d16;
-  const hn::Repartition<int16_t, D> di16;
   const hn::Repartition<uint64_t, D> d64;
   alignas(16) static constexpr uint8_t kSplit[16] = {2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13};
   const auto split = hn::LoadDup128(d8, kSplit);
   const auto a = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, lo), split));
   const auto b = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hi), split));
-  const auto upper = hn::BitCast(d16, hn::InterleaveLower(d64, a, b));
-  const auto lower = hn::BitCast(d16, hn::InterleaveUpper(d64, a, b));
-  const auto m = hn::SaturatedAdd(lower, hn::And(upper, hn::Set(d16, uint16_t{1})));
-  const auto carry = hn::Gt(hn::BitCast(di16, hn::Xor(m, hn::Set(d16, uint16_t{0x8000}))), hn::Zero(di16));
-  return hn::Sub(upper, hn::BitCast(d16, hn::VecFromMask(di16, carry)));
+  return RoundUpperHalves(d16, hn::BitCast(d16, hn::InterleaveLower(d64, a, b)),
+                          hn::BitCast(d16, hn::InterleaveUpper(d64, a, b)));
 }
 
 /// The 2N bf16 words of two f32 vectors in block order with NaN among them (rare): RoundToBF16Bits per

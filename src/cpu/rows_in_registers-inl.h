@@ -30,17 +30,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_TARGET != HWY_SCALAR
 /// InterleavedBF16Step for targets without AVX512-BF16: N pairs (2N words) with each pair in one
 /// 32-bit lane, widened by one shift and one mask, rotated by the pairs' cos `vc` and signed sin `vs`
-/// (no duplication per channel, no pair swaps), and the two rounded results recombined into the
-/// pairs' lanes by a mask, a shift and an or (no pack or lane permute).
+/// (no duplication per channel, no pair swaps), and the two results rounded and recombined into the
+/// pairs' lanes in 16-bit lanes (NonNaNBF16PairWords; no pack or lane permute).
 template <bool kStream, class D>
 HWY_INLINE void InterleavedBF16LaneStep(D d, const uint16_t* in, uint16_t* out, hn::Vec<D> vc, hn::Vec<D> vs) {
   const hn::RebindToUnsigned<D> du;
   const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(in));
   const auto x0 = hn::BitCast(d, hn::ShiftLeft<16>(x));
   const auto x1 = hn::BitCast(d, hn::And(x, hn::Set(du, 0xFFFF0000u)));
-  hn::Vec<decltype(du)> r0, r1;
-  RoundPairToBF16Bits(d, hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), hn::MulAdd(x0, vs, hn::Mul(x1, vc)), &r0, &r1);
-  const auto words = BF16PairWords(du, r0, r1);
+  const auto even = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), odd = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
+  const auto words = HWY_UNLIKELY(AnyNaN(d, even, odd))
+                         ? BF16PairWords(du, RoundToBF16Bits(d, even), RoundToBF16Bits(d, odd))
+                         : NonNaNBF16PairWords(d, even, odd);
   if constexpr (kStream) {
     hn::Stream(words, du, reinterpret_cast<uint32_t*>(out));
   } else {
