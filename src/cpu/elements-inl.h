@@ -150,7 +150,7 @@ HWY_INLINE bool AnyNaN(D d, hn::Vec<D> a, hn::Vec<D> b) {
   return !hn::AllFalse(d, hn::Or(hn::IsNaN(a), hn::IsNaN(b)));
 }
 
-/// Whether a lane of a, b, c or d is NaN: AnyNaN's unordered compares, one test for the four vectors.
+/// Whether a lane of a, b, c or e is NaN: AnyNaN's unordered compares, one test for the four vectors.
 template <class D>
 HWY_INLINE bool AnyNaN4(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::Vec<D> e) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
