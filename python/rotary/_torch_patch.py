@@ -153,14 +153,47 @@ _lock = threading.Lock()
 _globals: Dict[Tuple[str, str], list] = {}  # (module, name) -> [original, patched, refcount]
 
 
+def _replacement(original: Any, fn: Callable) -> Callable:
+    """What replaces the modeling-module global `original` by rotary's `fn`: `fn` itself, unless the global is
+    an nn.Module. With the `kernels` package installed, transformers makes these globals nn.Module wrappers, and
+    each attention layer holds a private copy of one that pickles as "a new instance of the type of the module's
+    global" (kernels' _rebuild_kernel_func calls that type with no arguments). A plain function in the global
+    made a saved model fail to load while any model was patched. So the replacement is then an instance of a
+    subclass of the wrapper's class whose forward is `fn`, and whose class, called with no arguments as the
+    rebuild does, makes a plain wrapper of the original class: a loaded model holds what it would hold unpatched."""
+    if not isinstance(original, torch.nn.Module):
+        return fn
+    base = type(original)
+
+    def __new__(cls, *args, **kwargs):  # noqa: N807 — the rebuild's call gives the original class's wrapper
+        return base(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    sub = type(base.__name__, (base,), {"__new__": __new__, "forward": forward, "_rotary_fn": staticmethod(fn),
+                                         "__module__": base.__module__, "__qualname__": base.__qualname__})
+    inst = object.__new__(sub)
+    torch.nn.Module.__init__(inst)
+    return inst
+
+
+def _function_of(global_value: Any) -> Any:
+    """The function a modeling-module global runs when it is rotary's replacement (_replacement): the global
+    itself, or the function inside the wrapper that replaces an nn.Module global."""
+    return getattr(type(global_value), "_rotary_fn", global_value)
+
+
 def _swap_globals(names: List[Tuple[str, str, Callable]]) -> None:
     with _lock:
         for mod_name, name, fn in names:
             entry = _globals.get((mod_name, name))
             if entry is None:
                 pm = sys.modules[mod_name]
-                _globals[(mod_name, name)] = [getattr(pm, name), fn, 1]
-                setattr(pm, name, fn)
+                original = getattr(pm, name)
+                replacement = _replacement(original, fn)
+                _globals[(mod_name, name)] = [original, replacement, 1]
+                setattr(pm, name, replacement)
             else:
                 entry[2] += 1
 

@@ -53,7 +53,7 @@ def test_patched_logits_match(case, monkeypatch):
         counter = _Counter(monkeypatch)
         rt.patch(model)
         assert rt.is_patched(model)
-        assert modeling_llama.apply_rotary_pos_emb is _torch_patch._apply_rotary_pos_emb
+        assert _torch_patch._function_of(modeling_llama.apply_rotary_pos_emb) is _torch_patch._apply_rotary_pos_emb
         counter.calls = 0  # patch's own check forward ran the kernel too
         got = model(ids).logits
     assert counter.calls == 2, "each layer's q/k rotation must go through rotary's kernel"
@@ -70,7 +70,7 @@ def test_patched_logits_match(case, monkeypatch):
     np.testing.assert_allclose(sin[0, :, 8:].numpy(), np.sin(ang) * af, atol=1.5e-7)
     rt.unpatch(model)
     assert not rt.is_patched(model)
-    assert modeling_llama.apply_rotary_pos_emb is not _torch_patch._apply_rotary_pos_emb
+    assert _torch_patch._function_of(modeling_llama.apply_rotary_pos_emb) is not _torch_patch._apply_rotary_pos_emb
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref, rtol=0, atol=0)
 
