@@ -142,10 +142,11 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
       }))
     return;
   constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
+  const bool unchanged = rot.R == 0 && w == nullptr && c.dtype == kInput;  // rows copied as they are
   // Rows that nothing changes into a cache of their dtype (v, or k without rotation and norm), stored
   // normally, are copied: the token's heads in one copy when they are adjacent in the input and in the
   // cache (the common v of a decode step: one 2 KiB copy instead of 8 calls down to StoreRow's memcpy).
-  if (!stream && rot.R == 0 && w == nullptr && c.dtype == kInput && heads > 0) {
+  if (!stream && unchanged && heads > 0) {
     char* first = static_cast<char*>(c.data) + c.row_offset(slot, 0) * static_cast<int64_t>(es);
     const size_t row_bytes = D * es;
     if (rot.pf != 0) {
@@ -165,7 +166,7 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
     const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
     if (stream) {
-      if (rot.R == 0 && w == nullptr && c.dtype == kInput) {
+      if (unchanged) {
         StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
         return;
       }
