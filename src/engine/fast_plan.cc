@@ -83,11 +83,11 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   OffsetRotation r;
   r.q = &args.q;
   r.q_out = absent(args.q_out) ? &args.q : &args.q_out;
-  r.cq = cq;
+  r.cq = &cq;
   if (has_k) {
     r.k = &args.k;
     r.k_out = absent(args.k_out) ? &args.k : &args.k_out;
-    r.ck = ck;
+    r.ck = &ck;
   }
   r.layout = layout;
   r.pairing = pairing;
@@ -115,22 +115,25 @@ void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* ra
   plan->dtype = r.q->dtype;
   plan->pairing = r.pairing;
   plan->direction = r.direction;
-  plan->head_dim = r.cq.D;
+  plan->head_dim = r.cq->D;
   plan->rotary_dim = r.rotary_dim;
   plan->half = r.rotary_dim / 2;
-  plan->B = r.cq.B;
-  plan->S = r.cq.S;
+  plan->B = r.cq->B;
+  plan->S = r.cq->S;
   auto fill = [&](PlanTensor& t, const Canon& ci, const TensorView& in, const TensorView& out) {
-    const Canon co = &out == &in ? ci : canonical(out, r.layout);
+    auto strides_out = [&t](const Canon& co) {
+      t.out_sb = co.sb; t.out_ss = co.ss; t.out_sh = co.sh; t.out_sd = co.sd;
+    };
     t.in = in.data;
     t.out = out.data;
     t.heads = ci.H;
     t.in_sb = ci.sb; t.in_ss = ci.ss; t.in_sh = ci.sh; t.in_sd = ci.sd;
-    t.out_sb = co.sb; t.out_ss = co.ss; t.out_sh = co.sh; t.out_sd = co.sd;
+    if (&out == &in) strides_out(ci);  // in place: the input's strides, not a copy of its Canon
+    else strides_out(canonical(out, r.layout));
   };
   plan->ntensors = 0;
-  fill(plan->t[plan->ntensors++], r.cq, *r.q, *r.q_out);
-  if (r.k != nullptr) fill(plan->t[plan->ntensors++], r.ck, *r.k, *r.k_out);
+  fill(plan->t[plan->ntensors++], *r.cq, *r.q, *r.q_out);
+  if (r.k != nullptr) fill(plan->t[plan->ntensors++], *r.ck, *r.k, *r.k_out);
   plan->threads = r.threads;
   plan->device = r.device;
   plan->stream = r.stream;

@@ -23,7 +23,10 @@ struct OffsetRotation {
   const TensorView* q_out = nullptr;
   const TensorView* k = nullptr;  ///< null: q alone
   const TensorView* k_out = nullptr;
-  Canon cq, ck;  ///< canonical(q), canonical(k)
+  /// canonical(q), canonical(k) (ck null: q alone), the caller's: pointers, so that filling one of these
+  /// copies no 64-byte blocks (a decode step's planning is a few hundred cycles all told).
+  const Canon* cq = nullptr;
+  const Canon* ck = nullptr;
   Layout layout = Layout::kTHD;
   Pairing pairing = Pairing::kHalfSplit;
   Direction direction = Direction::kForward;

@@ -107,8 +107,8 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
   OffsetRotation rot;
   rot.q = rot.q_out = &a.q;
   rot.k = rot.k_out = &a.k;
-  rot.cq = cq;
-  rot.ck = ck;
+  rot.cq = &cq;
+  rot.ck = &ck;
   rot.layout = a.layout;
   rot.pairing = spec.pairing;
   rot.rotary_dim = R;
