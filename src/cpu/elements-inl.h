@@ -203,45 +203,34 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> NonNaNBF16PairWords(D d, hn::Vec<D> 
 #undef ROTARY_BF16_BLOCK_ORDER
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4 && HWY_TARGET != HWY_SCALAR
 #define ROTARY_BF16_BLOCK_ORDER 1
-/// bf16 rows in block order (x86 targets): 2N words widen into a "low" f32 vector holding values 0-3 of
-/// each 8-value block and a "high" one holding values 4-7, by interleaving with zeros inside 128-bit
-/// blocks, and narrow back inside blocks (NonNaNBF16BlockWords): no lane crosses a block (vs a
-/// zero-extension plus a shift per vector in, a pack plus a block permute per vector out). Per-channel
-/// factors (cos, sin, norm weights) are put in the same order once (ToBlockOrder).
+/// bf16 rows in block order (x86 targets): each block of 2N words (a row step) widens into a "low" f32
+/// vector holding its even values and a "high" one holding its odd values, each pair's two words being
+/// one 32-bit lane: a shift and a mask, no shuffle. They narrow back into their lanes the same way
+/// (NonNaNBF16BlockWords: shifts and 16-bit blends). Per-channel factors (cos, sin, norm weights) are put
+/// in the same order once (ToBlockOrder). Against an order of 128-bit blocks (values 0-3 and 4-7 of each
+/// 8 apart: interleaves with zeros in, byte shuffles and 64-bit interleaves out), a row step in L1 took
+/// 7 % fewer cycles on AVX2 (Zen 3), fewer shuffles being what the rows were bound by (docs/performance.md).
 template <class D>
 HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* lo, hn::Vec<D>* hi) {
-  const hn::Repartition<uint16_t, D> d16;
-  const auto x = hn::LoadU(d16, p);
-  *lo = hn::BitCast(d, hn::InterleaveLower(d16, hn::Zero(d16), x));
-  *hi = hn::BitCast(d, hn::InterleaveUpper(d16, hn::Zero(d16), x));
+  const hn::RebindToUnsigned<D> du;
+  const auto x = hn::LoadU(du, reinterpret_cast<const uint32_t*>(p));
+  *lo = hn::BitCast(d, hn::ShiftLeft<16>(x));
+  *hi = hn::BitCast(d, hn::And(x, hn::Set(du, 0xFFFF0000u)));
 }
 
-/// The 2N bf16 words of two f32 vectors in block order holding no NaN, rounded to nearest even in 16-bit
-/// lanes (RoundUpperHalves): one byte shuffle per vector gathers each block's upper halves and lower halves,
-/// one 64-bit interleave each puts them in value order (vs an arithmetic shift per vector and a signed pack):
-/// on AVX2 (Zen 3), with one NaN test per row step, a bf16 row step took 8 % less time (docs/performance.md).
+/// The 2N bf16 words of two f32 vectors in block order (even values, odd values) holding no NaN, rounded to
+/// nearest even in 16-bit lanes: NonNaNBF16PairWords, whose pairs are the block's.
 template <class D>
 HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> NonNaNBF16BlockWords(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
-  const hn::Repartition<uint8_t, D> d8;
-  const hn::Repartition<uint16_t, D> d16;
-  const hn::Repartition<uint64_t, D> d64;
-  alignas(16) static constexpr uint8_t kSplit[16] = {2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13};
-  const auto split = hn::LoadDup128(d8, kSplit);
-  const auto a = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, lo), split));
-  const auto b = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hi), split));
-  return RoundUpperHalves(d16, hn::BitCast(d16, hn::InterleaveLower(d64, a, b)),
-                          hn::BitCast(d16, hn::InterleaveUpper(d64, a, b)));
+  return hn::BitCast(hn::Repartition<uint16_t, D>(), NonNaNBF16PairWords(d, lo, hi));
 }
 
 /// The 2N bf16 words of two f32 vectors in block order with NaN among them (rare): RoundToBF16Bits per
-/// vector, the upper halves narrowed by a signed pack (an arithmetic shift keeps them exact through it).
+/// vector, recombined into the pairs' lanes (BF16PairWords).
 template <class D>
 HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> BF16BlockWordsWithNaN(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
-  const hn::RebindToSigned<D> di;
-  const hn::Repartition<uint16_t, D> d16;
-  const hn::Repartition<int16_t, D> di16;
-  return hn::BitCast(d16, hn::ReorderDemote2To(di16, hn::ShiftRight<16>(hn::BitCast(di, RoundToBF16Bits(d, lo))),
-                                               hn::ShiftRight<16>(hn::BitCast(di, RoundToBF16Bits(d, hi)))));
+  const hn::RebindToUnsigned<D> du;
+  return hn::BitCast(hn::Repartition<uint16_t, D>(), BF16PairWords(du, RoundToBF16Bits(d, lo), RoundToBF16Bits(d, hi)));
 }
 
 template <bool kStream, class D16>
@@ -268,16 +257,15 @@ HWY_INLINE void StoreBF16BlocksTwice(D d, hn::Vec<D> lo0, hn::Vec<D> hi0, uint16
   StoreWords<kStream>(d16, NonNaNBF16BlockWords(d, lo1, hi1), p1);
 }
 
-/// `v` [K * N] (K vectors of N f32 per half row, K even) in block order: pair k's low vector's values,
-/// then its high vector's, as LoadBF16Blocks leaves the channels.
+/// `v` [K * N] (K vectors of N f32 per half row, K even) in block order: block k's (values 2kN .. 2kN + 2N)
+/// even values, then its odd ones, as LoadBF16Blocks leaves the channels.
 template <size_t K>
 HWY_INLINE void ToBlockOrder(const float* v, float* out) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   for (size_t k = 0; k < K / 2; ++k)
     for (size_t j = 0; j < N; ++j) {
-      const size_t lo = 2 * k * N + (j / 4) * 8 + j % 4;  // value j of the low vector
-      out[2 * k * N + j] = v[lo];
-      out[2 * k * N + N + j] = v[lo + 4];
+      out[2 * k * N + j] = v[2 * k * N + 2 * j];
+      out[2 * k * N + N + j] = v[2 * k * N + 2 * j + 1];
     }
 }
 #else

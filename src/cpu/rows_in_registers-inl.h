@@ -3,8 +3,8 @@
 // A Highway "-inl.h" piece, re-included per target by kernels.cc. RowsInRegisters serves rows whose
 // rotated half (half-split) or row (interleaved) is K = 1, 2, 4, 8 (or 16 interleaved) whole vectors;
 // RegisterVectors (rows_general-inl.h) says when it applies. bf16 takes paths of its own here: pairs
-// kept in their 32-bit lanes (interleaved), 128-bit-block widening (half-split, x86 without
-// AVX512-BF16), and the AVX512-BF16 steps of bf16_native-inl.h.
+// kept in their 32-bit lanes (interleaved), even / odd values of each step in two vectors (half-split,
+// x86 without AVX512-BF16: block order, elements-inl.h), and the AVX512-BF16 steps of bf16_native-inl.h.
 #if defined(ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_
 #undef ROTARY_CPU_ROWS_IN_REGISTERS_INL_H_
