@@ -207,9 +207,10 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> NonNaNBF16PairWords(D d, hn::Vec<D> 
 /// vector holding its even values and a "high" one holding its odd values, each pair's two words being
 /// one 32-bit lane: a shift and a mask, no shuffle. They narrow back into their lanes the same way
 /// (NonNaNBF16BlockWords: shifts and 16-bit blends). Per-channel factors (cos, sin, norm weights) are put
-/// in the same order once (ToBlockOrder). Against an order of 128-bit blocks (values 0-3 and 4-7 of each
-/// 8 apart: interleaves with zeros in, byte shuffles and 64-bit interleaves out), a row step in L1 took
-/// 7 % fewer cycles on AVX2 (Zen 3), fewer shuffles being what the rows were bound by (docs/performance.md).
+/// in the same order once (ToBlockOrder). It replaced an order of 128-bit blocks (values 0-3 and 4-7 of
+/// each 8 apart: interleaves with zeros in, byte shuffles and 64-bit interleaves out): the same helpers as
+/// the interleaved rows, no shuffle; on AVX2 (Zen 3) 7 % fewer cycles per row step in a stand-alone loop
+/// in L1, whole calls unchanged within the noise (docs/performance.md).
 template <class D>
 HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* lo, hn::Vec<D>* hi) {
   const hn::RebindToUnsigned<D> du;
