@@ -206,7 +206,7 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> NonNaNBF16PairWords(D d, hn::Vec<D> 
 /// bf16 rows in block order (x86 targets): each block of 2N words (a row step) widens into a "low" f32
 /// vector holding its even values and a "high" one holding its odd values, each pair's two words being
 /// one 32-bit lane: a shift and a mask, no shuffle. They narrow back into their lanes the same way
-/// (NonNaNBF16BlockWords: shifts and 16-bit blends). Per-channel factors (cos, sin, norm weights) are put
+/// (StoreBF16BlocksTwice: shifts and 16-bit blends). Per-channel factors (cos, sin, norm weights) are put
 /// in the same order once (ToBlockOrder). It replaced an order of 128-bit blocks (values 0-3 and 4-7 of
 /// each 8 apart: interleaves with zeros in, byte shuffles and 64-bit interleaves out): the same helpers as
 /// the interleaved rows, no shuffle; on AVX2 (Zen 3) 7 % fewer cycles per row step in a stand-alone loop
@@ -219,21 +219,6 @@ HWY_INLINE void LoadBF16Blocks(D d, const uint16_t* HWY_RESTRICT p, hn::Vec<D>* 
   *hi = hn::BitCast(d, hn::And(x, hn::Set(du, 0xFFFF0000u)));
 }
 
-/// The 2N bf16 words of two f32 vectors in block order (even values, odd values) holding no NaN, rounded to
-/// nearest even in 16-bit lanes: NonNaNBF16PairWords, whose pairs are the block's.
-template <class D>
-HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> NonNaNBF16BlockWords(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
-  return hn::BitCast(hn::Repartition<uint16_t, D>(), NonNaNBF16PairWords(d, lo, hi));
-}
-
-/// The 2N bf16 words of two f32 vectors in block order with NaN among them (rare): RoundToBF16Bits per
-/// vector, recombined into the pairs' lanes (BF16PairWords).
-template <class D>
-HWY_INLINE hn::Vec<hn::Repartition<uint16_t, D>> BF16BlockWordsWithNaN(D d, hn::Vec<D> lo, hn::Vec<D> hi) {
-  const hn::RebindToUnsigned<D> du;
-  return hn::BitCast(hn::Repartition<uint16_t, D>(), BF16PairWords(du, RoundToBF16Bits(d, lo), RoundToBF16Bits(d, hi)));
-}
-
 template <bool kStream, class D16>
 HWY_INLINE void StoreWords(D16 d16, hn::Vec<D16> words, uint16_t* HWY_RESTRICT p) {
   if constexpr (kStream) {
@@ -243,19 +228,22 @@ HWY_INLINE void StoreWords(D16 d16, hn::Vec<D16> words, uint16_t* HWY_RESTRICT p
   }
 }
 
-/// Two pairs of f32 vectors in block order (a row step's two halves) rounded to nearest even and stored as
-/// 2N bf16 each, with one NaN test for the four vectors.
+/// Two pairs of f32 vectors in block order (a row step's two halves: even values, odd values) rounded to
+/// nearest even and stored as 2N bf16 each, with one NaN test for the four vectors. A block's pairs are the
+/// interleaved rows' pairs, so the words are theirs: NonNaNBF16PairWords, or with a NaN (rare)
+/// RoundToBF16Bits per vector recombined by BF16PairWords.
 template <bool kStream, class D>
 HWY_INLINE void StoreBF16BlocksTwice(D d, hn::Vec<D> lo0, hn::Vec<D> hi0, uint16_t* HWY_RESTRICT p0, hn::Vec<D> lo1,
                                      hn::Vec<D> hi1, uint16_t* HWY_RESTRICT p1) {
   const hn::Repartition<uint16_t, D> d16;
+  const hn::RebindToUnsigned<D> du;
   if (HWY_UNLIKELY(AnyNaN4(d, lo0, hi0, lo1, hi1))) {
-    StoreWords<kStream>(d16, BF16BlockWordsWithNaN(d, lo0, hi0), p0);
-    StoreWords<kStream>(d16, BF16BlockWordsWithNaN(d, lo1, hi1), p1);
+    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(du, RoundToBF16Bits(d, lo0), RoundToBF16Bits(d, hi0))), p0);
+    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(du, RoundToBF16Bits(d, lo1), RoundToBF16Bits(d, hi1))), p1);
     return;
   }
-  StoreWords<kStream>(d16, NonNaNBF16BlockWords(d, lo0, hi0), p0);
-  StoreWords<kStream>(d16, NonNaNBF16BlockWords(d, lo1, hi1), p1);
+  StoreWords<kStream>(d16, hn::BitCast(d16, NonNaNBF16PairWords(d, lo0, hi0)), p0);
+  StoreWords<kStream>(d16, hn::BitCast(d16, NonNaNBF16PairWords(d, lo1, hi1)), p1);
 }
 
 /// `v` [K * N] (K vectors of N f32 per half row, K even) in block order: block k's (values 2kN .. 2kN + 2N)

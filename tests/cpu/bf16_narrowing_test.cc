@@ -25,7 +25,7 @@ uint16_t bf16_rne(uint32_t u) {
 /// mantissa even and odd, all zeros and all ones (the carry runs into the exponent) — 7 million values, so
 /// every tie and near-tie of each. Lower halves 0x8000 (ties) and 0xFFFF (a carry that a non-saturating 16-bit
 /// add would lose) are among them. Rows of head_dim 128 on 64-byte lines take the register rows (on targets
-/// without AVX512-BF16: half-split ones in the bf16 block order on x86, NonNaNBF16BlockWords; interleaved ones
+/// without AVX512-BF16: half-split ones in the bf16 block order on x86, StoreBF16BlocksTwice; interleaved ones
 /// as pairs in 32-bit lanes, NonNaNBF16PairWords), rows one element off a line the general rows.
 TEST(Bf16Narrowing, EveryLowerHalfAtEveryEdgeExponentRoundsToNearestEvenOnEveryTargetAndPairing) {
   constexpr int64_t D = 128, h = D / 2;
