@@ -1,6 +1,7 @@
 // The scalar quantisation rules (plan/quantize.h) against brute force: nearest fp8 value with ties to even, saturation, int8 rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -187,7 +188,8 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
 /// boundaries; scales across the range, tiny and huge ones included. Rows of 80 values take the scratch-row
 /// writers, rows of 64 (whole vectors on AVX2 and AVX-512) the rows kept in registers (quantize_rows-inl.h).
 TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
-  const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f};
+  const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f,
+                          1e-39f, 0x1p-126f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
@@ -222,6 +224,41 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       for (int r = 0; r < 64; ++r)
         for (int i = 0; i < W; ++i) v.push_back(u(g) * scale * static_cast<float>(r + 1));
+      expect_scalar_rules(v, W, DType::kI8, 0.0f, Backend::kCpu);
+    }
+  });
+}
+
+/// int8 values whose quotient fl32(y / scale) and product fl32(y * fl32(1 / scale)) round to different integers,
+/// found by search beside each half-integer: a writer that multiplies by the inverse without checking the
+/// product's distance to the half-integers (QuantiseI8ByInverse) fails here, on rows taking either writer.
+TEST(Quantize, Int8RowsRoundTheQuotientNotTheProductWithTheInverse) {
+  std::vector<std::vector<float>> rows_of_scale;
+  size_t found = 0;
+  for (float scale : {0.37f, 7.0f / 3.0f, 1.00000012f, 3.1e-5f, 1e-30f, 5e3f}) {
+    const float amax = 127.0f * scale, rs = amax / 127.0f, inv = 1.0f / rs;
+    std::vector<float> ys;
+    for (int k = 0; k < 127; ++k) {
+      float y = std::nextafter((static_cast<float>(k) + 0.5f) * rs, 0.0f);
+      for (int i = 0; i < 64; ++i) y = std::nextafter(y, 0.0f);
+      for (int i = 0; i < 129; ++i, y = std::nextafter(y, INFINITY))
+        if (std::nearbyint(y / rs) != std::nearbyint(y * inv) && y <= amax) ys.insert(ys.end(), {y, -y});
+    }
+    found += ys.size();
+    ys.insert(ys.begin(), amax);
+    rows_of_scale.push_back(ys);
+  }
+  ASSERT_GE(found, 100u) << "too few values where the product and the quotient round differently";
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (int64_t W : {80, 64}) {
+      SCOPED_TRACE("W " + std::to_string(W));
+      std::vector<float> v;
+      for (const std::vector<float>& ys : rows_of_scale)
+        for (size_t i = 1; i < ys.size(); i += static_cast<size_t>(W) - 1) {  // each row: amax, then up to W - 1 values
+          v.push_back(ys[0]);
+          for (int64_t j = 1; j < W; ++j) v.push_back(ys[std::min(ys.size() - 1, i + static_cast<size_t>(j) - 1)]);
+        }
       expect_scalar_rules(v, W, DType::kI8, 0.0f, Backend::kCpu);
     }
   });
