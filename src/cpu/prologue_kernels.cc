@@ -90,39 +90,6 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
-/// Calls row(head, r) for the `heads` rows `in`, `sh` apart (D channels), r the row's RmsFactor (w null: 0).
-/// Rows read from memory (`rms` null): each factor is computed ahead, so that the next rows' reductions (their
-/// first read) run while these rows are rotated and stored: one row ahead for f32 rows, four rows (four
-/// reductions in flight, one wait for a square root and a division per four rows) for 16-bit ones (AVX2 bf16
-/// prefill with norm 3-11 % faster than one; AVX2 f32 1.1-1.15x slower with four, and 1.2x slower with all of
-/// a token's factors first, which leaves the loads and the stores each to a phase of their own). A lone token's
-/// rows (decode, `rms` a scratch of `heads` floats), which repeated steps find in cache, get all their factors
-/// first (a one-row lead made an AVX2 bf16 decode step with norm about 10 % slower). docs/performance.md.
-template <Elem EI, class RowFn>
-HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
-                             int64_t pf, float* rms, RowFn&& row) {
-  if (w == nullptr || heads <= 0) {
-    for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
-    return;
-  }
-  if (rms != nullptr) {
-    for (int64_t head = 0; head < heads; ++head) rms[head] = RmsFactor<EI>(in + head * sh, D, eps, pf);
-    for (int64_t head = 0; head < heads; ++head) row(head, rms[head]);
-    return;
-  }
-  constexpr int64_t G = sizeof(Storage<EI>) == 2 ? 4 : 1;  // rows whose factors are computed together
-  float next[G] = {}, r[G];
-  auto factors = [&](int64_t first) HWY_ATTR {
-    for (int64_t j = 0; j < G && first + j < heads; ++j) next[j] = RmsFactor<EI>(in + (first + j) * sh, D, eps, pf);
-  };
-  factors(0);
-  for (int64_t head = 0; head < heads; head += G) {
-    std::copy(next, next + G, r);
-    if (head + G < heads) factors(head + G);
-    for (int64_t j = 0; j < G && head + j < heads; ++j) row(head + j, r[j]);
-  }
-}
-
 /// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `rows`, `in_sh` apart (`w` non-null:
 /// with RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores
 /// (PrologueJob::stream_cache), copied when nothing changes the values (v into a cache of its dtype), else

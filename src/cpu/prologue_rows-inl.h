@@ -12,6 +12,7 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -74,11 +75,51 @@ HWY_INLINE float RmsFactor(const Storage<E>* HWY_RESTRICT in, size_t D, float ep
   return 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
 }
 
+/// FactorsAhead's rows read from memory; out of line, so that the decode steps' code around it stays as it was
+/// (inlined, it made an AVX2 bf16 decode step with norm 4 % slower).
+template <Elem EI, class RowFn>
+HWY_NOINLINE void FactorsInGroups(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, float eps, int64_t pf,
+                                  RowFn& row) {
+  constexpr int64_t G = sizeof(Storage<EI>) == 2 ? 4 : 1;  // rows whose factors are computed together
+  float next[G] = {}, r[G];
+  auto factors = [&](int64_t first) HWY_ATTR {
+    for (int64_t j = 0; j < G && first + j < heads; ++j) next[j] = RmsFactor<EI>(in + (first + j) * sh, D, eps, pf);
+  };
+  factors(0);
+  for (int64_t head = 0; head < heads; head += G) {
+    std::copy(next, next + G, r);
+    if (head + G < heads) factors(head + G);
+    for (int64_t j = 0; j < G && head + j < heads; ++j) row(head + j, r[j]);
+  }
+}
+
+/// Calls row(head, r) for the `heads` rows `in`, `sh` apart (D channels), r the row's RmsFactor (w null: 0).
+/// Rows read from memory (`rms` null): each factor is computed ahead, so that the next rows' reductions (their
+/// first read) run while these rows are rotated and stored: f32 rows one row ahead, 16-bit ones four (four
+/// chains in flight, one wait for a square root and a division per four rows: AVX2 bf16 prefill with norm 10 %
+/// faster; f32 rows so 1.1x slower, 1.2x with a token's factors all first). A lone token's rows (decode, `rms` a
+/// scratch of `heads` floats), found in cache by repeated steps, get all their factors first (a one-row lead
+/// made an AVX2 bf16 decode step with norm about 10 % slower). docs/performance.md.
+template <Elem EI, class RowFn>
+HWY_INLINE void FactorsAhead(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, const float* w, float eps,
+                             int64_t pf, float* rms, RowFn&& row) {
+  if (w == nullptr || heads <= 0) {
+    for (int64_t head = 0; head < heads; ++head) row(head, 0.0f);
+    return;
+  }
+  if (rms != nullptr) {
+    for (int64_t head = 0; head < heads; ++head) rms[head] = RmsFactor<EI>(in + head * sh, D, eps, pf);
+    for (int64_t head = 0; head < heads; ++head) row(head, rms[head]);
+    return;
+  }
+  FactorsInGroups<EI>(in, heads, sh, D, eps, pf, row);
+}
+
 /// One head row: in (EI) -> optional RMSNorm (weight+offset `w`, kNorm) -> rotation of the first rot.R
 /// channels -> out (EO). Channels past R are normalised and/or converted, or copied (out of place), or
 /// left alone (in place, same type, no norm). `in` and `out` are the same row or do not overlap.
-/// `rms` > 0: the row's RmsFactor, computed beforehand (by FactorsAhead in prologue_kernels.cc: one row ahead,
-/// so that the next row's reduction overlaps this row's stores, or for a lone token all first); 0: computed here.
+/// `rms` > 0: the row's RmsFactor, computed beforehand (by FactorsAhead: ahead, so that the next rows'
+/// reductions overlap this row's stores, or for a lone token all first); 0: computed here.
 template <Elem EI, Elem EO, Pairing P, bool kNorm>
 HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D, const RowRotation& rot,
                               const float* w, float eps, float rms) {
@@ -273,7 +314,7 @@ HWY_INLINE bool HalfNormRowsInRegistersK(const Storage<EI>* in, Storage<EO>* out
 /// One half-split bf16 row with RMSNorm in block order (LoadBF16Blocks / StoreBF16BlocksTwice, elements-inl.h),
 /// K whole vectors per half (K even; in place or apart), normalised by `factor` (its RmsFactor); `wb` the
 /// weights of both halves and `cb`, `sb` the token's cos and sin in block order (ToBlockOrder: wb [2][h],
-/// cb, sb [h]). Callers walk a token's rows with FactorsAhead (prologue_kernels.cc), inlined: a call per
+/// cb, sb [h]). Callers walk a token's rows with FactorsAhead (above), inlined: a call per
 /// row out of line took 1.1x the time on AVX2 (Llama-3-8B shapes, T = 4096, bf16 into a bf16 cache).
 /// Each value takes NormRotateRow's operations ((x * r) * w, then the rotation, then round to nearest
 /// even), so the results are the same; two vectors are narrowed by one pack, no lane crosses a block.

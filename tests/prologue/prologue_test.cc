@@ -29,11 +29,11 @@ std::string name(const Grid& g) {
          pairing_name(g.pairing) + " norm" + std::to_string(g.norm) + " D" + std::to_string(g.D) + " R" + std::to_string(g.R);
 }
 
-/// One call: thd q [T,4,D] / k [T,3,D] / v [T,3,Dv] in place, two sequences packed (3 + 2 tokens) at
+/// One call: thd q [T,5,D] / k [T,3,D] / v [T,3,Dv] in place, two sequences packed (3 + 2 tokens) at
 /// offsets 7 and 100, written to a paged cache (slots scattered over 4 blocks of 4, one token skipped)
 /// or a contiguous one (starts 1 and 3).
 struct Call {
-  static constexpr int64_t T = 5, Hq = 4, Hkv = 3, Dv = 24, NB = 4, BS = 4, SMAX = 8;
+  static constexpr int64_t T = 5, Hq = 5, Hkv = 3, Dv = 24, NB = 4, BS = 4, SMAX = 8;
   Grid g;
   Spec spec;
   std::unique_ptr<Rope> rope;
