@@ -230,8 +230,8 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
 }
 
 /// int8 values whose quotient fl32(y / scale) and product fl32(y * fl32(1 / scale)) round to different integers,
-/// found by search beside each half-integer: a writer that multiplies by the inverse without checking the
-/// product's distance to the half-integers (QuantiseI8ByInverse) fails here, on rows taking either writer.
+/// found by search beside each half-integer: a writer that multiplies by the inverse fails here, on rows taking
+/// either writer, unless it divides where the product is near a half-integer (docs/performance.md).
 TEST(Quantize, Int8RowsRoundTheQuotientNotTheProductWithTheInverse) {
   std::vector<std::vector<float>> rows_of_scale;
   size_t found = 0;
