@@ -97,7 +97,6 @@ template <bool kStream, class D>
 HWY_INLINE void InterleavedBF16Step(D d, const uint16_t* HWY_RESTRICT in, uint16_t* HWY_RESTRICT out,
                                     hn::Vec<D> vc, hn::Vec<D> vs) {
   static_assert(hn::MaxLanes(D()) == 16, "AVX3 full vectors only");
-  const hn::RebindToUnsigned<D> du;
   const __m512i x = _mm512_loadu_si512(in);
   const hn::Vec<D> x0{_mm512_castsi512_ps(_mm512_slli_epi32(x, 16))};
   const hn::Vec<D> x1{_mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))))};
@@ -108,7 +107,7 @@ HWY_INLINE void InterleavedBF16Step(D d, const uint16_t* HWY_RESTRICT in, uint16
   __m512i words;
   if (HWY_UNLIKELY(_mm512_testn_epi16_mask(packed, _mm512_set1_epi16(0x7FFF)) != 0) &&
       (_mm512_fpclass_ps_mask(y0.raw, 0x20) | _mm512_fpclass_ps_mask(y1.raw, 0x20)) != 0) {
-    words = BF16PairWords(du, RoundToBF16Bits(d, y0), RoundToBF16Bits(d, y1)).raw;
+    words = BF16PairWords(d, y0, y1).raw;
   } else {
     alignas(64) static constexpr uint16_t kZip[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
                                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};

@@ -166,11 +166,13 @@ HWY_INLINE bool AnyNaN4(D d, hn::Vec<D> a, hn::Vec<D> b, hn::Vec<D> c, hn::Vec<D
   return !hn::AllFalse(d, hn::Or(hn::Or(hn::IsNaN(a), hn::IsNaN(b)), hn::Or(hn::IsNaN(c), hn::IsNaN(e))));
 }
 
-/// Interleaved bf16 pairs from rounded bits (RoundToBF16Bits) of their even and odd values: each
-/// 32-bit lane holds one pair, the even value in its lower word.
-template <class DU>
-HWY_INLINE hn::Vec<DU> BF16PairWords(DU du, hn::Vec<DU> even, hn::Vec<DU> odd) {
-  return hn::Or(hn::And(odd, hn::Set(du, 0xFFFF0000u)), hn::ShiftRight<16>(even));
+/// Interleaved bf16 pairs of f32 lanes `even`, `odd`, any values (NaN included), each rounded by RoundToBF16Bits:
+/// each 32-bit lane holds one pair, the even value in its lower word. NonNaNBF16PairWords is the common case's.
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> BF16PairWords(D d, hn::Vec<D> even, hn::Vec<D> odd) {
+  const hn::RebindToUnsigned<D> du;
+  return hn::Or(hn::And(RoundToBF16Bits(d, odd), hn::Set(du, 0xFFFF0000u)),
+                hn::ShiftRight<16>(RoundToBF16Bits(d, even)));
 }
 
 /// bf16 words from the upper halves (the truncated bf16) and lower halves of f32 values holding no NaN, in
@@ -230,16 +232,14 @@ HWY_INLINE void StoreWords(D16 d16, hn::Vec<D16> words, uint16_t* HWY_RESTRICT p
 
 /// Two pairs of f32 vectors in block order (a row step's two halves: even values, odd values) rounded to
 /// nearest even and stored as 2N bf16 each, with one NaN test for the four vectors. A block's pairs are the
-/// interleaved rows' pairs, so the words are theirs: NonNaNBF16PairWords, or with a NaN (rare)
-/// RoundToBF16Bits per vector recombined by BF16PairWords.
+/// interleaved rows' pairs, so the words are theirs: NonNaNBF16PairWords, or with a NaN (rare) BF16PairWords.
 template <bool kStream, class D>
 HWY_INLINE void StoreBF16BlocksTwice(D d, hn::Vec<D> lo0, hn::Vec<D> hi0, uint16_t* HWY_RESTRICT p0, hn::Vec<D> lo1,
                                      hn::Vec<D> hi1, uint16_t* HWY_RESTRICT p1) {
   const hn::Repartition<uint16_t, D> d16;
-  const hn::RebindToUnsigned<D> du;
   if (HWY_UNLIKELY(AnyNaN4(d, lo0, hi0, lo1, hi1))) {
-    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(du, RoundToBF16Bits(d, lo0), RoundToBF16Bits(d, hi0))), p0);
-    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(du, RoundToBF16Bits(d, lo1), RoundToBF16Bits(d, hi1))), p1);
+    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(d, lo0, hi0)), p0);
+    StoreWords<kStream>(d16, hn::BitCast(d16, BF16PairWords(d, lo1, hi1)), p1);
     return;
   }
   StoreWords<kStream>(d16, hn::BitCast(d16, NonNaNBF16PairWords(d, lo0, hi0)), p0);

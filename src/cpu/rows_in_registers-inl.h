@@ -40,7 +40,7 @@ HWY_INLINE void InterleavedBF16LaneStep(D d, const uint16_t* in, uint16_t* out, 
   const auto x1 = hn::BitCast(d, hn::And(x, hn::Set(du, 0xFFFF0000u)));
   const auto even = hn::NegMulAdd(x1, vs, hn::Mul(x0, vc)), odd = hn::MulAdd(x0, vs, hn::Mul(x1, vc));
   const auto words = HWY_UNLIKELY(AnyNaN(d, even, odd))
-                         ? BF16PairWords(du, RoundToBF16Bits(d, even), RoundToBF16Bits(d, odd))
+                         ? BF16PairWords(d, even, odd)
                          : NonNaNBF16PairWords(d, even, odd);
   if constexpr (kStream) {
     hn::Stream(words, du, reinterpret_cast<uint32_t*>(out));
