@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -158,6 +159,68 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
         }
   });
   EXPECT_GT(compared, 500);
+}
+
+TEST(Prologue, ARowsNormFactorDoesNotDependOnTheRowsBesideIt) {
+  // A normed row's factor is computed alone (RmsFactor), or with three other rows' in one tree of lane sums
+  // and one vector square root (RmsFactors4 on AVX2: a decode step's factors, and 16-bit rows read ahead) with
+  // the same additions in the same order. Each head run alone (one head per call) must give the bits it gets
+  // in a call of H heads. Values spread over 2^-10 .. 2^10 make the sums' roundings depend on the order of
+  // the additions; k goes into an f32 cache, so no narrowing hides a last bit. D = 36: not whole vectors.
+  constexpr int64_t NB = 2, BS = 4;
+  int64_t compared = 0;
+  testing::for_each_target([&](const std::string& target) {
+    SCOPED_TRACE(target);
+    for (int64_t T : {1, 5})
+    for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
+    for (int64_t H : {8, 6})
+    for (int64_t D : {128, 64, 40, 36}) {
+      SCOPED_TRACE("T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " H" + std::to_string(H) + " D" +
+                   std::to_string(D));
+      Spec spec;
+      spec.head_dim = D;
+      spec.rotary_dim = D;
+      Rope rope(spec);
+      Buf q0(dt, T * H * D), k0(dt, T * H * D);
+      const Buf v0(dt, T * H * D, 3);
+      std::mt19937 g(11);
+      std::normal_distribution<double> nd(0.0, 1.0);
+      std::uniform_int_distribution<int> ex(-10, 10);
+      for (Buf* b : {&q0, &k0})
+        for (int64_t i = 0; i < T * H * D; ++i) detail::store_from_double(b->data(), dt, i, std::ldexp(nd(g), ex(g)));
+      Buf w(DType::kF32, D, 9, 0.3);
+      std::vector<int64_t> slots = {5, 0, 6, 2, 7};
+      slots.resize(static_cast<size_t>(T));
+      Buf q = q0, k = k0, v = v0, kc(DType::kF32, NB * BS * H * D), vc(DType::kF32, NB * BS * H * D);
+      PrologueArgs a = paged_call(q, k, v, kc, vc, T, H, D, NB, BS, slots, rope, 300);
+      a.q_norm_weight = a.k_norm_weight = w.view({D});
+      prologue(a);
+      const size_t es = dtype_size(dt), row = static_cast<size_t>(D) * es;
+      for (int64_t h = 0; h < H; ++h) {
+        Buf qh(dt, T * D), kh(dt, T * D), vh(dt, T * D), kch(DType::kF32, NB * BS * D), vch(DType::kF32, NB * BS * D);
+        for (int64_t t = 0; t < T; ++t) {
+          const size_t from = static_cast<size_t>(t * H + h) * row, to = static_cast<size_t>(t) * row;
+          std::memcpy(qh.bytes.data() + to, q0.bytes.data() + from, row);
+          std::memcpy(kh.bytes.data() + to, k0.bytes.data() + from, row);
+          std::memcpy(vh.bytes.data() + to, v0.bytes.data() + from, row);
+        }
+        PrologueArgs b = paged_call(qh, kh, vh, kch, vch, T, 1, D, NB, BS, slots, rope, 300);
+        b.q_norm_weight = b.k_norm_weight = a.q_norm_weight;
+        prologue(b);
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t slot = slots[static_cast<size_t>(t)];
+          ASSERT_EQ(std::memcmp(q.bytes.data() + static_cast<size_t>(t * H + h) * row,
+                                qh.bytes.data() + static_cast<size_t>(t) * row, row), 0)
+              << "q t" << t << " h" << h;
+          ASSERT_EQ(std::memcmp(kc.bytes.data() + static_cast<size_t>(slot * H + h) * D * 4,
+                                kch.bytes.data() + static_cast<size_t>(slot) * D * 4, static_cast<size_t>(D) * 4), 0)
+              << "k t" << t << " h" << h;
+        }
+      }
+      ++compared;
+    }
+  });
+  EXPECT_GT(compared, 40);
 }
 
 TEST(Prologue, QuantisedCacheRowsAreTheF32ResultQuantisedOnEveryPath) {
