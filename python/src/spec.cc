@@ -181,6 +181,103 @@ PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::s
   return PySpec(s);
 }
 
+/// Spec's fields in make_spec's order, each with what it takes and `native`: `v` converted by nanobind's caster
+/// for the field's type and back to a plain Python object (int, float, str, list), or an invalid object when
+/// the caster refuses `v`.
+struct SpecField {
+  const char* name;
+  const char* takes;
+  nb::object (*native)(nb::handle v);
+};
+
+template <class T>
+nb::object Fits(nb::handle v) {
+  T out;
+  if (!nb::try_cast<T>(v, out)) return nb::object();
+  return nb::cast(out);
+}
+
+constexpr SpecField kSpecFields[] = {
+    {"head_dim", "an int", Fits<int64_t>},
+    {"rotary_dim", "an int", Fits<int64_t>},
+    {"base", "a float", Fits<double>},
+    {"pairing", "a str", Fits<std::string>},
+    {"rope_type", "a str", Fits<std::string>},
+    {"max_position_embeddings", "an int", Fits<int64_t>},
+    {"factor", "a float or None", Fits<std::optional<double>>},
+    {"original_max_position_embeddings", "an int", Fits<int64_t>},
+    {"beta_fast", "a float", Fits<double>},
+    {"beta_slow", "a float", Fits<double>},
+    {"mscale", "a float or None", Fits<std::optional<double>>},
+    {"mscale_all_dim", "a float or None", Fits<std::optional<double>>},
+    {"truncate", "a bool", Fits<bool>},
+    {"attention_factor", "a float or None", Fits<std::optional<double>>},
+    {"short_factor", "a sequence of floats or None", Fits<std::optional<std::vector<double>>>},
+    {"long_factor", "a sequence of floats or None", Fits<std::optional<std::vector<double>>>},
+    {"low_freq_factor", "a float", Fits<double>},
+    {"high_freq_factor", "a float", Fits<double>},
+    {"mrope_section", "a sequence of ints or None", Fits<std::optional<std::vector<int64_t>>>},
+    {"mrope_interleaved", "a bool", Fits<bool>},
+    {"partial_rotary_factor", "a float", Fits<double>},
+    {"name", "a str", Fits<std::string>},
+    {"alpha", "a float or None", Fits<std::optional<double>>},
+    {"mixed_b", "a float or None", Fits<std::optional<double>>},
+};
+
+[[noreturn]] void spec_argument_error(const std::string& what) { throw nb::type_error(("[rotary_spec] " + what).c_str()); }
+
+/// Spec(...)'s second overload. nanobind tries every overload without implicit conversions before any with
+/// them, so this one, which binds anything, is reached both by arguments of the wrong type or unknown names
+/// (a TypeError naming the argument, instead of nanobind's list of signatures) and by arguments that need a
+/// conversion (a numpy integer for head_dim, ints in short_factor): those are converted by the fields' own
+/// casters and passed to the first overload again.
+PySpec spec_from_any_arguments(nb::handle head_dim, const nb::args& args, const nb::kwargs& kwargs) {
+  const auto fail = spec_argument_error;
+  auto got = [](nb::handle v) {
+    std::string r = nb::cast<std::string>(nb::repr(v));
+    if (r.size() > 40) r = r.substr(0, 37) + "...";
+    return std::string(nb::type_name(v.type()).c_str()) + " " + r;
+  };
+  if (args.size() > 2) fail("Spec takes at most 3 positional arguments (head_dim, rotary_dim, base), got " +
+                            std::to_string(args.size() + 1));
+  nb::dict native;
+  auto add = [&](const SpecField& f, nb::handle v) {
+    nb::object n = f.native(v);
+    if (!n.is_valid()) fail(std::string(f.name) + " must be " + f.takes + ", got " + got(v));
+    native[f.name] = n;
+  };
+  add(kSpecFields[0], head_dim);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (kwargs.contains(kSpecFields[i + 1].name)) fail(std::string(kSpecFields[i + 1].name) + " given twice");
+    add(kSpecFields[i + 1], args[i]);
+  }
+  nb::list names;
+  for (const SpecField& f : kSpecFields) names.append(f.name);
+  for (auto [key, value] : kwargs) {
+    const std::string k = nb::cast<std::string>(key);
+    const auto* f = std::find_if(std::begin(kSpecFields), std::end(kSpecFields),
+                                 [&](const SpecField& x) { return k == x.name; });
+    if (f == std::end(kSpecFields)) {
+      nb::object close = nb::module_::import_("difflib").attr("get_close_matches")(k, names, 1);
+      fail("unknown field \"" + k + "\"" +
+           (nb::len(close) ? " (did you mean \"" + nb::cast<std::string>(close[0]) + "\"?)" : std::string()));
+    }
+    add(*f, value);
+  }
+  // Plain values bind to the first overload; a second arrival here would mean they did not.
+  thread_local bool again = false;
+  if (again) fail("the arguments do not match Spec(head_dim, rotary_dim=0, base=10000.0, *, ...)");
+  again = true;
+  try {
+    PySpec made = nb::cast<PySpec>(nb::type<PySpec>()(**native));
+    again = false;
+    return made;
+  } catch (...) {
+    again = false;
+    throw;
+  }
+}
+
 }  // namespace
 
 void bind_spec(nb::module_& m) {
@@ -205,6 +302,11 @@ void bind_spec(nb::module_& m) {
           "(default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords "
           "follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises "
           "ValueError naming the first invalid field.");
+  // Arguments that need a conversion, or are of the wrong type, or unknown keywords (spec_from_any_arguments).
+  // Its parameters are typed Never in _rotary.pyi, so that type checkers hold calls to the first overload.
+  cls.def(nb::new_(&spec_from_any_arguments), nb::arg("head_dim"), nb::arg("args"), nb::arg("kwargs"),
+          "Not a second way to build a Spec: arguments that need a conversion (numpy scalars) are converted for "
+          "the signature above; arguments of the wrong type, and unknown keywords, raise a TypeError naming them.");
 
   cls.def_static("from_hf_config",
                  [](nb::handle config, std::optional<std::string> name) {

@@ -255,6 +255,19 @@ CASES = [
     ("config path with a lone surrogate", lambda x: rotary.Spec.from_hf_config("/nonexistent\udcff/config.json"),
      OSError, ["/nonexistent", "config.json"]),
     ("spec odd rotary_dim", lambda x: rotary.Spec(7), ValueError, ["rotary_dim must be even", "7"]),
+    # Arguments of the wrong type or name: a TypeError naming the argument (not nanobind's list of signatures).
+    ("spec mrope_section an int", lambda x: spec().replace(mrope_section=5), TypeError,
+     ["[rotary_spec] mrope_section must be a sequence of ints or None, got int 5"]),
+    ("spec head_dim a float", lambda x: rotary.Spec(8.5), TypeError, ["head_dim must be an int, got float 8.5"]),
+    ("spec base a str", lambda x: spec(base="1e4"), TypeError, ["base must be a float, got str '1e4'"]),
+    ("spec misspelt keyword", lambda x: spec(rope_tpye="yarn"), TypeError,
+     ['unknown field "rope_tpye" (did you mean "rope_type"?)']),
+    ("spec replace unknown field", lambda x: spec().replace(theta=5e5), TypeError, ['unknown field "theta"']),
+    ("spec short_factor holding a str", lambda x: spec(short_factor=[1.0, "a"]), TypeError,
+     ["short_factor must be a sequence of floats or None, got list [1.0, 'a']"]),
+    ("spec rotary_dim twice", lambda x: rotary.Spec(8, 4, rotary_dim=4), TypeError, ["rotary_dim given twice"]),
+    ("spec 4 positional arguments", lambda x: rotary.Spec(8, 8, 1e4, "half"), TypeError,
+     ["at most 3 positional arguments", "got 4"]),
     ("spec mrope sum", lambda x: spec(mrope_section=[1, 1, 1]), ValueError, ["mrope.section", "4", "got 3"]),
     ("spec huge head_dim", lambda x: rotary.Spec(2**40), ValueError, ["head_dim", "1099511627776"]),
     ("spec negative base", lambda x: spec(base=-1.0), ValueError, ["base", "-1"]),
@@ -435,3 +448,17 @@ def test_torch_float8_input_gets_a_rotary_message():
     with pytest.raises(TypeError, match=r"\[rotary\] x dtype must be float32, float16, bfloat16 or float64, got "
                                         r"torch.float8_e4m3fn"):
         rotary.apply(torch.ones(1, 2, 1, D).to(torch.float8_e4m3fn), 0, spec())
+
+
+def test_spec_converts_what_its_fields_casters_take():
+    # Spec's catch-all overload (the TypeErrors above) must still let through what needs a conversion: numpy
+    # scalars, ints where floats are expected, numpy arrays for the factor lists; the Spec equals the plain one.
+    plain = rotary.Spec(64, 32, 5e5, rope_type="longrope", short_factor=[1.0] * 16, long_factor=[2.0] * 16,
+                        max_position_embeddings=4096, original_max_position_embeddings=2048)
+    converted = rotary.Spec(np.int64(64), rotary_dim=np.int32(32), base=np.float32(5e5), rope_type="longrope",
+                            short_factor=[1] * 16, long_factor=np.full(16, 2.0), max_position_embeddings=np.int64(4096),
+                            original_max_position_embeddings=2048)
+    assert converted == plain
+    assert plain.replace(base=np.float64(1e4)) == rotary.Spec(64, 32, 1e4, rope_type="longrope", short_factor=[1.0] * 16,
+                                                              long_factor=[2.0] * 16, max_position_embeddings=4096,
+                                                              original_max_position_embeddings=2048)
