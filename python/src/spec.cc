@@ -197,28 +197,40 @@ nb::object Fits(nb::handle v) {
   return nb::cast(out);
 }
 
+/// bool fields: nanobind's caster, or a numpy bool (numpy.bool_), which it refuses.
+nb::object FitsBool(nb::handle v) {
+  nb::object b = Fits<bool>(v);
+  if (b.is_valid()) return b;
+  nb::handle t = v.type();
+  if (!nb::hasattr(t, "__module__") || !nb::hasattr(t, "__name__")) return nb::object();
+  const nb::object module = t.attr("__module__"), name = t.attr("__name__");
+  if (!module.equal(nb::str("numpy")) || !(name.equal(nb::str("bool")) || name.equal(nb::str("bool_"))))
+    return nb::object();
+  return nb::bool_(PyObject_IsTrue(v.ptr()) == 1);
+}
+
 constexpr SpecField kSpecFields[] = {
-    {"head_dim", "an int", Fits<int64_t>},
-    {"rotary_dim", "an int", Fits<int64_t>},
-    {"base", "a float", Fits<double>},
+    {"head_dim", "an int within int64", Fits<int64_t>},
+    {"rotary_dim", "an int within int64", Fits<int64_t>},
+    {"base", "a float (64-bit)", Fits<double>},
     {"pairing", "a str", Fits<std::string>},
     {"rope_type", "a str", Fits<std::string>},
-    {"max_position_embeddings", "an int", Fits<int64_t>},
+    {"max_position_embeddings", "an int within int64", Fits<int64_t>},
     {"factor", "a float or None", Fits<std::optional<double>>},
-    {"original_max_position_embeddings", "an int", Fits<int64_t>},
-    {"beta_fast", "a float", Fits<double>},
-    {"beta_slow", "a float", Fits<double>},
+    {"original_max_position_embeddings", "an int within int64", Fits<int64_t>},
+    {"beta_fast", "a float (64-bit)", Fits<double>},
+    {"beta_slow", "a float (64-bit)", Fits<double>},
     {"mscale", "a float or None", Fits<std::optional<double>>},
     {"mscale_all_dim", "a float or None", Fits<std::optional<double>>},
-    {"truncate", "a bool", Fits<bool>},
+    {"truncate", "a bool", FitsBool},
     {"attention_factor", "a float or None", Fits<std::optional<double>>},
     {"short_factor", "a sequence of floats or None", Fits<std::optional<std::vector<double>>>},
     {"long_factor", "a sequence of floats or None", Fits<std::optional<std::vector<double>>>},
-    {"low_freq_factor", "a float", Fits<double>},
-    {"high_freq_factor", "a float", Fits<double>},
+    {"low_freq_factor", "a float (64-bit)", Fits<double>},
+    {"high_freq_factor", "a float (64-bit)", Fits<double>},
     {"mrope_section", "a sequence of ints or None", Fits<std::optional<std::vector<int64_t>>>},
-    {"mrope_interleaved", "a bool", Fits<bool>},
-    {"partial_rotary_factor", "a float", Fits<double>},
+    {"mrope_interleaved", "a bool", FitsBool},
+    {"partial_rotary_factor", "a float (64-bit)", Fits<double>},
     {"name", "a str", Fits<std::string>},
     {"alpha", "a float or None", Fits<std::optional<double>>},
     {"mixed_b", "a float or None", Fits<std::optional<double>>},
@@ -233,10 +245,15 @@ constexpr SpecField kSpecFields[] = {
 /// casters and passed to the first overload again.
 PySpec spec_from_any_arguments(nb::handle head_dim, const nb::args& args, const nb::kwargs& kwargs) {
   const auto fail = spec_argument_error;
-  auto got = [](nb::handle v) {
-    std::string r = nb::cast<std::string>(nb::repr(v));
-    if (r.size() > 40) r = r.substr(0, 37) + "...";
-    return std::string(nb::type_name(v.type()).c_str()) + " " + r;
+  auto got = [](nb::handle v) {  // the type and the repr, cut by characters (a raising repr: the type alone)
+    std::string r;
+    try {
+      nb::str text = nb::repr(v);
+      if (nb::len(text) > 40) text = nb::str(text.attr("__getitem__")(nb::slice(0, 37)).attr("__add__")("..."));
+      r = " " + nb::cast<std::string>(nb::str(text.attr("encode")("utf-8", "backslashreplace").attr("decode")("utf-8")));
+    } catch (const std::exception&) {
+    }
+    return std::string(nb::type_name(v.type()).c_str()) + r;
   };
   if (args.size() > 2) fail("Spec takes at most 3 positional arguments (head_dim, rotary_dim, base), got " +
                             std::to_string(args.size() + 1));

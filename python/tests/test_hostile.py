@@ -258,8 +258,8 @@ CASES = [
     # Arguments of the wrong type or name: a TypeError naming the argument (not nanobind's list of signatures).
     ("spec mrope_section an int", lambda x: spec().replace(mrope_section=5), TypeError,
      ["[rotary_spec] mrope_section must be a sequence of ints or None, got int 5"]),
-    ("spec head_dim a float", lambda x: rotary.Spec(8.5), TypeError, ["head_dim must be an int, got float 8.5"]),
-    ("spec base a str", lambda x: spec(base="1e4"), TypeError, ["base must be a float, got str '1e4'"]),
+    ("spec head_dim a float", lambda x: rotary.Spec(8.5), TypeError, ["head_dim must be an int within int64, got float 8.5"]),
+    ("spec base a str", lambda x: spec(base="1e4"), TypeError, ["base must be a float (64-bit), got str '1e4'"]),
     ("spec misspelt keyword", lambda x: spec(rope_tpye="yarn"), TypeError,
      ['unknown field "rope_tpye" (did you mean "rope_type"?)']),
     ("spec replace unknown field", lambda x: spec().replace(theta=5e5), TypeError, ['unknown field "theta"']),

@@ -109,7 +109,9 @@ def _signatures(tree: ast.AST) -> dict:
             elif isinstance(child, ast.FunctionDef):
                 a = child.args
                 names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
-                sigs[prefix + child.name] = tuple(names) + (("**",) if a.kwarg else ())
+                # A list per name: overloads (Spec.__init__'s two) are compared one by one, none hiding another.
+                sigs.setdefault(prefix + child.name, []).append(
+                    tuple(names) + (("*",) if a.vararg else ()) + (("**",) if a.kwarg else ()))
     visit(tree)
     return sigs
 

@@ -43,8 +43,19 @@ HWY_INLINE void PrefetchAhead(const T* p, int64_t pf) {
   if (pf != 0) hwy::Prefetch(reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf)));
 }
 
+#undef ROTARY_BLOCK_SQUARES
+#if ROTARY_BF16_BLOCK_ORDER && HWY_TARGET == HWY_AVX2
+#define ROTARY_BLOCK_SQUARES 1
+#else
+#define ROTARY_BLOCK_SQUARES 0
+#endif
+
 /// A row's squares summed over its whole vectors, as RmsFactor sums them before adding the lanes: four partial
 /// sums (vector j into sum j % 4, those past the last whole group of four into the first), then (a0 + a1) + (a2 + a3).
+/// On AVX2 (ROTARY_BLOCK_SQUARES) bf16 rows are read in block order: each 2N values widen into the vector of
+/// their even values and the vector of their odd ones (LoadBF16Blocks: a 32-byte load, a shift and a mask, no
+/// shuffle), vectors j = 2k and 2k + 1 of that order going to the sums as above. The contiguous order took two
+/// 16-byte widening loads and two shifts per 2N values, on the two shuffle pipes of Zen 3.
 /// Sets *done to the channels covered (the rest, under one vector, RmsFactor adds one by one).
 template <Elem E>
 HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowSquares(const Storage<E>* HWY_RESTRICT in, size_t D, int64_t pf,
@@ -53,6 +64,21 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowSquares(const Storage<E>* HWY_REST
   const size_t N = hn::Lanes(d);
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   size_t i = 0;
+#if ROTARY_BLOCK_SQUARES
+  if constexpr (IsBF16(E)) {
+    for (; i + 4 * N <= D; i += 4 * N) {
+      for (size_t off = 0; off < 4 * N * sizeof(Storage<E>); off += 64)
+        PrefetchAhead(reinterpret_cast<const char*>(in + i) + off, pf);
+      hn::Vec<decltype(d)> x0, x1, x2, x3;
+      LoadBF16Blocks(d, in + i, &x0, &x1);
+      LoadBF16Blocks(d, in + i + 2 * N, &x2, &x3);
+      a0 = hn::MulAdd(x0, x0, a0);
+      a1 = hn::MulAdd(x1, x1, a1);
+      a2 = hn::MulAdd(x2, x2, a2);
+      a3 = hn::MulAdd(x3, x3, a3);
+    }
+  }
+#endif
   for (; i + 4 * N <= D; i += 4 * N) {
     // Every line of the four vectors (f32 vectors are a line each, so one prefetch per two would leave
     // half the lines to the hardware prefetcher).
@@ -273,6 +299,10 @@ HWY_INLINE void HalfNormRowsInRegisters(const Storage<EI>* in, Storage<EO>* out,
       for (size_t off = 0; off < 2 * h * sizeof(Storage<EI>); off += 64)
         PrefetchAhead(reinterpret_cast<const char*>(row) + off, pf);
     for (size_t j = 0; j < kV; ++j) x[j] = LoadX<EI>(d, row + j * N);
+#if ROTARY_BLOCK_SQUARES
+    // RowSquares reads bf16 rows in block order here: the same sums from the row again (in L1).
+    if constexpr (IsBF16(EI)) return RmsFactor<EI>(row, 2 * h, eps, 0);
+#endif
     V acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
     for (size_t j = 0; j < kV; ++j) {
       const size_t a = j < kGrouped ? j % 4 : 0;
