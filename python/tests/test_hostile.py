@@ -29,6 +29,11 @@ def _nested_dict(depth):
     return d
 
 
+class _ReprRaises:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
 # Each case: (name, callable(x) that performs the call on x in place when possible, exception, needles)
 def _shifted_out(x):
     buf = np.zeros(x.size + 8, dtype=np.float32)
@@ -268,6 +273,10 @@ CASES = [
     ("spec rotary_dim twice", lambda x: rotary.Spec(8, 4, rotary_dim=4), TypeError, ["rotary_dim given twice"]),
     ("spec 4 positional arguments", lambda x: rotary.Spec(8, 8, 1e4, "half"), TypeError,
      ["at most 3 positional arguments", "got 4"]),
+    ("spec base a long non-ASCII str (the repr cut by characters)", lambda x: spec(base="a" + "基" * 50), TypeError,
+     ["base must be a float (64-bit), got str 'a" + "基" * 35 + "..."]),
+    ("spec base whose repr raises", lambda x: spec(base=_ReprRaises()), TypeError,
+     ["base must be a float (64-bit), got test_hostile._ReprRaises"]),
     ("spec mrope sum", lambda x: spec(mrope_section=[1, 1, 1]), ValueError, ["mrope.section", "4", "got 3"]),
     ("spec huge head_dim", lambda x: rotary.Spec(2**40), ValueError, ["head_dim", "1099511627776"]),
     ("spec negative base", lambda x: spec(base=-1.0), ValueError, ["base", "-1"]),
@@ -457,7 +466,7 @@ def test_spec_converts_what_its_fields_casters_take():
                         max_position_embeddings=4096, original_max_position_embeddings=2048)
     converted = rotary.Spec(np.int64(64), rotary_dim=np.int32(32), base=np.float32(5e5), rope_type="longrope",
                             short_factor=[1] * 16, long_factor=np.full(16, 2.0), max_position_embeddings=np.int64(4096),
-                            original_max_position_embeddings=2048)
+                            original_max_position_embeddings=2048, truncate=np.True_)
     assert converted == plain
     assert plain.replace(base=np.float64(1e4)) == rotary.Spec(64, 32, 1e4, rope_type="longrope", short_factor=[1.0] * 16,
                                                               long_factor=[2.0] * 16, max_position_embeddings=4096,

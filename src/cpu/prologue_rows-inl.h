@@ -289,7 +289,8 @@ HWY_INLINE void NormRotateRow(const Storage<EI>* in, Storage<EO>* out, size_t D,
 
 /// `n` half-split rows of one token with RMSNorm, fully rotated (D = 2h, h = K vectors), each row loaded
 /// once into registers: its sum of squares in RmsFactor's order (vector j into partial sum j % 4, those
-/// past the last whole group of four into the first), its factor as RmsFactor computes it, then
+/// past the last whole group of four into the first; AVX2 bf16 rows, whose block order the registers do not
+/// hold, take RmsFactor itself), its factor as RmsFactor computes it, then
 /// NormRotateRow's operations; so the results are RmsFactor's and NormRotateRow's. Row r from
 /// in + r * in_step to out + r * out_step (the same rows or apart); `c`, `s` the token's cos and signed sin.
 /// kStream: non-temporal stores (every row and half on a 64-byte line, vectors of at least 16 bytes).
@@ -310,7 +311,9 @@ HWY_INLINE void HalfNormRowsInRegisters(const Storage<EI>* in, Storage<EO>* out,
         PrefetchAhead(reinterpret_cast<const char*>(row) + off, pf);
     for (size_t j = 0; j < kV; ++j) x[j] = LoadX<EI>(d, row + j * N);
 #if ROTARY_BLOCK_SQUARES
-    // RowSquares reads bf16 rows in block order here: the same sums from the row again (in L1).
+    // RowSquares reads bf16 rows in block order here: the same sums from the row again (in L1). Not reached
+    // by the AVX2 calls of today (bf16 rows with D >= 32 take the block-order rows instead), kept so that
+    // every path's factor stays RmsFactor's.
     if constexpr (IsBF16(EI)) return RmsFactor<EI>(row, 2 * h, eps, 0);
 #endif
     V acc[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
