@@ -64,28 +64,24 @@ HWY_INLINE hn::Vec<hn::ScalableTag<float>> RowSquares(const Storage<E>* HWY_REST
   const size_t N = hn::Lanes(d);
   auto a0 = hn::Zero(d), a1 = hn::Zero(d), a2 = hn::Zero(d), a3 = hn::Zero(d);
   size_t i = 0;
-#if ROTARY_BLOCK_SQUARES
-  if constexpr (IsBF16(E)) {
-    for (; i + 4 * N <= D; i += 4 * N) {
-      for (size_t off = 0; off < 4 * N * sizeof(Storage<E>); off += 64)
-        PrefetchAhead(reinterpret_cast<const char*>(in + i) + off, pf);
-      hn::Vec<decltype(d)> x0, x1, x2, x3;
-      LoadBF16Blocks(d, in + i, &x0, &x1);
-      LoadBF16Blocks(d, in + i + 2 * N, &x2, &x3);
-      a0 = hn::MulAdd(x0, x0, a0);
-      a1 = hn::MulAdd(x1, x1, a1);
-      a2 = hn::MulAdd(x2, x2, a2);
-      a3 = hn::MulAdd(x3, x3, a3);
-    }
-  }
-#endif
   for (; i + 4 * N <= D; i += 4 * N) {
     // Every line of the four vectors (f32 vectors are a line each, so one prefetch per two would leave
     // half the lines to the hardware prefetcher).
     for (size_t off = 0; off < 4 * N * sizeof(Storage<E>); off += 64)
       PrefetchAhead(reinterpret_cast<const char*>(in + i) + off, pf);
-    const auto x0 = LoadX<E>(d, in + i), x1 = LoadX<E>(d, in + i + N);
-    const auto x2 = LoadX<E>(d, in + i + 2 * N), x3 = LoadX<E>(d, in + i + 3 * N);
+    hn::Vec<decltype(d)> x0, x1, x2, x3;
+#if ROTARY_BLOCK_SQUARES
+    if constexpr (IsBF16(E)) {
+      LoadBF16Blocks(d, in + i, &x0, &x1);
+      LoadBF16Blocks(d, in + i + 2 * N, &x2, &x3);
+    } else
+#endif
+    {
+      x0 = LoadX<E>(d, in + i);
+      x1 = LoadX<E>(d, in + i + N);
+      x2 = LoadX<E>(d, in + i + 2 * N);
+      x3 = LoadX<E>(d, in + i + 3 * N);
+    }
     a0 = hn::MulAdd(x0, x0, a0);
     a1 = hn::MulAdd(x1, x1, a1);
     a2 = hn::MulAdd(x2, x2, a2);
@@ -149,6 +145,18 @@ HWY_INLINE void RmsFactors4(const Storage<E>* in, int64_t sh, size_t D, float ep
 #define ROTARY_FOUR_FACTORS 0
 #endif
 
+/// The RmsFactor of each of the `n` rows `in`, `sh` apart, into f[0 .. n): four at a time where RmsFactors4
+/// exists and D is whole vectors, the rest one by one.
+template <Elem EI>
+HWY_INLINE void RowFactors(const Storage<EI>* in, int64_t n, int64_t sh, size_t D, float eps, int64_t pf, float* f) {
+  int64_t j = 0;
+#if ROTARY_FOUR_FACTORS
+  if (D % 8 == 0)
+    for (; j + 4 <= n; j += 4) RmsFactors4<EI>(in + j * sh, sh, D, eps, pf, f + j);
+#endif
+  for (; j < n; ++j) f[j] = RmsFactor<EI>(in + j * sh, D, eps, pf);
+}
+
 /// FactorsAhead's rows read from memory; out of line, so that the decode steps' code around it stays as it was
 /// (inlined, it made an AVX2 bf16 decode step with norm 4 % slower).
 template <Elem EI, class RowFn>
@@ -157,12 +165,7 @@ HWY_NOINLINE void FactorsInGroups(const Storage<EI>* in, int64_t heads, int64_t 
   constexpr int64_t G = sizeof(Storage<EI>) == 2 ? 4 : 1;  // rows whose factors are computed together
   float next[G] = {}, r[G];
   auto factors = [&](int64_t first) HWY_ATTR {
-#if ROTARY_FOUR_FACTORS
-    if constexpr (G == 4) {
-      if (first + G <= heads && D % 8 == 0) return RmsFactors4<EI>(in + first * sh, sh, D, eps, pf, next);
-    }
-#endif
-    for (int64_t j = 0; j < G && first + j < heads; ++j) next[j] = RmsFactor<EI>(in + (first + j) * sh, D, eps, pf);
+    RowFactors<EI>(in + first * sh, std::min<int64_t>(G, heads - first), sh, D, eps, pf, next);
   };
   factors(0);
   for (int64_t head = 0; head < heads; head += G) {
@@ -172,19 +175,13 @@ HWY_NOINLINE void FactorsInGroups(const Storage<EI>* in, int64_t heads, int64_t 
   }
 }
 
-/// The RmsFactor of each of the `heads` rows `in`, `sh` apart, into rms[0 .. heads) (four at a time where
-/// RmsFactors4 exists). Out of line, as FactorsInGroups, so that the token walk's code for steps that do not
+/// RowFactors of a lone token's `heads` rows into rms[0 .. heads). Out of line, as FactorsInGroups, so that the token walk's code for steps that do not
 /// run it stays as small as it was (an AVX2 bf16 decode step without norm: 0.966-0.975 us with it inlined,
 /// 0.965-0.968 us out of line, against 0.954-0.957 us before RmsFactors4; within the guest's noise).
 template <Elem EI>
 HWY_NOINLINE void AllFactors(const Storage<EI>* in, int64_t heads, int64_t sh, size_t D, float eps, int64_t pf,
                              float* rms) {
-  int64_t head = 0;
-#if ROTARY_FOUR_FACTORS
-  if (D % 8 == 0)
-    for (; head + 4 <= heads; head += 4) RmsFactors4<EI>(in + head * sh, sh, D, eps, pf, rms + head);
-#endif
-  for (; head < heads; ++head) rms[head] = RmsFactor<EI>(in + head * sh, D, eps, pf);
+  RowFactors<EI>(in, heads, sh, D, eps, pf, rms);
 }
 
 /// Calls row(head, r) for the `heads` rows `in`, `sh` apart (D channels), r the row's RmsFactor (w null: 0).
