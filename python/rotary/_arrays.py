@@ -30,6 +30,13 @@ def _is_numpy_bf16(a: np.ndarray) -> bool:
     return a.dtype.kind == "V" and a.dtype.type.__name__ == "bfloat16"
 
 
+def _mark_written(t: Any) -> None:
+    """Bumps the version counter of a torch tensor the call writes, as torch's own in-place ops do (before their
+    kernel, error or not): autograd then refuses a backward through a value saved before the write, instead of
+    computing it from the new contents."""
+    _torch_module()._C._increment_version([t])  # the list form: the single-tensor one costs ~10x (3 us)
+
+
 def _check_torch_cpu(t: Any, what: str) -> None:
     if t.device.type != "cpu":
         raise ValueError(f"[rotary] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
@@ -81,6 +88,8 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     if _is_torch(x):
         _check_torch_cpu(x, what)
         _check_torch_strided(x, what)
+        if not readonly:
+            _mark_written(x)
         x = x.detach()
         if x.is_neg():  # a negative-bit view (t._neg_view(), z.conj().imag): its memory holds -value
             if not readonly:
@@ -149,6 +158,10 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
         if not a.flags.c_contiguous and any(st < 0 for st in a.strides):
             a = np.ascontiguousarray(a)  # a reversed view (np.arange(S)[::-1], np.flip): read from a copy
         if a.dtype.kind in _INT_KINDS:
+            if a.dtype == np.uint64 and a.size and int(a.max()) > _I64_MAX:  # astype would wrap it to a negative
+                at = np.unravel_index(int(np.argmax(a > _I64_MAX)), a.shape)
+                index = ",".join(str(int(i)) for i in at)
+                raise ValueError(f"[rotary] {what}[{index}] must fit in int64, got {int(a[at])}")
             return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
         if a.dtype.kind == "f" and allow_float:
             return a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)
@@ -161,6 +174,8 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
         _check_torch_cpu(a, what)
         _check_torch_strided(a, what)
         a = a.detach()
+        if a.is_neg():  # a negative-bit view (z.conj().imag): its memory holds the negated values
+            a = a.resolve_neg()
         if a.dtype in (torch.int32, torch.int64):
             return a
         if a.dtype in (torch.uint8, torch.int8, torch.int16):

@@ -13,7 +13,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import ArrayLike, _as_core_array, _has_broadcast_axis, _index_array, _is_torch, _torch_module
+from ._arrays import (ArrayLike, _as_core_array, _has_broadcast_axis, _index_array, _is_torch, _mark_written,
+                      _torch_module)
 from ._rotary import Spec
 
 __all__ = ["prologue", "rerotate_cache"]
@@ -29,6 +30,8 @@ def _core(x: Any, what: str, readonly: bool = False):
         code = _NUMPY_BITS.get(x.dtype.type.__name__)
         if code is None:
             raise TypeError(f"[rotary_prologue] {what} has an unsupported dtype {x.dtype}")
+        if not readonly and not x.flags.writeable:
+            raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
         if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
             x = np.ascontiguousarray(x)
         return x.view(np.uint16 if code == 2 else np.uint8), code
@@ -38,6 +41,8 @@ def _core(x: Any, what: str, readonly: bool = False):
         if x.dtype in f8:
             if x.device.type != "cpu":
                 raise ValueError(f"[rotary] {what} is on device '{x.device}'; rotary's Python kernels run on CPU tensors")
+            if not readonly:
+                _mark_written(x)
             return x.detach().view(torch.uint8), f8[x.dtype]
     return _as_core_array(x, what, readonly=readonly)[0], -1
 
@@ -59,15 +64,27 @@ def _group(arrays):
     return out, (-1 if code is None else code)
 
 
-def _scale(s: Any, what: str):
-    """A float (fp8 per-tensor scale) as a one-element float32 array, or the array (int8 scales) itself."""
+def _is_int8(x: Any) -> bool:
+    return x is not None and str(x.dtype) in ("int8", "torch.int8")
+
+
+def _scale(s: Any, what: str, written: bool):
+    """A float (fp8 per-tensor scale) as a one-element float32 array, or the array (int8 scales, `written` by the
+    call) itself."""
     if s is None:
         return None
     if isinstance(s, (int, float, np.floating, np.integer)) and not isinstance(s, bool):
         return np.array([float(s)], dtype=np.float32)
     if _is_torch(s):
+        if written and s.device.type == "cpu":
+            _mark_written(s)
         return s.detach() if s.device.type == "cpu" else s.detach().cpu()
     if isinstance(s, np.ndarray):
+        if not s.flags.writeable:
+            if written:
+                raise ValueError(f"[rotary_prologue] {what} must be writable (the int8 cache's scales are written), "
+                                 f"got a read-only array (shape {s.shape})")
+            return s.copy()  # only read (an fp8 per-tensor scale); the binding takes writable arrays
         return s
     raise TypeError(f"[rotary_prologue] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
                     f"scales), got {type(s).__name__}")
@@ -146,6 +163,8 @@ def prologue(
             and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
                                         cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
                                         float(norm_offset), layout, int(threads)) == 0):
+        # The tensors it wrote (it takes torch q, k, v and both caches only), marked as _mark_written marks them.
+        _torch_module()._C._increment_version([q_out if q_out is not None else q, k_cache, v_cache])
         return q_out if q_out is not None else q
     if k is None:  # the core's own words (its binding takes no None for k)
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
@@ -162,7 +181,7 @@ def prologue(
 
     offset, ids = _split_positions(positions)
     specs, lens = _specs(spec, seq_len)
-    ks, vs = _scale(k_scale, "k_scale"), _scale(v_scale, "v_scale")
+    ks, vs = _scale(k_scale, "k_scale", _is_int8(k_cache)), _scale(v_scale, "v_scale", _is_int8(v_cache))
     _rotary._prologue(qv, kv, vv, q_out=qov, k_out=kov, offset=offset, ids=ids, cu_seqlens=_indices(cu_seqlens, "cu_seqlens"),
                       seq_offsets=_indices(seq_offsets, "seq_offsets"), batch_offsets=_indices(batch_offsets, "batch_offsets"),
                       specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
@@ -180,15 +199,18 @@ GRAD_REFUSED = ("q", "k", "v", "q_out", "k_out", "q_norm_weight", "k_norm_weight
                 "v_scale")
 
 
-def _refuse_autograd(named: Sequence[Any]) -> None:
+def _refuse_autograd(named: Sequence[Any], where: str = "rotary_prologue") -> None:
     """RuntimeError (torch's kind for autograd misuse) when grad mode is on and a torch tensor of the call requires
-    grad: the prologue writes q in place and k, v into a cache through no autograd formula, so a gradient through it
-    would be silently wrong."""
+    grad: the prologue writes q in place and k, v into a cache, and re-rotation rewrites a cache, through no
+    autograd formula, so a gradient through them would be silently wrong."""
     for name, x in named:
         if x is not None and _is_torch(x) and x.requires_grad and _torch_module().is_grad_enabled():
-            raise RuntimeError(f"[rotary_prologue] {name} requires grad, but the prologue is not differentiable (it "
-                               "writes q in place and k, v into a cache): call it under torch.no_grad() or "
-                               "torch.inference_mode(); for training, rotate with rotary.torch.apply_qk")
+            if where == "rotary_prologue":
+                raise RuntimeError(f"[rotary_prologue] {name} requires grad, but the prologue is not differentiable "
+                                   "(it writes q in place and k, v into a cache): call it under torch.no_grad() or "
+                                   "torch.inference_mode(); for training, rotate with rotary.torch.apply_qk")
+            raise RuntimeError(f"[{where}] {name} requires grad, but re-rotating a cache is not differentiable (it "
+                               "rewrites the cache in place): call it under torch.no_grad() or torch.inference_mode()")
 
 
 def rerotate_cache(
@@ -216,11 +238,13 @@ def rerotate_cache(
     """
     if not isinstance(spec, Spec) or (to_spec is not None and not isinstance(to_spec, Spec)):
         raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")
+    _refuse_autograd([("k_cache", k_cache), ("k_scale", k_scale)], "rotary_rerotate_cache")
     kcv, bits = _core(k_cache, "k_cache")
     _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
                             _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
                             from_seq_len=from_seq_len, to_seq_len=to_seq_len, cache_layout=cache_layout,
-                            k_scale=_scale(k_scale, "k_scale"), threads=int(threads), backend=backend, cache_bits=bits)
+                            k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)), threads=int(threads), backend=backend,
+                            cache_bits=bits)
     return k_cache
 
 

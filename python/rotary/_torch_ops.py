@@ -261,24 +261,58 @@ def _mrope_cos_sin_cpu(spec: Spec, positions: torch.Tensor, seq_len):
 
 # ----------------------------------------------------------------------------------------------- fake kernels
 
+def check_fake_devices(where: str, **named: Any) -> None:
+    """The fake kernels' device rule. They run for FakeTensors (torch.compile, export) and for the Meta key, which the
+    dispatcher picks when ANY argument is on 'meta': a real tensor of another device beside a meta one would get
+    uninitialised memory back, or a mutation that never happens, so that call raises (torch's own ops refuse
+    mixed devices likewise)."""
+    tensors = [(n, t) for n, t in named.items() if isinstance(t, torch.Tensor)]
+    meta = [n for n, t in tensors if t.device.type == "meta"]
+    if not meta:
+        return
+    from torch._subclasses.fake_tensor import is_fake
+
+    for n, t in tensors:
+        if t.device.type != "meta" and not is_fake(t):
+            raise RuntimeError(f"[{where}] {meta[0]} is on device 'meta' but {n} is on '{t.device}': the tensors of a "
+                               "call must be on one device (all on 'meta' only computes shapes)")
+
+
 def _fake_apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_fake_devices("rotary_apply", x=x, positions=positions)
     return torch.empty_like(x)
 
 
-def _fake_none(*args):
-    return None
+def _fake_apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_fake_devices("rotary_apply", x=x, positions=positions)
 
 
 def _fake_apply_qk(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_fake_devices("rotary_apply", q=q, k=k, positions=positions)
     return torch.empty_like(q), torch.empty_like(k)
+
+
+def _fake_apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_fake_devices("rotary_apply", q=q, k=k, positions=positions)
 
 
 def _fake_apply_cos_sin(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    check_fake_devices("rotary_apply", x=x, cos=cos, sin=sin, positions=positions)
     return torch.empty_like(x)
 
 
+def _fake_apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    check_fake_devices("rotary_apply", x=x, cos=cos, sin=sin, positions=positions)
+
+
 def _fake_apply_qk_cos_sin(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    check_fake_devices("rotary_apply", q=q, k=k, cos=cos, sin=sin, positions=positions)
     return torch.empty_like(q), torch.empty_like(k)
+
+
+def _fake_apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False,
+                            threads=0):
+    check_fake_devices("rotary_apply", q=q, k=k, cos=cos, sin=sin, positions=positions)
 
 
 def _fake_cos_sin(positions, spec, seq_len=None):
@@ -382,6 +416,6 @@ def _backend_kernel(name: str) -> Optional[Callable]:
 
 for _name, _schema in OPS.items():
     _define(_name, _schema, cpu=globals()[f"_{_name}_cpu"], cuda=_composite.cuda_kernel(_name, _backend_kernel(_name)),
-            fake=globals().get(f"_fake_{_name}", _fake_none))
+            fake=globals()[f"_fake_{_name}"])
 
 from . import _torch_autograd  # noqa: E402,F401  (autograd and vmap registrations)

@@ -19,6 +19,7 @@ import torch
 
 from . import _prologue
 from ._rotary import Spec
+from ._torch_ops import check_fake_devices
 from .torch import _eager
 
 __all__ = ["spec_key", "patch_prologue", "unpatch_prologue"]
@@ -97,7 +98,7 @@ def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
 _IMPL = torch.library.Library("rotary", "IMPL")  # noqa: TOR901 - the prologue op's Autograd kernel below
 
 
-def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
+def _refuse_grad_kernel(op: Any, names: tuple, where: str) -> Any:
     """An Autograd-key kernel for `op` (mutating, no formula): with grad mode on, an argument of `names` that
     requires grad is a RuntimeError raised before anything is written (custom_op's own layer would run the kernel
     with grad mode off and leave autograd unaware of the writes); otherwise the call goes on below autograd."""
@@ -107,35 +108,47 @@ def _refuse_grad_kernel(op: Any, names: tuple) -> Any:
 
     def kernel(keyset, *call):
         if torch.is_grad_enabled():
-            _prologue._refuse_autograd([(args[i].name, call[i]) for i in index if i < len(call)])
+            _prologue._refuse_autograd([(args[i].name, call[i]) for i in index if i < len(call)], where)
         with torch._C._AutoDispatchBelowAutograd():
             return op.redispatch(keyset & after, *call)
 
     return kernel
 
 
-def _register_refusal() -> None:
-    kernel = _refuse_grad_kernel(torch.ops.rotary.prologue.default, _prologue.GRAD_REFUSED)
+def _register_refusal(name: str, names: tuple, where: str) -> None:
+    kernel = _refuse_grad_kernel(getattr(torch.ops.rotary, name).default, names, where)
     # custom_op registered its own Autograd kernel; torch releases before allow_override refuse a second Python
-    # one (there the operator keeps custom_op's, and rotary.prologue's own check is the guard).
+    # one (there the operator keeps custom_op's, and the Python API's own check is the guard).
     import inspect
 
     if "allow_override" in inspect.signature(torch.library.Library.impl).parameters:
-        _IMPL.impl("prologue", kernel, "Autograd", with_keyset=True, allow_override=True)
+        _IMPL.impl(name, kernel, "Autograd", with_keyset=True, allow_override=True)
         return
     try:
-        _IMPL.impl("prologue", kernel, "Autograd", with_keyset=True)
+        _IMPL.impl(name, kernel, "Autograd", with_keyset=True)
     except RuntimeError:
         pass
 
 
-_register_refusal()
+def _register_views(name: str) -> None:
+    """Negative-bit and conjugate views reach the kernel as they are (as the ops of _torch_ops.py): it resolves
+    those it only reads and refuses, by name and before any write, those it writes. torch's fallback would
+    materialise them, run the kernel on the copies and then fail to copy back (the ops return nothing)."""
+    _IMPL.impl(name, torch.library.fallthrough_kernel, "Negative")
+    _IMPL.impl(name, torch.library.fallthrough_kernel, "Conjugate")
+
+
+_register_refusal("prologue", _prologue.GRAD_REFUSED, "rotary_prologue")
+_register_views("prologue")
 
 
 @_prologue_op.register_fake
 def _prologue_fake(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
                    q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
                    q_out, threads) -> None:
+    check_fake_devices("rotary_prologue", q=q, k=k, v=v, positions=positions, k_cache=k_cache, v_cache=v_cache,
+                       slot_mapping=slot_mapping, cache_positions=cache_positions, q_norm_weight=q_norm_weight,
+                       k_norm_weight=k_norm_weight, k_scale=k_scale, v_scale=v_scale, q_out=q_out)
     return None
 
 
@@ -153,7 +166,13 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
 @_rerotate_op.register_fake
 def _rerotate_fake(k_cache, slots, from_positions, to_positions, spec, to_spec, cache_layout, k_scale, fp8_scale,
                    threads) -> None:
+    check_fake_devices("rotary_rerotate_cache", k_cache=k_cache, slots=slots, from_positions=from_positions,
+                       to_positions=to_positions, k_scale=k_scale)
     return None
+
+
+_register_refusal("rerotate_cache", ("k_cache", "k_scale"), "rotary_rerotate_cache")
+_register_views("rerotate_cache")
 
 
 # ---------------------------------------------------------------- Hugging Face attention with the fused prologue
@@ -208,7 +227,8 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     if attention_interface is None:
         attention_interface = self._rotary_eager
     attn_output, attn_weights = attention_interface(
-        self, query, layer.keys, layer.values, attention_mask, dropout=0.0, scaling=self.scaling,
+        self, query, layer.keys, layer.values, attention_mask,
+        dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling,
         sliding_window=getattr(self, "sliding_window", None), **kwargs)
     attn_output = attn_output.reshape(B, S, -1).contiguous()
     return self.o_proj(attn_output), attn_weights

@@ -313,3 +313,23 @@ def test_a_patched_model_saved_whole_loads_patched_and_generates_the_same(monkey
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
     prologue_torch.unpatch_prologue(loaded)
     assert not any(k.startswith("_rotary") or k == "forward" for m in loaded.modules() for k in m.__dict__)
+
+
+def test_patched_layers_apply_the_attention_dropout_in_training_mode():
+    # A model in train() mode under no_grad (e.g. Monte Carlo dropout at inference) drops attention weights as its own
+    # forward does; the fused forward passed dropout=0.0 always.
+    model = _tiny("llama", attention_dropout=0.25)
+    prologue_torch.patch_prologue(model)
+    seen = []
+    try:
+        for layer in model.model.layers:
+            real = layer.self_attn._rotary_eager
+            layer.self_attn._rotary_eager = lambda *a, _real=real, **kw: (seen.append(kw["dropout"]), _real(*a, **kw))[1]
+        ids = torch.randint(1, 96, (1, 5), generator=torch.Generator().manual_seed(2))
+        for training in (False, True):
+            model.train(training)
+            with torch.no_grad():
+                model(ids, cache=transformers.StaticCache(config=model.config, max_cache_len=16), use_cache=True)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert seen == [0.0, 0.0, 0.25, 0.25]

@@ -75,10 +75,12 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   if (has_k) check_out(args.k_out, args.k, "k_out", "k");
 
   // ---- rotary_dim
-  const int64_t R = req.rotary_dim;
-  if (R <= 0) invalid("rotary_dim must be > 0, got " + str(R));
-  if (R % 2 != 0) invalid("rotary_dim must be even, got " + str(R));
-  if (R > cq.D) invalid("rotary_dim must be <= head_dim " + str(cq.D) + ", got " + str(R));
+  const int64_t R = req.no_rotation ? 0 : req.rotary_dim;
+  if (!req.no_rotation) {
+    if (R <= 0) invalid("rotary_dim must be > 0, got " + str(R));
+    if (R % 2 != 0) invalid("rotary_dim must be even, got " + str(R));
+    if (R > cq.D) invalid("rotary_dim must be <= head_dim " + str(cq.D) + ", got " + str(R));
+  }
 
   // ---- aliasing
   check_aliasing(args, layout);

@@ -13,7 +13,10 @@ inline constexpr int64_t kMaxPosition = (int64_t(1) << 31) - 1;
 
 /// What the caller's cos/sin source implies for validation.
 struct PlanRequest {
-  int64_t rotary_dim = 0;                         ///< R: must be even, > 0 and <= head_dim
+  int64_t rotary_dim = 0;                         ///< R: must be even, > 0 and <= head_dim (unless no_rotation)
+  /// A call that rotates nothing (the prologue without a frequency source): the tensors are validated and laid
+  /// out as for a rotation, rotary_dim is not checked (any head_dim, 1 included), the plan's rotary_dim and half are 0.
+  bool no_rotation = false;
   Pairing default_pairing = Pairing::kHalfSplit;  ///< used when args.pairing is nullopt
   bool allow_fractional = false;                  ///< f32/f64 ids (on-the-fly sources only)
   /// Position axes (1..kMaxPositionAxes). Above 1, ids are [n_axes,B,S] / [n_axes,S] / [n_axes,T], one

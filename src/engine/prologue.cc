@@ -292,8 +292,8 @@ void rotation_request(const PrologueArgs& a, const SourceGeometry& geo, bool rot
   ap->pairing = geo.pairing;
   ap->threads = a.threads;
   ap->backend = a.backend;
-  const int64_t d_guess = ap->q.rank >= 1 && ap->q.rank <= kMaxRank ? ap->q.shape[ap->q.rank - 1] : 2;
-  req->rotary_dim = rotate ? geo.rotary_dim : std::max<int64_t>(2, d_guess - d_guess % 2);
+  req->rotary_dim = rotate ? geo.rotary_dim : 0;
+  req->no_rotation = !rotate;  // any head_dim, D = 1 included
   req->default_pairing = geo.pairing;
   req->allow_fractional = true;
   if (geo.n_axes > 1) {

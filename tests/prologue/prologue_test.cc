@@ -301,5 +301,40 @@ TEST(Prologue, ConcurrentCallsIntoDisjointSlotsOfOneCacheEqualOneCall) {
   EXPECT_EQ(whole.q.bytes, parts.q.bytes);
 }
 
+TEST(Prologue, ACallWithoutRotationTakesAnyHeadDim) {
+  // No frequency source: the norm and the cache write only, so nothing needs D >= 2 (D = 1 was refused with
+  // "rotary_dim must be <= head_dim 1, got 2", a rotary_dim the caller never gave).
+  for (int64_t D : {1, 3}) {
+    for (Backend backend : {Backend::kReference, Backend::kCpu}) {
+      SCOPED_TRACE("D " + std::to_string(D) + (backend == Backend::kCpu ? " cpu" : " reference"));
+      std::vector<float> k(static_cast<size_t>(2 * D)), kc(static_cast<size_t>(4 * 2 * D), 0.0f), vc(kc);
+      for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i + 1);
+      const std::vector<float> w(static_cast<size_t>(D), 2.0f);
+      int64_t slot = 2;
+      PrologueArgs a;
+      a.layout = Layout::kTHD;
+      a.k = TensorView::contiguous(k.data(), DType::kF32, {1, 2, D});
+      a.v = a.k;
+      a.k_cache = TensorView::contiguous(kc.data(), DType::kF32, {1, 4, 2, D});
+      a.v_cache = TensorView::contiguous(vc.data(), DType::kF32, {1, 4, 2, D});
+      a.slot_mapping = TensorView::contiguous(&slot, DType::kI64, {1});
+      a.k_norm_weight = TensorView::contiguous(w.data(), DType::kF32, {D});
+      a.norm_eps = 0.0;
+      a.backend = backend;
+      prologue(a);
+      for (int64_t h = 0; h < 2; ++h) {
+        double ms = 0.0;
+        for (int64_t i = 0; i < D; ++i) ms += static_cast<double>(k[static_cast<size_t>(h * D + i)]) * k[static_cast<size_t>(h * D + i)];
+        const double r = 1.0 / std::sqrt(ms / static_cast<double>(D));
+        for (int64_t i = 0; i < D; ++i) {
+          const size_t at = static_cast<size_t>((2 * 2 + h) * D + i);
+          EXPECT_NEAR(kc[at], k[static_cast<size_t>(h * D + i)] * r * 2.0, 1e-6);
+          EXPECT_EQ(vc[at], k[static_cast<size_t>(h * D + i)]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rotary

@@ -1,0 +1,185 @@
+"""Hostile inputs to the prologue's and the ops' Python/torch adapters: meta beside real tensors, negative-bit views, version counters, read-only arrays, uint64 slots."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rotary  # noqa: E402
+from rotary import _torch_ops, prologue_torch  # noqa: E402
+from reference import default_inv_freq, rotate  # noqa: E402
+
+SPEC = rotary.Spec(64)
+KEY = prologue_torch.spec_key(SPEC)
+
+
+def _inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    return q, k, v, torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
+
+
+def _op_args(q, k, v, kc, vc, **over):
+    a = dict(q=q, k=k, v=v, positions=torch.tensor([10, 11, 12]), spec=KEY, k_cache=kc, v_cache=vc,
+             slot_mapping=torch.tensor([5, -1, 2]), cache_positions=None, cache_layout="nhd", layout="thd",
+             q_norm_weight=None, k_norm_weight=None, norm_eps=1e-6, norm_offset=0.0, k_scale=None, v_scale=None,
+             fp8_k_scale=1.0, fp8_v_scale=1.0, q_out=None, threads=1)
+    a.update(over)
+    return list(a.values())
+
+
+def test_a_meta_tensor_beside_real_ones_is_refused_not_a_silent_no_op():
+    # The dispatcher runs the Meta (fake) kernel when ANY argument is on 'meta': it returned uninitialised CPU memory
+    # (apply) or wrote nothing without an error (the prologue, re-rotation), also through patched layers' call.
+    q, k, v, kc, vc = _inputs()
+    q0 = q.clone()
+    key = _torch_ops.spec_key(SPEC)
+    meta_pos = torch.arange(3, device="meta")
+    x = torch.randn((1, 3, 2, 64))
+    for call in (lambda: torch.ops.rotary.apply(x, meta_pos, 0, key),
+                 lambda: torch.ops.rotary.apply_(x, meta_pos, 0, key),
+                 lambda: rotary.torch.apply(x, meta_pos, SPEC)):
+        with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] positions is on device 'meta' but x is on 'cpu'"):
+            call()
+    for call in (torch.ops.rotary.prologue, prologue_torch._call_prologue):
+        with pytest.raises(RuntimeError, match=r"^\[rotary_prologue\] k_cache is on device 'meta' but q is on 'cpu'"):
+            call(*_op_args(q, k, v, torch.zeros((2, 4, 2, 64), device="meta"), vc))
+    assert torch.equal(q, q0) and not vc.any()
+    with pytest.raises(RuntimeError, match=r"^\[rotary_rerotate_cache\] from_positions is on device 'meta'"):
+        torch.ops.rotary.rerotate_cache(kc, torch.tensor([1]), torch.tensor([0], device="meta"), torch.tensor([3]),
+                                        KEY, None, "nhd", None, 1.0, 1)
+    # every tensor on 'meta': shapes only, as before
+    out = torch.ops.rotary.apply(x.to("meta"), meta_pos, 0, key)
+    assert out.device.type == "meta" and out.shape == x.shape
+    torch.ops.rotary.prologue(*_op_args(*(t.to("meta") for t in (q, k, v, kc, vc)),
+                                        positions=meta_pos, slot_mapping=torch.tensor([5, -1, 2], device="meta")))
+
+
+@pytest.mark.parametrize("arg", ["k_cache", "q", "q_out"])
+def test_a_negative_bit_view_to_write_is_named_by_the_op_before_any_write(arg):
+    # torch's Negative fallback materialised it, ran the kernel on copies (q rotated, v_cache written) and then failed
+    # with "Expected Tensor but got None" (the op returns nothing).
+    q, k, v, kc, vc = _inputs(1)
+    over = {arg: torch.zeros_like(q)._neg_view() if arg == "q_out" else None}
+    if arg == "k_cache":
+        kc = kc._neg_view()
+    if arg == "q":
+        q = q._neg_view()
+    q0 = q.clone()
+    with pytest.raises(ValueError, match=rf"\[rotary\] {arg} is a negative-bit view"):
+        torch.ops.rotary.prologue(*_op_args(q, k, v, kc, vc, q_out=over["q_out"] if arg == "q_out" else None))
+    assert torch.equal(q, q0) and not vc.any() and not kc.any()
+    with pytest.raises(ValueError, match=r"\[rotary\] k_cache is a negative-bit view"):
+        torch.ops.rotary.rerotate_cache(torch.ones((2, 4, 2, 64))._neg_view(), torch.tensor([1]), torch.tensor([0]),
+                                        torch.tensor([3]), KEY, None, "nhd", None, 1.0, 1)
+
+
+def test_negative_bit_position_tensors_are_read_by_value():
+    # z.conj().imag holds -value in memory: read raw, [3, 4, 5] was refused as negative (and negative values whose
+    # memory is positive would have been taken).
+    pos = torch.tensor([3, 4, 5])
+    neg = torch.tensor([-3, -4, -5])._neg_view()
+    assert neg.is_neg() and neg.tolist() == [3, 4, 5]
+    results = []
+    for p in (neg, pos):
+        q, k, v, kc, vc = _inputs(2)
+        rotary.prologue(q, k, v, p, SPEC, k_cache=kc, v_cache=vc, slot_mapping=torch.tensor([5, -1, 2]), layout="thd")
+        results.append((q, kc))
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    caches = []
+    for p in (neg, pos):
+        kc = torch.ones((2, 4, 2, 64))
+        rotary.rerotate_cache(kc, torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0]), p, SPEC)
+        caches.append(kc)
+    assert torch.equal(caches[0], caches[1])
+
+
+def test_writes_bump_the_version_counter_so_a_stale_saved_tensor_fails_backward():
+    # torch's in-place ops bump the counters of what they write; without it, a cache saved for backward and then
+    # overwritten gave a gradient computed from the new contents, silently.
+    w = torch.ones((2, 4, 2, 64), requires_grad=True)
+    q, k, v, kc, vc = _inputs(3)
+    for write in (lambda: rotary.prologue(q, k, v, torch.tensor([10, 11, 12]), SPEC, k_cache=kc, v_cache=vc,
+                                          slot_mapping=torch.tensor([5, -1, 2]), layout="thd"),
+                  lambda: rotary.prologue(q, k, v, torch.tensor([10, 11, 12]), SPEC, k_cache=kc, v_cache=vc,
+                                          slot_mapping=torch.tensor([5, -1, 2]), layout="thd", seq_len=64),
+                  lambda: rotary.rerotate_cache(kc, torch.tensor([5]), torch.tensor([0]), torch.tensor([2]), SPEC)):
+        loss = (w * kc).sum()  # saves kc
+        before = kc._version
+        write()
+        assert kc._version > before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    x = torch.randn((1, 3, 2, 64))
+    for write in (lambda: rotary.apply(x, 0, SPEC, out=x), lambda: rotary.apply_qk(x, x.clone(), 0, SPEC, inplace=True)):
+        before = x._version
+        write()
+        assert x._version > before
+
+
+def test_re_rotation_refuses_a_cache_that_needs_a_gradient():
+    for call in (lambda kc: rotary.rerotate_cache(kc, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]), SPEC),
+                 lambda kc: torch.ops.rotary.rerotate_cache(kc, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]),
+                                                            KEY, None, "nhd", None, 1.0, 1)):
+        kc = torch.ones((2, 4, 2, 64), requires_grad=True)
+        with pytest.raises(RuntimeError, match=r"^\[rotary_rerotate_cache\] k_cache requires grad"):
+            call(kc)
+        assert torch.equal(kc.detach(), torch.ones((2, 4, 2, 64)))
+        with torch.no_grad():
+            call(kc)
+        assert not torch.equal(kc.detach(), torch.ones((2, 4, 2, 64)))
+
+
+def test_read_only_raw_bits_caches_and_int8_scales_get_a_named_error():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    g = np.random.default_rng(4)
+    k, v = (g.standard_normal((1, 2, 64), dtype=np.float32) for _ in range(2))
+    for dt in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        kc, vc = np.zeros((2, 4, 2, 64), dt), np.zeros((2, 4, 2, 64), dt)
+        kc.flags.writeable = False
+        fp8 = dt is ml_dtypes.float8_e4m3fn
+        with pytest.raises(ValueError, match=r"\[rotary\] k_cache must be writable"):
+            rotary.prologue(None, k, v, 0, SPEC, k_cache=kc, v_cache=vc, slot_mapping=np.array([3]), layout="thd",
+                            k_scale=1.0 if fp8 else None, v_scale=1.0 if fp8 else None)
+        with pytest.raises(ValueError, match=r"\[rotary\] k_cache must be writable"):
+            rotary.rerotate_cache(kc, np.array([3]), np.array([0]), np.array([1]), SPEC, k_scale=1.0 if fp8 else None)
+        assert not vc.view(np.uint8).any()
+    kc, vc = np.zeros((2, 4, 2, 64), np.int8), np.zeros((2, 4, 2, 64), np.int8)
+    ks, vs = np.zeros((2, 4, 2), np.float32), np.zeros((2, 4, 2), np.float32)
+    ks.flags.writeable = False
+    with pytest.raises(ValueError, match=r"\[rotary_prologue\] k_scale must be writable"):
+        rotary.prologue(None, k, v, 0, SPEC, k_cache=kc, v_cache=vc, slot_mapping=np.array([3]), layout="thd",
+                        k_scale=ks, v_scale=vs)
+    assert not vc.any() and not vs.any()
+    # an fp8 per-tensor scale is only read: a read-only array of it is fine
+    f8 = np.zeros((2, 4, 2, 64), ml_dtypes.float8_e4m3fn)
+    one = np.ones(1, np.float32)
+    one.flags.writeable = False
+    rotary.prologue(None, k, v, 0, SPEC, k_cache=f8, v_cache=f8.copy(), slot_mapping=np.array([3]), layout="thd",
+                    k_scale=one, v_scale=one)
+    assert f8.view(np.uint8).any()
+
+
+def test_uint64_slots_beyond_int64_are_refused_not_wrapped_to_skips():
+    # astype(int64) made 2**64 - 1 a -1 (the token silently skipped) and 2**63 a negative in the message.
+    k = np.ones((2, 2, 64), np.float32)
+    kc, vc = np.zeros((2, 4, 2, 64), np.float32), np.zeros((2, 4, 2, 64), np.float32)
+    for slot in (2**64 - 1, 2**63):
+        with pytest.raises(ValueError, match=rf"\[rotary\] slot_mapping\[1\] must fit in int64, got {slot}"):
+            rotary.prologue(None, k, k, 0, SPEC, k_cache=kc, v_cache=vc, layout="thd",
+                            slot_mapping=np.array([0, slot], np.uint64))
+    assert not kc.any()
+    rotary.prologue(None, k, k, 0, SPEC, k_cache=kc, v_cache=vc, slot_mapping=np.array([3, 1], np.uint64), layout="thd")
+    inv = default_inv_freq(10000.0, 64)
+    np.testing.assert_allclose(kc.reshape(-1, 2, 64)[3], rotate(k[0].astype(np.float64), (0 * inv)[None, :]), atol=1e-6)
+
+
+def test_a_call_without_rotation_takes_any_head_dim():
+    # No source: norm and cache write only; D = 1 was refused with "rotary_dim must be <= head_dim 1, got 2".
+    for d in (1, 3):
+        k = np.arange(1, 1 + 2 * d, dtype=np.float32).reshape(1, 2, d)
+        kc, vc = np.zeros((1, 4, 2, d), np.float32), np.zeros((1, 4, 2, d), np.float32)
+        rotary.prologue(None, k, -k, 0, None, k_cache=kc, v_cache=vc, slot_mapping=np.array([2]), layout="thd")
+        np.testing.assert_array_equal(kc[0, 2], k[0])
+        np.testing.assert_array_equal(vc[0, 2], -k[0])
