@@ -388,11 +388,13 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     cos/sin: HF's tables [B, S, R] (or [1, S, R]) as returned by a *RotaryEmbedding module: the angle values
     duplicated over both halves (HF's `cat((freqs, freqs))`); only the first R/2 columns are read. R may be
     smaller than D (channels R.. pass through). The values are used as given (attention scaling included).
-    The result has HF's dtype (q's, promoted with the tables'). Differentiable in q, k, cos and sin. Other
-    shapes (2-D tables, which HF's formula broadcasts against the heads) are computed by HF's torch formula.
+    The result has HF's dtype (q's, promoted with the tables'). Differentiable in q and k; tables that require
+    grad (with grad mode on) and other shapes (2-D tables, which HF's formula broadcasts against the heads) are
+    computed by HF's torch formula, so cos and sin get HF's gradients, each half its own.
     """
     r = cos.shape[-1]
-    if r % 2 == 0 and cos.shape == sin.shape:
+    tables_need_grad = (cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled()
+    if r % 2 == 0 and cos.shape == sin.shape and not tables_need_grad:
         h = r // 2
         out = _rotate_qk_by_halves(q, k, cos[..., :h], sin[..., :h], unsqueeze_dim)
         if out is not None:

@@ -193,11 +193,17 @@ def test_apply_rotary_pos_emb_autograd_and_fallbacks():
     k = torch.randn(B, H, S, D, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, b: rt.apply_rotary_pos_emb(a, b, cos, sin), (q, k), eps=1e-6,
                                     atol=1e-7)
-    # cos requiring grad takes the torch formula (and still matches HF)
-    c2 = cos.clone().requires_grad_(True)
-    qa, _ = rt.apply_rotary_pos_emb(q, k, c2, sin)
-    qh, _ = modeling_llama.apply_rotary_pos_emb(q, k, c2, sin)
-    torch.testing.assert_close(qa, qh)
+    # tables requiring grad take the torch formula: HF's values and HF's gradients, each half of cos and sin its own
+    # (through the kernel, which reads the first R/2 columns, the second halves got zeros and the first the sums)
+    grads = []
+    for fn in (rt.apply_rotary_pos_emb, modeling_llama.apply_rotary_pos_emb):
+        c2, s2 = cos.clone().requires_grad_(True), sin.clone().requires_grad_(True)
+        qa, ka = fn(q, k, c2, s2)
+        (qa * torch.linspace(-1, 1, D, dtype=torch.float64) + ka).sum().backward()
+        grads.append((qa.detach(), c2.grad, s2.grad))
+    for ours, hf in zip(*grads):
+        torch.testing.assert_close(ours, hf, rtol=0, atol=1e-12)
+    assert grads[0][1][..., D // 2:].abs().sum() > 0
     # partial rotary (R < D): channels R.. pass through
     cos2, sin2 = cos[:, :, :8], sin[:, :, :8]
     qb, kb = rt.apply_rotary_pos_emb(q.detach(), k.detach(), cos2, sin2)
