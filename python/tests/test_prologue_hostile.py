@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 import rotary  # noqa: E402
 from rotary import _torch_ops, prologue_torch  # noqa: E402
+from prologue_ops import op_args  # noqa: E402
 from reference import default_inv_freq, rotate  # noqa: E402
 
 SPEC = rotary.Spec(64)
@@ -21,12 +22,7 @@ def _inputs(seed=0):
 
 
 def _op_args(q, k, v, kc, vc, **over):
-    a = dict(q=q, k=k, v=v, positions=torch.tensor([10, 11, 12]), spec=KEY, k_cache=kc, v_cache=vc,
-             slot_mapping=torch.tensor([5, -1, 2]), cache_positions=None, cache_layout="nhd", layout="thd",
-             q_norm_weight=None, k_norm_weight=None, norm_eps=1e-6, norm_offset=0.0, k_scale=None, v_scale=None,
-             fp8_k_scale=1.0, fp8_v_scale=1.0, q_out=None, threads=1)
-    a.update(over)
-    return list(a.values())
+    return op_args(q, k, v, kc, vc, KEY, **over)
 
 
 def test_a_meta_tensor_beside_real_ones_is_refused_not_a_silent_no_op():

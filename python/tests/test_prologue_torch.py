@@ -9,6 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 import rotary  # noqa: E402
 from rotary import _prologue, prologue_torch  # noqa: E402
+from prologue_ops import op_args as _op_args  # noqa: E402
 from reference import default_inv_freq, rotate  # noqa: E402
 
 
@@ -96,15 +97,6 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
     assert any("rotary.prologue" in name for name in seen), seen
     assert direct == []
     assert torch.equal(t["kc"], k1)
-
-
-def _op_args(q, k, v, kc, vc, key, **over):
-    a = dict(q=q, k=k, v=v, positions=torch.tensor([10, 11, 12]), spec=key, k_cache=kc, v_cache=vc,
-             slot_mapping=torch.tensor([5, -1, 2]), cache_positions=None, cache_layout="nhd", layout="thd",
-             q_norm_weight=None, k_norm_weight=None, norm_eps=1e-6, norm_offset=0.0, k_scale=None, v_scale=None,
-             fp8_k_scale=1.0, fp8_v_scale=1.0, q_out=None, threads=1)
-    a.update(over)
-    return list(a.values())
 
 
 @pytest.mark.parametrize("path", ["rotary.prologue", "op", "patched layers' call"])
