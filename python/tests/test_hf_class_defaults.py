@@ -177,3 +177,43 @@ def test_interleaved_sections_need_sections():
     assert plain.mrope_section is None or len(plain.mrope_section) == 0
     assert not plain.mrope_interleaved
     assert spec.replace(base=5e5).mrope_interleaved
+
+
+# Files as save_pretrained writes them (every field), for models whose code differs from the generic reading: the
+# config key transformers maps head_dim to, MLA widths, a rotary_dim the code ignores, interleaved pairs.
+SAVED = [("jetmoe", None), ("zamba2", None), ("mistral4", None), ("minimax_m3_vl", "text_config"),
+         ("blt", "global_config"), ("blt", "encoder_config"), ("ernie4_5_vl_moe", "text_config"), ("glm_ocr", "text_config"), ("moonshine_streaming", None),
+         ("openai_privacy_filter", None)]
+
+
+@pytest.mark.parametrize("model_type,part", SAVED, ids=[f"{m}-{p}" if p else m for m, p in SAVED])
+def test_a_saved_config_rotates_as_the_model_s_own_code(model_type, part):
+    config = _hf_config(model_type, {})
+    sub = getattr(config, part) if part else config
+    spec = rotary.Spec.from_hf_config(sub.to_json_string())
+    emb = _hf_text_rope(model_type, sub)
+    if model_type != "ernie4_5_vl_moe":  # its inv_freq buffer holds the frequencies permuted for its 3-D axes
+        _check(spec, emb, model_type)
+    assert spec.rotary_dim == 2 * emb.inv_freq.shape[0]
+    # The rotation itself: the model's apply_rotary_pos_emb on its RoPE module's cos/sin, against rotary.apply.
+    mod = _hf_modeling(model_type)
+    pos = torch.arange(3, 10)[None]
+    try:
+        cos, sin = emb(torch.zeros(1), pos)
+    except Exception:  # M-RoPE modules take one row of positions per axis
+        cos, sin = emb(torch.zeros(1), pos[None].expand(3, 1, 7))
+    q = torch.randn(1, 2, 7, spec.head_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    # MLA classes whose rope_interleave is set rotate through their _interleave variant (Mistral 4).
+    rotate = mod.apply_rotary_pos_emb_interleave if getattr(sub, "rope_interleave", False) else mod.apply_rotary_pos_emb
+    want, _ = rotate(q, q, cos.double(), sin.double())
+    got = rotary.apply(q.transpose(1, 2).float().numpy(), pos.numpy(), spec).transpose(0, 2, 1, 3)
+    if getattr(sub, "rope_interleave", False):  # that variant returns the pairs' channels in half-split order
+        got = np.concatenate((got[..., 0::2], got[..., 1::2]), axis=-1)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-5, err_msg=model_type)
+
+
+def test_a_model_whose_code_rotates_by_minus_the_angle_is_refused_by_name():
+    src = inspect.getsource(_hf_modeling("nanochat").rotate_half)
+    assert "(x2, -x1)" in src  # rotate_half = cat(x2, -x1): q*cos + rotate_half(q)*sin rotates by -angle
+    with pytest.raises(ValueError, match=r"model_type nanochat: its code rotates by minus the angle"):
+        rotary.Spec.from_hf_config(_hf_config("nanochat", {}).to_json_string())

@@ -328,14 +328,17 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // What the model's transformers config class assumes for the fields the file leaves out.
   const ModelDefaults& cls = model_defaults(model_type);
 
+  if (cls.unsupported != nullptr) invalid("model_type " + model_type + ": " + cls.unsupported);
   // --- head_dim: DeepSeek's rope part, explicit (Gemma, Qwen3), the class's, or hidden / heads.
+  const std::string head_key = cls.head_dim_key.empty() ? "head_dim" : std::string(cls.head_dim_key);
+  const bool qk_rope = top.integer("qk_rope_head_dim") || (cls.qk_rope_head_dim != 0 && !top.has_key("qk_rope_head_dim"));
   if (auto d = top.integer("qk_rope_head_dim")) {
     spec.head_dim = *d;
-  } else if (cls.qk_rope_head_dim != 0 && !top.has_key("qk_rope_head_dim")) {
+  } else if (qk_rope) {
     spec.head_dim = cls.qk_rope_head_dim;
-  } else if (auto d = top.integer("head_dim")) {
-    spec.head_dim = *d;
-  } else if (cls.head_dim != 0 && !top.has_key("head_dim")) {  // an explicit null is not omitted
+  } else if (auto d2 = top.integer(head_key)) {
+    spec.head_dim = *d2;
+  } else if (cls.head_dim != 0 && !top.has_key(head_key)) {  // an explicit null is not omitted
     spec.head_dim = cls.head_dim;
   } else {
     auto hidden = top.integer("hidden_size");
@@ -390,8 +393,18 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
 
   if (sc.type == RopeType::kProportional) {
     spec.rotary_dim = spec.head_dim;  // proportional keeps head_dim/2 angles, zero beyond the rotated part
-  } else if (auto rd = top.integer("rotary_dim")) {
+  } else if (auto rd = top.integer("rotary_dim"); rd && !cls.ignores_rotary_dim) {
     spec.rotary_dim = *rd;  // GPT-J
+  } else if (qk_rope && cls.qk_nope_head_dim != 0) {
+    // Mistral 4: the factor is a share of qk_nope + qk_rope (the class's head_dim), by default qk_rope's share.
+    const int64_t qk_head = spec.head_dim + top.integer("qk_nope_head_dim").value_or(cls.qk_nope_head_dim);
+    spec.rotary_dim = prf_named ? static_cast<int64_t>(static_cast<double>(qk_head) * spec.partial_rotary_factor)
+                                : spec.head_dim;
+    if (spec.rotary_dim > spec.head_dim)
+      invalid(top.field("partial_rotary_factor") + " " + show(json(spec.partial_rotary_factor)) +
+              " of qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk_head) + " exceeds qk_rope_head_dim " +
+              std::to_string(spec.head_dim));
+    spec.partial_rotary_factor = static_cast<double>(spec.rotary_dim) / static_cast<double>(spec.head_dim);
   } else {
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
   }
@@ -461,6 +474,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // computes for text positions), not refused over a field the file does not have.
   const auto& cs = cls.mrope_section;
   const bool class_sections = cs[0] != 0 && 2 * (cs[0] + cs[1] + cs[2]) == spec.rotary_dim;
+  if (cls.text_positions_only) return spec;  // ERNIE 4.5 VL: its axes' assignment is none of rotary's
   if (auto sec = rp.integers("mrope_section")) spec.mrope.section = *sec;
   else if (class_sections) spec.mrope.section.assign(cs.begin(), cs.end());
   spec.mrope.interleaved = rp.boolean("mrope_interleaved").value_or(class_sections && cls.mrope_interleaved);

@@ -30,6 +30,11 @@ struct M : ModelDefaults {
     return *this;
   }
   M& interleaved() { interleaved_pairs = true; return *this; }
+  M& head_key(std::string_view key) { head_dim_key = key; return *this; }
+  M& qk_nope_head(int64_t v) { qk_nope_head_dim = v; return *this; }
+  M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
+  M& text_only() { text_positions_only = true; return *this; }
+  M& refused(const char* why) { unsupported = why; return *this; }
 };
 
 // Only the models whose defaults differ from the generic ones. GPT-NeoX reads its own legacy names
@@ -40,6 +45,11 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
     M("axk1").interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("bitnet").theta(500000.0),
+    M("blt").theta(500000.0).interleaved(),  // repeat_interleave'd cos/sin, rotate_half on x[::2] / x[1::2]
+    M("blt_global_transformer").theta(500000.0).interleaved(),
+    M("blt_local_decoder").theta(500000.0).interleaved(),
+    M("blt_local_encoder").theta(500000.0).interleaved(),
+    M("blt_patcher").theta(500000.0).interleaved(),
     M("codegen").interleaved(),  // rotate_every_two, as GPT-J
     M("cohere").theta(500000.0).interleaved(),
     M("cohere2").interleaved(),
@@ -48,19 +58,30 @@ const std::vector<ModelDefaults> kTable = {
     M("deepseek_v3").qk_rope_head(64).interleaved(),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
     M("ernie4_5_moe").theta(500000.0).interleaved(),
+    M("ernie4_5_vl_moe").theta(500000.0).interleaved().text_only(),
+    M("ernie4_5_vl_moe_text").theta(500000.0).interleaved().text_only(),
     M("gemma").head(256),
     M("gemma2").head(256),
     M("glm").partial(0.5).head(128).interleaved(),
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe_lite").interleaved(),
+    M("glm_ocr").interleaved(),  // rotate_half_llm: the text model's pairs
+    M("glm_ocr_text").interleaved(),
     M("gpt_oss").theta(150000.0).head(64).dict(kGptOssRope),
     M("gptj").interleaved(),
     M("helium").theta(100000.0).head(128).interleaved(),
+    M("jetmoe").head_key("kv_channels"),
     M("lfm2").theta(1000000.0),
     M("minimax").theta(1000000.0),
-    M("mistral4").interleaved(),
+    M("minimax_m3_vl").no_rotary_dim(),
+    M("minimax_m3_vl_text").no_rotary_dim(),
+    M("mistral4").qk_rope_head(64).qk_nope_head(64).interleaved(),
     M("mixtral").theta(1000000.0),
+    M("moonshine_streaming").interleaved(),  // its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1])
+    M("nanochat").refused("its code rotates by minus the angle (rotate_half is cat(x2, -x1)), which a Spec does not "
+                          "express: build the Spec from the config's fields and rotate with the inverse direction"),
     M("nemotron").partial(0.5),
+    M("openai_privacy_filter").interleaved(),  // x[..., ::2] / x[..., 1::2]
     M("persimmon").partial(0.5),
     M("phi").partial(0.5),
     M("phimoe").theta(1000000.0),
@@ -81,6 +102,7 @@ const std::vector<ModelDefaults> kTable = {
     M("smollm3").theta(2000000.0),
     M("stablelm").partial(0.25),
     M("youtu").interleaved(),
+    M("zamba2").head_key("attention_head_dim"),
 };
 
 const ModelDefaults kGeneric{};

@@ -31,6 +31,22 @@ struct ModelDefaults {
   /// The model's code rotates interleaved pairs (x[2i], x[2i+1]): GPT-J, DeepSeek, GLM, Cohere, ERNIE 4.5; or
   /// its class's rope_interleave defaults to true (MLA models such as Mistral 4). A top-level rope_interleave wins.
   bool interleaved_pairs = false;
+  /// The file key transformers maps head_dim to (the config class's attribute_map: JetMoe's kv_channels, Zamba2's
+  /// attention_head_dim); empty: head_dim itself.
+  std::string_view head_dim_key;
+  /// Mistral 4: the class's head_dim is qk_nope_head_dim + qk_rope_head_dim and its partial_rotary_factor a share of
+  /// that sum (qk_rope / sum unless the file says otherwise), so the rotated width is that share of the sum, not a
+  /// share of qk_rope_head_dim. The class's qk_nope_head_dim (0: not such a class).
+  int64_t qk_nope_head_dim = 0;
+  /// The model's code rotates head_dim times the partial factor whatever a top-level rotary_dim says
+  /// (MiniMax-M3-VL's config documents rotary_dim; its code does not read it).
+  bool ignores_rotary_dim = false;
+  /// The model's code assigns frequencies to the 3-D position axes in a way no Spec expresses (ERNIE 4.5 VL: the
+  /// even and odd ones of the first part to h and w, the rest to t): the Spec is what the code computes for text
+  /// positions (t = h = w), plain RoPE; the dict's mrope_section is not read.
+  bool text_positions_only = false;
+  /// Why a Spec cannot describe the model's RoPE (read as a refusal); null: it can.
+  const char* unsupported = nullptr;
 };
 
 /// The defaults of `model_type` (config.json's "model_type"); for a model without an entry, the generic

@@ -166,6 +166,9 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
       {"export --preset llama-2-7b --layout vllm --max-pos 99999999 --out '" + path("o.safetensors") + "'", {"positions must be in [1, 4194304]"}, "o.safetensors"},
       {"export --preset llama-2-7b --layout vllm --out '" + path("nodir/o.safetensors") + "'", {"nodir/o.safetensors"}, "nodir/o.safetensors"},
       {"export --preset llama-2-7b --layout vllm --cos '" + path("o.npy") + "' --sin '" + path("o2.npy") + "'", {"is one tensor: use --out"}, "o.npy"},
+      // one file named twice (sin would replace cos), also through another spelling of its path
+      {"export --preset llama-2-7b --layout hf --cos '" + path("o.npy") + "' --sin '" + path("o.npy") + "'", {"--cos and --sin name the same file"}, "o.npy"},
+      {"export --preset llama-2-7b --layout hf --cos '" + path("o.npy") + "' --sin '" + path("./o.npy") + "'", {"the same file"}, "o.npy"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.args);

@@ -67,6 +67,11 @@ int run(const std::vector<std::string>& args) {
     if (!flags.has("cos") || !flags.has("sin")) throw UsageError("--cos and --sin go together");
     if (ext_of(*flags.get("cos")) != ".npy" || ext_of(*flags.get("sin")) != ".npy")
       throw UsageError("--cos and --sin name .npy files");
+    std::error_code ec1, ec2;  // one file named twice (also through ./, .. or a link): sin would replace cos
+    const auto c = std::filesystem::weakly_canonical(*flags.get("cos"), ec1);
+    const auto s = std::filesystem::weakly_canonical(*flags.get("sin"), ec2);
+    if (ec1 ? *flags.get("cos") == *flags.get("sin") : (!ec2 && c == s))
+      throw UsageError("--cos and --sin name the same file " + quote_value(*flags.get("cos")) + ": give two files");
   } else {
     out = *flags.get("out");
     if (ext_of(out) != ".npy" && ext_of(out) != ".safetensors")
