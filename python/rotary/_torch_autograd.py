@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_ops import KERNELS, LIB, OPS, full_args
+from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key
 
 ops = torch.ops.rotary
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -43,9 +43,19 @@ def _register_autograd(name: str, backward, setup_context) -> None:
 # ----------------------------------------------------------------------------------------------- spec operators
 
 
+def refuse_position_grad(positions) -> None:
+    """Fractional positions that require grad: rotary has no derivative with respect to them, and a silent None
+    would read as a zero gradient; torch's ops without a formula raise likewise."""
+    if positions is not None and positions.requires_grad:
+        raise RuntimeError("[rotary_apply] positions requires grad, but rotary gives no derivative with respect to the "
+                           "positions (only to the rotated tensors): pass positions.detach(), or rotate by a "
+                           "differentiable torch formula")
+
+
 def _setup_spec(ctx, inputs, output):
     n = ctx._rotary_n
     positions = inputs[n]
+    refuse_position_grad(positions)
     ctx.has_positions = positions is not None
     if positions is not None:
         ctx.save_for_backward(positions)  # version-checked: positions changed before backward raise
@@ -109,8 +119,8 @@ def _table_grads(pairs, cos, sin, positions, offset, layout, pairing, inverse):
         gc = dc if gc is None else gc + dc
         gs = ds if gs is None else gs + ds
     # gc: per token, [B, S, h] (bshd/bhsd) or [T, h] (thd)
-    if cos.dim() == 3:
-        return gc.reshape(cos.shape).to(cos.dtype), gs.reshape(sin.shape).to(sin.dtype)
+    if cos.dim() == 3:  # [B or 1, S, h]: a table shared by the batch gets the sum over it
+        return gc.sum_to_size(cos.shape).to(cos.dtype), gs.sum_to_size(sin.shape).to(sin.dtype)
     if positions is None:
         n = gc.shape[-2]
         ids = torch.arange(offset, offset + n, device=gc.device).expand(gc.shape[:-1])
@@ -304,12 +314,20 @@ def _vmap_rule(name: str):
     return rule
 
 
-def _cos_sin_vmap(info, in_dims, positions, spec, seq_len):
+def _cos_sin_vmap(info, in_dims, *args):
+    """One call over every item where it equals the items' own calls: positions of one axis whose frequencies do
+    not depend on the length (or with seq_len given). M-RoPE ids [3, ...] (the batch axis must follow the axes'
+    one) and a length taken from each item's own positions take one call per item."""
+    args = full_args("cos_sin", args)
+    positions, spec, seq_len = args
     d = in_dims[0]
-    c, s = ops.cos_sin(positions, spec, seq_len)
-    if d is not None and d < 0:
-        d += positions.dim()
-    return (c, s), (d, d)
+    if d is None:
+        return ops.cos_sin(positions, spec, seq_len), (None, None)
+    s = spec_from_key(spec)
+    if s.mrope_section or (seq_len is None and s.length_dependent):
+        return _loop("cos_sin", info.batch_size, tuple(in_dims) + (None,) * (3 - len(in_dims)), args)
+    c, sn = ops.cos_sin(positions, spec, seq_len)
+    return (c, sn), (d % positions.dim(), d % positions.dim())
 
 
 for _name in OPS:

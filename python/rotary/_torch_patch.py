@@ -272,11 +272,13 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
     The RoPE module's forward returns cos/sin from rotary's exact table (torch.ops.rotary.cos_sin, for the spec
     read from the module's config, or `spec`), and the family's rotation functions in its modeling module run
     rotary's kernel (torch.ops.rotary.apply_qk_cos_sin); both compile with torch.compile(fullgraph=True). The
-    function replacement is per Python module, reference-counted across patched models, and computes the same
-    function as transformers' for any caller. verify=True runs a 2-token check forward and raises
+    function replacement is per Python module and reference-counted across patched models; while it is in place,
+    other callers of those functions get rotary.torch.apply_rotary_pos_emb, which reads the first half of cos/sin
+    (the two halves are equal in every table transformers' RoPE modules return). verify=True runs a 2-token check forward and raises
     NotImplementedError (undoing the patch) unless every decoder layer rotated through rotary. Models of other
     families raise NotImplementedError naming the model class (rotary.torch.supported_models() lists families).
-    Undo with unpatch(model).
+    Undo with unpatch(model). A model one of whose RoPE modules is already patched through another module (one
+    containing it or inside it) raises RuntimeError.
     """
     if getattr(model, "_rotary_patch", None) is not None:
         return model
@@ -288,6 +290,11 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
     if unknown:
         raise _refuse(model, f"its RoPE module {', '.join(unknown)} is not supported by patch(); supported: "
                       + "; ".join(supported_models()))
+    inner = [n or type(model).__name__ for n, m in text if "_rotary_spec" in m.__dict__]
+    if inner:  # patched through a module containing it, or inside it: a second patch would take rotary's forward
+        # for the original, and unpatching both in either order would leave it in place
+        raise RuntimeError(f"[rotary.patch] {type(model).__name__}: its RoPE module {inner[0]} is already patched by "
+                           "patch() of another module (one containing it or inside it); unpatch that one first")
     state: Dict[str, Any] = {"forwards": [], "globals": []}
     swaps: List[Tuple[str, str, Callable]] = []
     for _, mod in text:

@@ -89,7 +89,10 @@ class _SpecRotation(torch.autograd.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
+        from rotary._torch_autograd import refuse_position_grad
+
         positions = inputs[1]
+        refuse_position_grad(positions)
         ctx.has_positions = positions is not None
         if positions is not None:
             ctx.save_for_backward(positions)

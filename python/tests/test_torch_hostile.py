@@ -1,0 +1,88 @@
+"""rotary.torch at its edges: vmap of cos_sin, tables shared by a batch, positions that require grad, nested patch()."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rotary  # noqa: E402
+import rotary.torch as rt  # noqa: E402
+
+ops = torch.ops.rotary
+
+
+@pytest.mark.parametrize("kind", ["plain", "dynamic", "mrope"])
+def test_vmap_of_cos_sin_equals_each_items_own_call(kind):
+    # The rule lacked the defaulted seq_len (TypeError); M-RoPE ids [N, 3, ...] went to the op as they were (an
+    # error for N = 2, wrong values for N = 3); dynamic scaling saw the longest item's length for every item.
+    spec = {"plain": rotary.Spec(8),
+            "dynamic": rotary.Spec(8, rope_type="dynamic", factor=4.0, max_position_embeddings=16),
+            "mrope": rotary.Spec(16, mrope_section=[2, 3, 3])}[kind]
+    key = rt.spec_key(spec)
+    g = torch.Generator().manual_seed(1)
+    for n in (2, 3):
+        shape = (n, 3, 2, 5) if kind == "mrope" else (n, 2, 5)
+        hi = 40 if kind == "dynamic" else 50
+        ps = torch.randint(0, hi, shape, generator=g)
+        if kind == "dynamic":
+            ps[0] = ps[0] % 8  # one item within the original length, the others past it
+        for seq_len in ((None, 64) if kind != "mrope" else (None,)):
+            c, s = torch.func.vmap(lambda p: ops.cos_sin(p, key, seq_len))(ps)
+            for i in range(n):
+                ci, si = ops.cos_sin(ps[i], key, seq_len)
+                assert torch.equal(c[i], ci) and torch.equal(s[i], si), (kind, n, seq_len, i)
+        c, s = torch.func.vmap(lambda p: rt.cos_sin(p, spec))(ps)
+        assert torch.equal(c[1], rt.cos_sin(ps[1], spec)[0])
+        # batched along another axis
+        c2, _ = torch.func.vmap(lambda p: ops.cos_sin(p, key), in_dims=1)(ps.movedim(0, 1).contiguous())
+        assert torch.equal(c2, c)
+
+
+def test_a_table_shared_by_the_batch_gets_the_sum_of_the_gradients():
+    # [1, S, R/2] tables broadcast over B = 2 in the forward; backward reshaped [2, S, R/2] into [1, S, R/2] and raised.
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 2, 8, dtype=torch.float64, generator=g)
+    cos = torch.randn(1, 3, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    sin = torch.randn(1, 3, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(2, 3, 2, 8, dtype=torch.float64, generator=g)
+    (rt.apply_cos_sin(x, cos, sin) * w).sum().backward()
+    c2, s2 = cos.detach().expand(2, 3, 4).clone().requires_grad_(), sin.detach().expand(2, 3, 4).clone().requires_grad_()
+    (rt.apply_cos_sin(x, c2, s2) * w).sum().backward()
+    torch.testing.assert_close(cos.grad, c2.grad.sum(0, keepdim=True), rtol=0, atol=1e-12)
+    torch.testing.assert_close(sin.grad, s2.grad.sum(0, keepdim=True), rtol=0, atol=1e-12)
+
+
+def test_positions_that_require_grad_are_refused_not_given_no_gradient():
+    # The output required grad and backward left positions.grad None: a silent zero for learned positions.
+    x = torch.randn(1, 3, 1, 8, dtype=torch.float64)
+    p = torch.tensor([0.5, 1.25, 7.75], dtype=torch.float64, requires_grad=True)
+    spec = rotary.Spec(8)
+    for call in (lambda: rt.apply(x, p, spec), lambda: rt.apply(x.clone().requires_grad_(), p, spec),
+                 lambda: torch.func.grad(lambda u: rt.apply(u, p, spec).sum())(x)):
+        with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] positions requires grad"):
+            call()
+    y = rt.apply(x.clone().requires_grad_(), p.detach(), spec)
+    assert y.requires_grad
+
+
+def test_a_rope_module_patched_through_another_module_is_not_patched_again():
+    # patch(m.model) then patch(m) took rotary's forward for the original: after both unpatches, in either order,
+    # the RoPE module kept rotary's forward while is_patched() said False.
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    rope = m.model.rotary_emb
+    assert "forward" not in rope.__dict__
+    rt.patch(m.model)
+    with pytest.raises(RuntimeError, match=r"\[rotary\.patch\] LlamaForCausalLM: its RoPE module model\.rotary_emb is "
+                                           r"already patched"):
+        rt.patch(m)
+    assert not rt.is_patched(m)
+    rt.unpatch(m)
+    rt.unpatch(m.model)
+    assert "forward" not in rope.__dict__ and not rt.is_patched(m.model)
+    rt.patch(m)  # patchable again once undone
+    rt.unpatch(m)
+    assert "forward" not in rope.__dict__
