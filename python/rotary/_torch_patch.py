@@ -274,11 +274,11 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
     rotary's kernel (torch.ops.rotary.apply_qk_cos_sin); both compile with torch.compile(fullgraph=True). The
     function replacement is per Python module and reference-counted across patched models; while it is in place,
     other callers of those functions get rotary.torch.apply_rotary_pos_emb, which reads the first half of cos/sin
-    (the two halves are equal in every table transformers' RoPE modules return). verify=True runs a 2-token check forward and raises
-    NotImplementedError (undoing the patch) unless every decoder layer rotated through rotary. Models of other
-    families raise NotImplementedError naming the model class (rotary.torch.supported_models() lists families).
-    Undo with unpatch(model). A model one of whose RoPE modules is already patched through another module (one
-    containing it or inside it) raises RuntimeError.
+    (the two halves are equal in every table transformers' RoPE modules return). verify=True runs a 2-token check
+    forward and raises NotImplementedError (undoing the patch) unless every decoder layer rotated through rotary.
+    Models of other families raise NotImplementedError naming the model class (rotary.torch.supported_models()
+    lists families). Undo with unpatch(model). A model one of whose RoPE modules is already patched through another
+    module (one containing it or inside it) raises RuntimeError.
     """
     if getattr(model, "_rotary_patch", None) is not None:
         return model
