@@ -38,13 +38,14 @@ struct LayerTypeSpec {
 /// layer's type. Read with layer_type_specs_from_hf_config_json (Python: rotary.LayerTypeSpecs; CLI:
 /// --layer-type). A config whose dict is not nested has one Spec shared by every layer.
 struct ROTARY_API LayerTypeSpecs {
-  /// true: rope parameters nested per layer type (or Gemma 3's legacy rope_local_base_freq form).
+  /// true: rope parameters nested per layer type (or Gemma 3's legacy rope_local_base_freq form, ModernBERT's
+  /// global_rope_theta / local_rope_theta).
   bool nested = false;
   /// Nested: one entry per nested key, sorted by name. Not nested: one entry per distinct name in
   /// layer_types (each holding the shared Spec), or a single entry named "" when the config has none.
   std::vector<LayerTypeSpec> by_type;
-  /// config.layer_types: layer i's type (empty when the config has no layer_types; Gemma 3's legacy
-  /// configs without it derive it from sliding_window_pattern, as transformers does).
+  /// config.layer_types: layer i's type (empty when the config has no layer_types; Gemma 3 / 3n and ModernBERT
+  /// configs without it derive it as their transformers config classes do: docs/scaling.md).
   std::vector<std::string> layer_types;
 
   /// The Spec of a layer type. Throws Error(kInvalidArgument) naming the valid types for an unknown name,

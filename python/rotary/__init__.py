@@ -459,6 +459,11 @@ def onnx_rotary_embedding(
     if cbf16 != sbf16:
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
     ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
+    attrs = {"interleaved": interleaved, "rotary_embedding_dim": rotary_embedding_dim, "num_heads": num_heads}
+    for name, v in attrs.items():  # ONNX attributes are ints: int(8.9) would make 8 of a fractional width
+        if not isinstance(v, (int, np.integer)):
+            raise TypeError(f"[onnx_rotary_embedding] {name} must be an int (an ONNX int attribute), got "
+                            f"{type(v).__name__} {v!r}")
     _onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
           rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), inverse=bool(inverse),
           threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)

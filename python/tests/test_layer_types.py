@@ -106,3 +106,37 @@ def test_flat_configs_and_lookups():
                                               "rope_parameters": {"a": {"rope_type": "linear", "factor": "x"}}})
     with pytest.raises(TypeError, match="LayerTypeSpecs.from_hf_config expects"):
         rotary.LayerTypeSpecs.from_hf_config(3)
+
+
+# Hand-written / Hub-shaped files without layer_types: the layer types and bases each config class derives.
+HUB_SHAPED = {
+    # answerdotai/ModernBERT-base's fields: every third layer full from layer 0, its own base
+    "modernbert": dict(model_type="modernbert", hidden_size=64, num_attention_heads=2, num_hidden_layers=7,
+                       global_rope_theta=160000.0, local_rope_theta=10000.0, global_attn_every_n_layers=3),
+    # Gemma 3 with v5 nested rope_parameters and no layer_types: sliding_window_pattern's default (6)
+    "gemma3-nested": dict(model_type="gemma3_text", hidden_size=64, num_attention_heads=2, head_dim=32,
+                          num_hidden_layers=8,
+                          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+    # Gemma 3n: every fifth layer full (not Gemma 3's sixth)
+    "gemma3n": dict(model_type="gemma3n_text", hidden_size=64, num_attention_heads=2, head_dim=32, num_hidden_layers=10,
+                    rope_theta=1e6, rope_local_base_freq=1e4),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUB_SHAPED))
+def test_files_without_layer_types_get_the_config_class_s_types_and_bases(case, tmp_path):
+    import transformers
+
+    doc = HUB_SHAPED[case]
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    hf = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    specs = rotary.LayerTypeSpecs.from_hf_config(str(tmp_path / "config.json"))
+    assert specs.nested and specs.layer_types == list(hf.layer_types), case
+    for layer_type in set(hf.layer_types):
+        want = hf.rope_parameters[layer_type]
+        spec = specs[layer_type]
+        assert spec.base == want["rope_theta"] and spec.rope_type == want["rope_type"], (case, layer_type)
+    if case == "modernbert":  # one Spec cannot describe it: refused by name, as Gemma 3's legacy form
+        with pytest.raises(NotImplementedError, match="global_rope_theta / local_rope_theta"):
+            rotary.Spec.from_hf_config(doc)

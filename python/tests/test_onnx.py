@@ -187,3 +187,27 @@ def test_onnx_errors_name_the_nodes_inputs():
         assert message in str(info.value), str(info.value)
         for internal in ("[rotary_apply]", "positions.ids", " q ", "q dtype"):
             assert internal not in str(info.value), str(info.value)
+
+
+def test_an_odd_head_with_an_even_partial_rotation_and_int_attributes_only():
+    # The function body splits [R, head - R]: head 7 with R 6 rotates six channels and passes one through (onnx.reference
+    # and onnxruntime agree); rotary refused every odd head. A fractional attribute was truncated by int().
+    from onnx.reference import ReferenceEvaluator
+
+    r = np.random.default_rng(11)
+    x = r.standard_normal((2, 3, 4, 7)).astype(np.float32)
+    ang = np.arange(9)[:, None] * (1.0 / 10000 ** (np.arange(0, 6, 2) / 6))[None]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    pos = r.integers(0, 9, (2, 4)).astype(np.int64)
+    for interleaved in (0, 1):
+        attrs = {"interleaved": interleaved, "rotary_embedding_dim": 6}
+        ours = rotary.onnx_rotary_embedding(x, cos, sin, pos, **attrs)
+        feeds = {"X": x, "cos_cache": cos, "sin_cache": sin, "position_ids": pos}
+        ref = ReferenceEvaluator(_model(x, cos, pos, attrs)).run(None, feeds)[0]
+        np.testing.assert_allclose(ours, ref, rtol=0, atol=2e-6)
+        np.testing.assert_array_equal(ours[..., 6], x[..., 6])
+    with pytest.raises(ValueError, match="head_size must be even when rotary_embedding_dim is 0"):
+        rotary.onnx_rotary_embedding(x, cos, sin, pos)
+    for name, value in (("interleaved", 1.5), ("rotary_embedding_dim", 6.0), ("num_heads", 2.99)):
+        with pytest.raises(TypeError, match=rf"\[onnx_rotary_embedding\] {name} must be an int"):
+            rotary.onnx_rotary_embedding(x, cos, sin, pos, **{"rotary_embedding_dim": 6, name: value})

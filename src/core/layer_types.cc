@@ -47,11 +47,18 @@ bool model_type_is(const json& obj, const char* name) {
 }
 
 /// Gemma 3's legacy config.json form: a flat rope dict with a top-level rope_local_base_freq, or any flat rope
-/// dict of a Gemma 3 text model (transformers converts it with the defaults: local base 1e4, pattern 6).
+/// dict of a Gemma 3 / 3n text model (transformers converts it with the defaults: local base 1e4, pattern 6 / 5).
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
   if (!keys.empty()) return false;
   if (has_value(*r.root, "rope_local_base_freq")) return true;
-  return model_type_is(*r.root, "gemma3_text") || model_type_is(*r.doc, "gemma3");
+  return model_type_is(*r.root, "gemma3_text") || model_type_is(*r.doc, "gemma3") ||
+         model_type_is(*r.root, "gemma3n_text") || model_type_is(*r.doc, "gemma3n");
+}
+
+/// ModernBERT's config.json form (its Hub files): global_rope_theta / local_rope_theta for full and sliding layers,
+/// every global_attn_every_n_layers-th layer full (transformers' ModernBertConfig converts it so).
+bool legacy_modernbert(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
+  return keys.empty() && (model_type_is(*r.root, "modernbert") || model_type_is(*r.doc, "modernbert"));
 }
 
 double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
@@ -62,21 +69,30 @@ double number_at(const detail::ConfigRoot& r, const char* key, double fallback) 
   return v.get<double>();
 }
 
-/// transformers' Gemma 3 default when layer_types is absent: every sliding_window_pattern-th layer is full.
-std::vector<std::string> gemma3_layer_types(const detail::ConfigRoot& r) {
+int64_t int_at(const detail::ConfigRoot& r, const char* key, int64_t fallback) {
   const json& root = *r.root;
-  auto int_at = [&](const char* key, int64_t fallback) -> int64_t {
-    if (!has_value(root, key)) return fallback;
-    const json& v = root.at(key);
-    if (!v.is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + detail::show_json(v));
-    return v.get<int64_t>();
-  };
-  const int64_t layers = int_at("num_hidden_layers", 0);
-  // Gemma3TextConfig's default when the key is absent: five sliding layers, then one full.
-  const int64_t pattern = int_at("sliding_window_pattern", 6);
+  if (!has_value(root, key)) return fallback;
+  const json& v = root.at(key);
+  if (!v.is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + detail::show_json(v));
+  return v.get<int64_t>();
+}
+
+/// transformers' defaults when layer_types is absent. Gemma 3: every sliding_window_pattern-th layer is full (five
+/// sliding layers, then one full); Gemma 3n: every fifth; ModernBERT: every global_attn_every_n_layers-th from
+/// layer 0 (default 3).
+std::vector<std::string> default_layer_types(const detail::ConfigRoot& r) {
+  const int64_t layers = int_at(r, "num_hidden_layers", 0);
+  const bool modernbert = model_type_is(*r.root, "modernbert") || model_type_is(*r.doc, "modernbert");
+  const bool gemma3n = model_type_is(*r.root, "gemma3n_text") || model_type_is(*r.doc, "gemma3n");
+  const int64_t pattern = modernbert ? int_at(r, "global_attn_every_n_layers", 3)
+                          : gemma3n  ? 5
+                                     : int_at(r, "sliding_window_pattern", 6);
   std::vector<std::string> out;
   if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
-  for (int64_t i = 0; i < layers; ++i) out.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool full = modernbert ? i % pattern == 0 : (i + 1) % pattern == 0;
+    out.push_back(full ? "full_attention" : "sliding_attention");
+  }
   return out;
 }
 
@@ -122,6 +138,12 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              "got rope_local_base_freq " +
              (given ? show_json(r.root->at("rope_local_base_freq")) : std::string("absent (a Gemma 3 text model: 10000)")));
   }
+  if (legacy_modernbert(r, keys))
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         r.prefix + "global_rope_theta / local_rope_theta give full and sliding-window layers their own base "
+             "(ModernBERT): one Spec cannot describe it; read it per layer type (C++ "
+             "layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, Python "
+             "rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
 }
 
 }  // namespace detail
@@ -173,6 +195,18 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   if (!keys.empty()) {
     out.nested = true;
     for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
+    if (out.layer_types.empty() && (legacy_gemma3(r, {}) || legacy_modernbert(r, {})))
+      out.layer_types = default_layer_types(r);  // what the config class derives (Gemma 3, 3n, ModernBERT)
+  } else if (legacy_modernbert(r, keys)) {
+    // transformers v5 (ModernBertConfig): a flat dict (rope_scaling) goes to both types, whose bases default to
+    // global_rope_theta (160000) and local_rope_theta (10000).
+    out.nested = true;
+    json full = *d.dict, sliding = *d.dict;
+    if (!has_value(full, "rope_theta")) full["rope_theta"] = number_at(r, "global_rope_theta", 160000.0);
+    if (!has_value(sliding, "rope_theta")) sliding["rope_theta"] = number_at(r, "local_rope_theta", 10000.0);
+    add("full_attention", full, d.field);
+    add("sliding_attention", sliding, d.field);
+    if (out.layer_types.empty()) out.layer_types = default_layer_types(r);
   } else if (legacy_gemma3(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict): the global dict gets rope_scaling and
     // rope_theta (default 1e6), the sliding one rope_local_base_freq with default frequencies.
@@ -185,7 +219,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     sliding["rope_theta"] = number_at(r, "rope_local_base_freq", 10000.0);
     add("full_attention", full, d.field);
     add("sliding_attention", sliding, r.prefix + "rope_local_base_freq");
-    if (out.layer_types.empty()) out.layer_types = gemma3_layer_types(r);
+    if (out.layer_types.empty()) out.layer_types = default_layer_types(r);
   } else {
     const Spec shared = detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
     for (const auto& t : out.layer_types)

@@ -109,7 +109,10 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
     args.q = split_heads(a.x, a.num_heads, head_size);
     args.q_out = split_heads(a.y, a.num_heads, head_size);
   }
-  if (head_size % 2 != 0) invalid("head_size must be even, got " + std::to_string(head_size));
+  // A full rotation needs an even head; a partial one (R even) passes the odd rest through, as the function body.
+  if (a.rotary_embedding_dim == 0 && head_size % 2 != 0)
+    invalid("head_size must be even when rotary_embedding_dim is 0 (the whole head rotates), got " +
+            std::to_string(head_size));
   if (a.rotary_embedding_dim < 0 || a.rotary_embedding_dim % 2 != 0 || a.rotary_embedding_dim > head_size)
     invalid("rotary_embedding_dim must be 0 or even and <= head_size " + std::to_string(head_size) + ", got " +
             std::to_string(a.rotary_embedding_dim));
