@@ -30,11 +30,11 @@ def _is_numpy_bf16(a: np.ndarray) -> bool:
     return a.dtype.kind == "V" and a.dtype.type.__name__ == "bfloat16"
 
 
-def _mark_written(t: Any) -> None:
-    """Bumps the version counter of a torch tensor the call writes, as torch's own in-place ops do (before their
+def _mark_written(*tensors: Any) -> None:
+    """Bumps the version counters of torch tensors the call writes, as torch's own in-place ops do (before their
     kernel, error or not): autograd then refuses a backward through a value saved before the write, instead of
     computing it from the new contents."""
-    _torch_module()._C._increment_version([t])  # the list form: the single-tensor one costs ~10x (3 us)
+    _torch_module()._C._increment_version(list(tensors))  # the list form: the single-tensor one costs ~10x (3 us)
 
 
 def _check_torch_cpu(t: Any, what: str) -> None:

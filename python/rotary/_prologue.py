@@ -163,8 +163,7 @@ def prologue(
             and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
                                         cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
                                         float(norm_offset), layout, int(threads)) == 0):
-        # The tensors it wrote (it takes torch q, k, v and both caches only), marked as _mark_written marks them.
-        _torch_module()._C._increment_version([q_out if q_out is not None else q, k_cache, v_cache])
+        _mark_written(q_out if q_out is not None else q, k_cache, v_cache)  # it takes torch q, k, v and both caches
         return q_out if q_out is not None else q
     if k is None:  # the core's own words (its binding takes no None for k)
         raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
@@ -199,18 +198,22 @@ GRAD_REFUSED = ("q", "k", "v", "q_out", "k_out", "q_norm_weight", "k_norm_weight
                 "v_scale")
 
 
+# Why each caller's writes have no gradient, and what to do instead.
+_NOT_DIFFERENTIABLE = {
+    "rotary_prologue": "the prologue is not differentiable (it writes q in place and k, v into a cache): call it "
+                       "under torch.no_grad() or torch.inference_mode(); for training, rotate with rotary.torch.apply_qk",
+    "rotary_rerotate_cache": "re-rotating a cache is not differentiable (it rewrites the cache in place): call it "
+                             "under torch.no_grad() or torch.inference_mode()",
+}
+
+
 def _refuse_autograd(named: Sequence[Any], where: str = "rotary_prologue") -> None:
     """RuntimeError (torch's kind for autograd misuse) when grad mode is on and a torch tensor of the call requires
     grad: the prologue writes q in place and k, v into a cache, and re-rotation rewrites a cache, through no
     autograd formula, so a gradient through them would be silently wrong."""
     for name, x in named:
         if x is not None and _is_torch(x) and x.requires_grad and _torch_module().is_grad_enabled():
-            if where == "rotary_prologue":
-                raise RuntimeError(f"[rotary_prologue] {name} requires grad, but the prologue is not differentiable "
-                                   "(it writes q in place and k, v into a cache): call it under torch.no_grad() or "
-                                   "torch.inference_mode(); for training, rotate with rotary.torch.apply_qk")
-            raise RuntimeError(f"[{where}] {name} requires grad, but re-rotating a cache is not differentiable (it "
-                               "rewrites the cache in place): call it under torch.no_grad() or torch.inference_mode()")
+            raise RuntimeError(f"[{where}] {name} requires grad, but {_NOT_DIFFERENTIABLE[where]}")
 
 
 def rerotate_cache(

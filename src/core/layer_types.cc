@@ -46,19 +46,23 @@ bool model_type_is(const json& obj, const char* name) {
   return obj.contains("model_type") && obj.at("model_type").is_string() && obj.at("model_type").get<std::string>() == name;
 }
 
+/// The config (its text part's model_type, or the whole document's) is of that model.
+bool model_is(const detail::ConfigRoot& r, const char* text_type, const char* doc_type) {
+  return model_type_is(*r.root, text_type) || model_type_is(*r.doc, doc_type);
+}
+
 /// Gemma 3's legacy config.json form: a flat rope dict with a top-level rope_local_base_freq, or any flat rope
 /// dict of a Gemma 3 / 3n text model (transformers converts it with the defaults: local base 1e4, pattern 6 / 5).
 bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
   if (!keys.empty()) return false;
   if (has_value(*r.root, "rope_local_base_freq")) return true;
-  return model_type_is(*r.root, "gemma3_text") || model_type_is(*r.doc, "gemma3") ||
-         model_type_is(*r.root, "gemma3n_text") || model_type_is(*r.doc, "gemma3n");
+  return model_is(r, "gemma3_text", "gemma3") || model_is(r, "gemma3n_text", "gemma3n");
 }
 
 /// ModernBERT's config.json form (its Hub files): global_rope_theta / local_rope_theta for full and sliding layers,
 /// every global_attn_every_n_layers-th layer full (transformers' ModernBertConfig converts it so).
 bool legacy_modernbert(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
-  return keys.empty() && (model_type_is(*r.root, "modernbert") || model_type_is(*r.doc, "modernbert"));
+  return keys.empty() && model_is(r, "modernbert", "modernbert");
 }
 
 double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
@@ -82,8 +86,8 @@ int64_t int_at(const detail::ConfigRoot& r, const char* key, int64_t fallback) {
 /// layer 0 (default 3).
 std::vector<std::string> default_layer_types(const detail::ConfigRoot& r) {
   const int64_t layers = int_at(r, "num_hidden_layers", 0);
-  const bool modernbert = model_type_is(*r.root, "modernbert") || model_type_is(*r.doc, "modernbert");
-  const bool gemma3n = model_type_is(*r.root, "gemma3n_text") || model_type_is(*r.doc, "gemma3n");
+  const bool modernbert = model_is(r, "modernbert", "modernbert");
+  const bool gemma3n = model_is(r, "gemma3n_text", "gemma3n");
   const int64_t pattern = modernbert ? int_at(r, "global_attn_every_n_layers", 3)
                           : gemma3n  ? 5
                                      : int_at(r, "sliding_window_pattern", 6);
