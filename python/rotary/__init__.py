@@ -242,18 +242,34 @@ def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[i
     positions: an int n (positions 0..n-1) or an int/float array of any shape.
     Returns (cos, sin), each of shape positions.shape + (rotary_dim // 2,), from the spec's cached table
     where possible. seq_len as in rotary.apply (None = max(position) + 1).
+    M-RoPE specs (mrope_section) take [3, ...] ids (one row per axis t, h, w; an int n is not taken) and return
+    shape positions.shape[1:] + (rotary_dim // 2,), each frequency from its section's axis, as rotary.torch.cos_sin.
     """
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
         if positions < 0:
             raise ValueError(f"[rotary_cos_sin] the number of positions must be >= 0, got {positions}")
+        if spec.mrope_section:
+            raise ValueError("[rotary_cos_sin] M-RoPE specs take [3, ...] position ids (t, h, w), got an int")
         positions = np.arange(int(positions), dtype=np.int64)
     p = _index_array(positions, "positions", allow_float=True)
     if _is_torch(p):
         p = p.numpy()
+    if spec.mrope_section:
+        return _mrope_cos_sin(spec, p, seq_len)
     shape = p.shape
     c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), _seq_len_arg(seq_len))
     half = c.shape[1]
     return c.reshape(shape + (half,)), s.reshape(shape + (half,))
+
+
+def _mrope_cos_sin(spec: Spec, p: np.ndarray, seq_len: Optional[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """M-RoPE rows: ids [3, ...] -> rows for ids.shape[1:], frequency j from its section's axis."""
+    if p.ndim < 1 or p.shape[0] != 3:
+        raise ValueError(f"[rotary_cos_sin] M-RoPE positions must be [3, ...] (t, h, w), got shape {p.shape}")
+    c, s = cos_sin(spec.replace(mrope_section=None, mrope_interleaved=False), p, seq_len=seq_len)  # [3, ..., R/2]
+    axis = np.asarray(_rotary._mrope_frequencies(spec, None)[1], dtype=np.int64)
+    idx = np.broadcast_to(axis, c.shape[1:])[None]
+    return np.take_along_axis(c, idx, 0)[0], np.take_along_axis(s, idx, 0)[0]
 
 
 def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *, layout: str = "bshd", offset: int = 0,

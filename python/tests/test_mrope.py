@@ -133,3 +133,25 @@ def test_text_only_positions_match_transformers(model, config_cls, rope_cls, sec
                                   rotary.apply(xs, np.broadcast_to(pos2[0], (3, B, S)).copy(), spec))
     with pytest.raises(ValueError, match="ambiguous with batch size 3"):
         rotary.apply(np.zeros((3, S, H, D), np.float32), pos2[:1].repeat(3, 0), spec)
+
+
+@pytest.mark.parametrize("section,interleaved", [([16, 24, 24], False), ([24, 20, 20], True)])
+def test_cos_sin_of_an_mrope_spec_takes_each_frequency_from_its_axis(section, interleaved):
+    """rotary.cos_sin and rotary.torch.cos_sin with [3, ...] ids: fp64 truth from the sections, the two agree."""
+    spec = rotary.Spec(128, base=1e6, mrope_section=section, mrope_interleaved=interleaved)
+    r = np.random.default_rng(8)
+    pos3 = r.integers(0, 1 << 22, (3, 2, 5))
+    c, s = rotary.cos_sin(spec, pos3)
+    assert c.shape == s.shape == (2, 5, 64) and c.dtype == np.float32
+    inv, af = spec.frequencies()
+    ang = mrope_angles(pos3, inv, section, interleaved)
+    np.testing.assert_allclose(c, af * np.cos(ang), rtol=0, atol=4e-7)
+    np.testing.assert_allclose(s, af * np.sin(ang), rtol=0, atol=4e-7)
+    import rotary.torch as rt
+
+    ct, st = rt.cos_sin(torch.from_numpy(pos3), spec)
+    assert np.array_equal(ct.numpy(), c) and np.array_equal(st.numpy(), s)
+    with pytest.raises(ValueError, match=r"\[rotary_cos_sin\] M-RoPE positions must be \[3, \.\.\.\]"):
+        rotary.cos_sin(spec, pos3[:2])
+    with pytest.raises(ValueError, match=r"\[rotary_cos_sin\] M-RoPE specs take \[3, \.\.\.\] position ids"):
+        rotary.cos_sin(spec, 4)
