@@ -222,3 +222,33 @@ def test_real_report_plots(tmp_path, preset):
     assert res.returncode == 0, res.stderr
     for name in FIGURES:
         _check_png(d / name, want_red=name != "phase_error.png")
+
+
+def test_plot_command_draws_every_layer_type_of_a_per_layer_type_report(tmp_path):
+    """`rotary report` on a config with rope parameters per layer type writes DIR/<type>/; `rotary plot DIR`
+    draws each of them (it used to want DIR/report.json)."""
+    pytest.importorskip("matplotlib")
+    cli = _find_cli()
+    if not cli:
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({
+        "model_type": "gemma3_text", "hidden_size": 256, "num_attention_heads": 4, "head_dim": 64,
+        "max_position_embeddings": 4096, "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}))
+    d = tmp_path / "rep"
+    res = subprocess.run([cli, "report", "--config", str(cfg), "--out", str(d), "--no-plots", "--quick"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert not (d / "report.json").exists()
+    env = dict(os.environ, ROTARY_PYTHON=sys.executable)
+    res = subprocess.run([cli, "plot", str(d)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for t in ("full_attention", "sliding_attention"):
+        assert f"plots of {d / t}" in res.stdout
+        for name in FIGURES:  # the unscaled type has no scaled (red) wavelength curve
+            red = name != "phase_error.png" and (t, name) != ("sliding_attention", "wavelengths.png")
+            _check_png(d / t / name, want_red=red)
+    res = subprocess.run([cli, "plot", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "report.json not found" in res.stderr

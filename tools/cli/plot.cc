@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -75,27 +76,19 @@ std::string find_plot_script(bool source_tree) {
 
 const Options kOptions = {};
 
-int plot_main(const std::vector<std::string>& args) {
-  Flags flags(args, kOptions);
-  if (flags.positional().size() != 1) throw UsageError("expected exactly one report directory");
-  std::string note;
-  const int rc = run_plotter(flags.positional()[0], &note);
-  if (rc != 0) {
-    std::fprintf(stderr, "rotary plot: %s\n", note.c_str());
-    return 1;
-  }
-  return 0;
+/// The folders DIR/<type>/ holding a report.json (a config with rope parameters per layer type), sorted.
+std::vector<std::string> layer_type_reports(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::error_code e2; it->is_directory(e2) && fs::is_regular_file(it->path() / "report.json", e2))
+      out.push_back(it->path().string());
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
-}  // namespace
-
-int run_plotter(const std::string& dir, std::string* note) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_regular_file(fs::path(dir) / "report.json", ec)) {
-    *note = dir + "/report.json not found (run `rotary report --out " + dir + "` first)";
-    return 2;
-  }
+int plot_one(const std::string& dir, std::string* note) {
   std::string python = "python3";
   if (const char* env = std::getenv("ROTARY_PYTHON"); env && *env) python = env;
   std::vector<std::string> argv;
@@ -126,8 +119,38 @@ int run_plotter(const std::string& dir, std::string* note) {
   return rc;
 }
 
+int plot_main(const std::vector<std::string>& args) {
+  Flags flags(args, kOptions);
+  if (flags.positional().size() != 1) throw UsageError("expected exactly one report directory");
+  std::string note;
+  const int rc = run_plotter(flags.positional()[0], &note);
+  if (rc != 0) {
+    std::fprintf(stderr, "rotary plot: %s\n", note.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_plotter(const std::string& dir, std::string* note) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(dir) / "report.json", ec)) return plot_one(dir, note);
+  const std::vector<std::string> types = layer_type_reports(dir);
+  if (types.empty()) {
+    *note = dir + "/report.json not found (run `rotary report --out " + dir + "` first)";
+    return 2;
+  }
+  for (const std::string& d : types) {  // one report per layer type, as `rotary report` writes them
+    std::printf("plots of %s:\n", d.c_str());
+    if (const int rc = plot_one(d, note); rc != 0) return rc;
+  }
+  return 0;
+}
+
 ROTARY_CLI_COMMAND("plot", "rotary plot DIR",
-                   "draw the PNGs of a `rotary report` directory (needs Python with matplotlib; ROTARY_PYTHON)",
+                   "draw the PNGs of a `rotary report` directory, or of each DIR/<layer type>/ one (needs Python "
+                   "with matplotlib; ROTARY_PYTHON)",
                    plot_main, &kOptions);
 
 }  // namespace rotary::cli
