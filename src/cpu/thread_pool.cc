@@ -11,8 +11,36 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#else
+#include <cfenv>
+#endif
+
 namespace rotary::detail::cpu {
 namespace {
+
+/// The calling thread's floating-point control (rounding, flush-to-zero / denormals-are-zero), which workers
+/// adopt for each job: a call's bytes then depend on its caller's mode, not on which thread ran a chunk or
+/// on the mode a worker was started with (a caller that turns on flush-to-zero, e.g.
+/// torch.set_flush_denormal, gets it on every thread of its call, and one that turns it off gets it off).
+#if defined(__x86_64__) || defined(__i386__)
+using FpControl = unsigned;
+constexpr unsigned kMxcsrFlags = 0x3Fu;  // sticky exception flags: not control, left to each thread
+FpControl fp_control() { return _mm_getcsr() & ~kMxcsrFlags; }
+void adopt_fp_control(FpControl c) {
+  const unsigned cur = _mm_getcsr();
+  if ((cur & ~kMxcsrFlags) != c) _mm_setcsr(c | (cur & kMxcsrFlags));
+}
+#else
+using FpControl = std::fenv_t;
+FpControl fp_control() {
+  std::fenv_t e;
+  std::fegetenv(&e);
+  return e;
+}
+void adopt_fp_control(const FpControl& c) { std::fesetenv(&c); }
+#endif
 
 thread_local bool t_in_region = false;
 
@@ -35,6 +63,7 @@ class Pool {
       }
       fn_ = fn;
       ctx_ = ctx;
+      fp_ = fp_control();
       nchunks_ = nchunks;
       next_.store(0, std::memory_order_relaxed);
       helpers_ = helpers;
@@ -69,6 +98,7 @@ class Pool {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] { return generation_ != seen && index < helpers_; });
         seen = generation_;
+        adopt_fp_control(fp_);
       }
       drain();
       std::lock_guard<std::mutex> lock(mutex_);
@@ -84,6 +114,7 @@ class Pool {
   int pending_ = 0;
   void (*fn_)(void*, int64_t) = nullptr;
   void* ctx_ = nullptr;
+  FpControl fp_{};
   int64_t nchunks_ = 0;
   std::atomic<int64_t> next_{0};
 };

@@ -5,12 +5,17 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <vector>
 
 #include "cpu/thread_pool.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 namespace rotary::detail::cpu {
 namespace {
@@ -93,6 +98,45 @@ TEST(ThreadPoolTest, ConcurrentCallersAllComplete) {
   for (auto& t : callers) t.join();
   EXPECT_EQ(bad.load(), 0);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+struct DenormalProbe {
+  std::vector<int> kept;  ///< per chunk: 1 if a subnormal product survived, 0 if it was flushed
+  std::mutex m;
+  std::set<std::thread::id> threads;
+};
+
+void probe_chunk(void* ctx, int64_t chunk) {
+  auto* p = static_cast<DenormalProbe*>(ctx);
+  volatile float tiny = 1e-39f, one = 1.0f;  // a subnormal: DAZ reads it as 0, FTZ flushes the product
+  const float prod = tiny * one;
+  p->kept[static_cast<size_t>(chunk)] = prod != 0.0f;
+  std::this_thread::sleep_for(std::chrono::microseconds(200));  // let the workers take chunks too
+  std::lock_guard<std::mutex> lock(p->m);
+  p->threads.insert(std::this_thread::get_id());
+}
+
+/// Runs 64 chunks on 4 threads; every chunk must see the caller's mode.
+void expect_every_chunk(bool kept) {
+  DenormalProbe p;
+  p.kept.assign(64, -1);
+  parallel_for(4, 64, probe_chunk, &p);
+  for (size_t i = 0; i < p.kept.size(); ++i) EXPECT_EQ(p.kept[i], kept ? 1 : 0) << "chunk " << i;
+  EXPECT_GT(p.threads.size(), 1u) << "the workers took no chunk: the test checked nothing";
+}
+
+TEST(ThreadPoolTest, WorkersAdoptTheCallersFlushToZeroModeForEachCall) {
+  const unsigned saved = _mm_getcsr();
+  constexpr unsigned kFtzDaz = 0x8040u;
+  _mm_setcsr(saved | kFtzDaz);  // workers started (or last run) in flush mode ...
+  expect_every_chunk(false);
+  _mm_setcsr(saved & ~kFtzDaz);  // ... then the caller turns it off: no chunk may flush
+  expect_every_chunk(true);
+  _mm_setcsr(saved | kFtzDaz);  // and on again
+  expect_every_chunk(false);
+  _mm_setcsr(saved);
+}
+#endif
 
 TEST(ThreadPoolTest, ForkedChildCanUseThreads) {
   Counting warm(16);
