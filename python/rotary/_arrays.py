@@ -150,6 +150,11 @@ def _check_out(out: Any, x: Any, what: str) -> None:
         raise TypeError(f"[rotary] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
 
 
+def _torch_wide_unsigned(torch: Any) -> Tuple[Any, ...]:
+    """torch's uint16/uint32/uint64 (torch >= 2.3; absent before)."""
+    return tuple(d for d in (getattr(torch, n, None) for n in ("uint16", "uint32", "uint64")) if d is not None)
+
+
 def _index_array(a: Any, what: str, allow_float: bool) -> Any:
     """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed)."""
     if isinstance(a, (list, tuple)):
@@ -180,6 +185,8 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
             return a
         if a.dtype in (torch.uint8, torch.int8, torch.int16):
             return a.to(torch.int64)
+        if a.dtype in _torch_wide_unsigned(torch):  # values past int64 refused, as for numpy's uint64
+            return torch.from_numpy(_index_array(a.contiguous().numpy(), what, allow_float))
         if allow_float and a.dtype in (torch.float32, torch.float64):
             return a
         if allow_float and a.dtype in (torch.float16, torch.bfloat16):

@@ -38,6 +38,9 @@ def _core(x: Any, what: str, readonly: bool = False):
     if _is_torch(x):
         torch = _torch_module()
         f8 = {getattr(torch, "float8_e4m3fn", None): 7, getattr(torch, "float8_e5m2", None): 8}
+        if x.dtype.is_floating_point and x.dtype.itemsize == 1 and x.dtype not in f8:
+            raise TypeError(f"[rotary_prologue] {what} has an unsupported dtype {x.dtype} (fp8 caches: "
+                            "torch.float8_e4m3fn or torch.float8_e5m2)")
         if x.dtype in f8:
             if x.device.type != "cpu":
                 raise ValueError(f"[rotary] {what} is on device '{x.device}'; rotary's Python kernels run on CPU tensors")
@@ -90,14 +93,40 @@ def _scale(s: Any, what: str, written: bool):
                     f"scales), got {type(s).__name__}")
 
 
-def _specs(spec: Any, seq_len: Any):
+def _in_words_of(e: Exception, where: str) -> Exception:
+    """The error with the generic "[rotary] " prefix of the shared converters (arrays, dtypes, cache_layout)
+    replaced by the call's own, as the call's docs promise; any other error unchanged."""
+    msg = str(e)
+    if not msg.startswith("[rotary] "):
+        return e
+    return type(e)(f"[{where}] " + msg[len("[rotary] "):])
+
+
+def _specs(spec: Any, seq_len: Any, spec_index: Any):
+    """(specs, seq_lens) for the binding; a list of specs needs spec_index and one seq_len per spec."""
     if spec is None:
+        if seq_len is not None:
+            raise ValueError(f"[rotary_prologue] seq_len is the length a spec's scaling sees, but spec is None (no "
+                             f"rotation), got seq_len {seq_len!r}")
         return [], []
-    specs = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    many = isinstance(spec, (list, tuple))
+    specs = list(spec) if many else [spec]
     for i, s in enumerate(specs):
         if not isinstance(s, Spec):
             raise TypeError(f"[rotary_prologue] spec[{i}] must be a rotary.Spec, got {type(s).__name__}")
-    lens = list(seq_len) if isinstance(seq_len, (list, tuple)) else [seq_len] * len(specs)
+    if many and not specs:
+        raise ValueError("[rotary_prologue] spec must hold at least one rotary.Spec (None means no rotation), got an "
+                         "empty list")
+    if len(specs) > 1 and spec_index is None:
+        raise ValueError(f"[rotary_prologue] spec_index (the spec of each sequence) is needed with a list of "
+                         f"{len(specs)} specs, got None")
+    if isinstance(seq_len, (list, tuple)):
+        lens = list(seq_len)
+    elif seq_len is None or len(specs) == 1:
+        lens = [seq_len] * len(specs)
+    else:
+        raise ValueError(f"[rotary_prologue] seq_len must be a list with one entry per spec ({len(specs)}) or None, "
+                         f"got {seq_len!r}")
     if len(lens) != len(specs):
         raise ValueError(f"[rotary_prologue] seq_len must have one entry per spec ({len(specs)}), got {len(lens)}")
     return specs, [None if n is None else int(n) for n in lens]
@@ -155,41 +184,44 @@ def prologue(
       scale per row and head); fp8 caches, a float (the per-tensor scale). q_out: None writes q in place.
     Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
     """
-    if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto" and type(layout) is str
-            and type(cache_layout) is str
-            and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
-            and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
-            # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
-            and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
-                                        cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
-                                        float(norm_offset), layout, int(threads)) == 0):
-        _mark_written(q_out if q_out is not None else q, k_cache, v_cache)  # it takes torch q, k, v and both caches
-        return q_out if q_out is not None else q
-    if k is None:  # the core's own words (its binding takes no None for k)
-        raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
-    given = dict(q=q, k=k, v=v, q_out=q_out, k_out=k_out, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
-                 k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
-    _refuse_autograd([(name, given[name]) for name in GRAD_REFUSED])
-    # Inputs only read (v; q with q_out; k with a cache or k_out) may be broadcast views (copied).
-    k_read = k_cache is not None or v_cache is not None or k_out is not None
-    (qv, kv, vv, qov, kov), act = _group([("q", q, q_out is not None), ("k", k, k_read), ("v", v, True),
-                                          ("q_out", q_out, False), ("k_out", k_out, False)])
-    (kcv, vcv), cache_bits = _group([("k_cache", k_cache, False), ("v_cache", v_cache, False)])
-    (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight, True), ("k_norm_weight", k_norm_weight, True)])
-    from . import _split_positions
+    try:
+        if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto" and type(layout) is str
+                and type(cache_layout) is str
+                and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
+                and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
+                # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
+                and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
+                                            cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
+                                            float(norm_offset), layout, int(threads)) == 0):
+            _mark_written(q_out if q_out is not None else q, k_cache, v_cache)  # it takes torch q, k, v and both caches
+            return q_out if q_out is not None else q
+        if k is None:  # the core's own words (its binding takes no None for k)
+            raise ValueError("[rotary_prologue] k must be given (the prologue writes k, and v, into the cache), got none")
+        given = dict(q=q, k=k, v=v, q_out=q_out, k_out=k_out, q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight,
+                     k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
+        _refuse_autograd([(name, given[name]) for name in GRAD_REFUSED])
+        # Inputs only read (v; q with q_out; k with a cache or k_out) may be broadcast views (copied).
+        k_read = k_cache is not None or v_cache is not None or k_out is not None
+        (qv, kv, vv, qov, kov), act = _group([("q", q, q_out is not None), ("k", k, k_read), ("v", v, True),
+                                              ("q_out", q_out, False), ("k_out", k_out, False)])
+        (kcv, vcv), cache_bits = _group([("k_cache", k_cache, False), ("v_cache", v_cache, False)])
+        (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight, True), ("k_norm_weight", k_norm_weight, True)])
+        from . import _split_positions
 
-    offset, ids = _split_positions(positions)
-    specs, lens = _specs(spec, seq_len)
-    ks, vs = _scale(k_scale, "k_scale", _is_int8(k_cache)), _scale(v_scale, "v_scale", _is_int8(v_cache))
-    _rotary._prologue(qv, kv, vv, q_out=qov, k_out=kov, offset=offset, ids=ids, cu_seqlens=_indices(cu_seqlens, "cu_seqlens"),
-                      seq_offsets=_indices(seq_offsets, "seq_offsets"), batch_offsets=_indices(batch_offsets, "batch_offsets"),
-                      specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
-                      k_cache=kcv, v_cache=vcv, slot_mapping=_indices(slot_mapping, "slot_mapping"),
-                      cache_positions=_indices(cache_positions, "cache_positions"), k_scale=ks, v_scale=vs,
-                      q_norm_weight=wq, k_norm_weight=wk, norm_eps=float(norm_eps), norm_offset=float(norm_offset),
-                      layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
-                      weight_bits=w_bits)
-    return q_out if q_out is not None else q
+        offset, ids = _split_positions(positions)
+        specs, lens = _specs(spec, seq_len, spec_index)
+        ks, vs = _scale(k_scale, "k_scale", _is_int8(k_cache)), _scale(v_scale, "v_scale", _is_int8(v_cache))
+        _rotary._prologue(qv, kv, vv, q_out=qov, k_out=kov, offset=offset, ids=ids, cu_seqlens=_indices(cu_seqlens, "cu_seqlens"),
+                          seq_offsets=_indices(seq_offsets, "seq_offsets"), batch_offsets=_indices(batch_offsets, "batch_offsets"),
+                          specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
+                          k_cache=kcv, v_cache=vcv, slot_mapping=_indices(slot_mapping, "slot_mapping"),
+                          cache_positions=_indices(cache_positions, "cache_positions"), k_scale=ks, v_scale=vs,
+                          q_norm_weight=wq, k_norm_weight=wk, norm_eps=float(norm_eps), norm_offset=float(norm_offset),
+                          layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
+                          weight_bits=w_bits)
+        return q_out if q_out is not None else q
+    except (TypeError, ValueError, IndexError) as e:  # the shared converters' "[rotary] ...", in this call's words
+        raise _in_words_of(e, "rotary_prologue") from None
 
 
 # The arguments whose gradient the prologue cannot give (rotary.prologue's keywords, torch.ops.rotary.prologue's
@@ -241,13 +273,16 @@ def rerotate_cache(
     """
     if not isinstance(spec, Spec) or (to_spec is not None and not isinstance(to_spec, Spec)):
         raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")
-    _refuse_autograd([("k_cache", k_cache), ("k_scale", k_scale)], "rotary_rerotate_cache")
-    kcv, bits = _core(k_cache, "k_cache")
-    _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
-                            _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
-                            from_seq_len=from_seq_len, to_seq_len=to_seq_len, cache_layout=cache_layout,
-                            k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)), threads=int(threads), backend=backend,
-                            cache_bits=bits)
+    try:
+        _refuse_autograd([("k_cache", k_cache), ("k_scale", k_scale)], "rotary_rerotate_cache")
+        kcv, bits = _core(k_cache, "k_cache")
+        _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
+                                _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
+                                from_seq_len=from_seq_len, to_seq_len=to_seq_len, cache_layout=cache_layout,
+                                k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)), threads=int(threads), backend=backend,
+                                cache_bits=bits)
+    except (TypeError, ValueError, IndexError) as e:
+        raise _in_words_of(e, "rotary_rerotate_cache") from None
     return k_cache
 
 

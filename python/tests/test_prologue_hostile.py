@@ -63,10 +63,10 @@ def test_a_negative_bit_view_to_write_is_named_by_the_op_before_any_write(arg):
     if arg == "q":
         q = q._neg_view()
     q0 = q.clone()
-    with pytest.raises(ValueError, match=rf"\[rotary\] {arg} is a negative-bit view"):
+    with pytest.raises(ValueError, match=rf"^\[rotary_prologue\] {arg} is a negative-bit view"):
         torch.ops.rotary.prologue(*_op_args(q, k, v, kc, vc, q_out=over["q_out"] if arg == "q_out" else None))
     assert torch.equal(q, q0) and not vc.any() and not kc.any()
-    with pytest.raises(ValueError, match=r"\[rotary\] k_cache is a negative-bit view"):
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] k_cache is a negative-bit view"):
         torch.ops.rotary.rerotate_cache(torch.ones((2, 4, 2, 64))._neg_view(), torch.tensor([1]), torch.tensor([0]),
                                         torch.tensor([3]), KEY, None, "nhd", None, 1.0, 1)
 
@@ -135,10 +135,10 @@ def test_read_only_raw_bits_caches_and_int8_scales_get_a_named_error():
         kc, vc = np.zeros((2, 4, 2, 64), dt), np.zeros((2, 4, 2, 64), dt)
         kc.flags.writeable = False
         fp8 = dt is ml_dtypes.float8_e4m3fn
-        with pytest.raises(ValueError, match=r"\[rotary\] k_cache must be writable"):
+        with pytest.raises(ValueError, match=r"^\[rotary_prologue\] k_cache must be writable"):
             rotary.prologue(None, k, v, 0, SPEC, k_cache=kc, v_cache=vc, slot_mapping=np.array([3]), layout="thd",
                             k_scale=1.0 if fp8 else None, v_scale=1.0 if fp8 else None)
-        with pytest.raises(ValueError, match=r"\[rotary\] k_cache must be writable"):
+        with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] k_cache must be writable"):
             rotary.rerotate_cache(kc, np.array([3]), np.array([0]), np.array([1]), SPEC, k_scale=1.0 if fp8 else None)
         assert not vc.view(np.uint8).any()
     kc, vc = np.zeros((2, 4, 2, 64), np.int8), np.zeros((2, 4, 2, 64), np.int8)
@@ -162,7 +162,7 @@ def test_uint64_slots_beyond_int64_are_refused_not_wrapped_to_skips():
     k = np.ones((2, 2, 64), np.float32)
     kc, vc = np.zeros((2, 4, 2, 64), np.float32), np.zeros((2, 4, 2, 64), np.float32)
     for slot in (2**64 - 1, 2**63):
-        with pytest.raises(ValueError, match=rf"\[rotary\] slot_mapping\[1\] must fit in int64, got {slot}"):
+        with pytest.raises(ValueError, match=rf"^\[rotary_prologue\] slot_mapping\[1\] must fit in int64, got {slot}"):
             rotary.prologue(None, k, k, 0, SPEC, k_cache=kc, v_cache=vc, layout="thd",
                             slot_mapping=np.array([0, slot], np.uint64))
     assert not kc.any()
@@ -179,3 +179,76 @@ def test_a_call_without_rotation_takes_any_head_dim():
         rotary.prologue(None, k, -k, 0, None, k_cache=kc, v_cache=vc, slot_mapping=np.array([2]), layout="thd")
         np.testing.assert_array_equal(kc[0, 2], k[0])
         np.testing.assert_array_equal(vc[0, 2], -k[0])
+
+
+def test_text_only_ids_of_an_mrope_spec_are_the_same_position_on_every_axis():
+    # [T] ids for an M-RoPE spec, as rotary.apply takes them (transformers' and vLLM's text tokens): the prologue
+    # refused them; they must equal the [3, T] ids with one row per axis, bit for bit, and apply's rotation.
+    spec = rotary.Spec(64, mrope_section=[8, 12, 12])
+    r = np.random.default_rng(0)
+    q, k = (r.standard_normal((5, h, 64)).astype(np.float32) for h in (4, 2))
+    ids = np.array([3, 9, 1, 0, 100])
+    outs = []
+    for pos in (ids, np.tile(ids, (3, 1))):
+        kc, vc = np.zeros((2, 4, 2, 64), np.float32), np.zeros((2, 4, 2, 64), np.float32)
+        outs.append((rotary.prologue(q.copy(), k, k, pos, spec, k_cache=kc, v_cache=vc, slot_mapping=np.arange(5)),
+                     kc))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    assert np.array_equal(outs[0][0], rotary.apply(q, ids, spec, layout="thd"))
+    ang = ids[:, None].astype(np.float64) * default_inv_freq(10000.0, 64)[None, :]
+    np.testing.assert_allclose(outs[0][0], rotate(q.astype(np.float64), ang[:, None, :]), atol=2e-5)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(spec=[SPEC, rotary.Spec(64, base=500.0)]), r"spec_index \(the spec of each sequence\) is needed with a list of 2"),
+    (dict(spec=[]), r"spec must hold at least one rotary\.Spec \(None means no rotation\), got an empty list"),
+    (dict(spec=[SPEC, SPEC], spec_index=np.array([0]), seq_len=9), r"seq_len must be a list with one entry per spec \(2\)"),
+    (dict(spec=None, seq_len=9), r"seq_len is the length a spec's scaling sees, but spec is None"),
+])
+def test_a_spec_list_without_what_gives_it_meaning_is_refused(kw, needle):
+    # These were accepted silently: the first spec for every sequence, no rotation, one length for every spec.
+    r = np.random.default_rng(1)
+    q, k = (r.standard_normal((3, h, 64)).astype(np.float32) for h in (4, 2))
+    kc = np.zeros((2, 4, 2, 64), np.float32)
+    q0, args = q.copy(), dict(k_cache=kc, v_cache=kc.copy(), slot_mapping=np.arange(3))
+    spec = kw.pop("spec")
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] " + needle):
+        rotary.prologue(q, k, k, 0, spec, **args, **kw)
+    assert np.array_equal(q, q0) and not kc.any()
+
+
+def test_converter_errors_carry_the_call_s_prefix_and_name_the_written_tensor():
+    T, D = 4, 16
+    spec = rotary.Spec(D)
+    buf = np.zeros(T * D * 4, np.uint8)
+    k = buf.view(np.float32).reshape(T, 1, D)
+    k[:] = 1.0
+    pos = buf[-8 * T:].view(np.int64)
+    pos[:] = [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] k \(rotated in place\) overlaps positions\.ids"):
+        rotary.prologue(None, k, None, pos, spec, k_cache=None, v_cache=None)  # there is no q: k is written
+    kc, q = np.zeros((1, 4, 1, D), np.float32), np.ones((T, 1, D), np.float32)
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] cache_layout must be nhd, hnd, bshd or bhsd"):
+        rotary.prologue(q.copy(), q, q, 0, spec, k_cache=kc, v_cache=kc.copy(), slot_mapping=np.arange(T),
+                        cache_layout="xyz")
+    with pytest.raises(TypeError, match=r"^\[rotary_rerotate_cache\] to_positions must be an integer array"):
+        rotary.rerotate_cache(kc, np.arange(T), np.arange(T), np.arange(T) + 0.5, spec)
+    fnuz = getattr(torch, "float8_e4m3fnuz", None)
+    if fnuz is not None:
+        t = torch.ones(T, 1, D)
+        with pytest.raises(TypeError, match=r"^\[rotary_prologue\] k_cache has an unsupported dtype torch\.float8_e4m3fnuz"):
+            rotary.prologue(t.clone(), t, t, 0, spec, k_cache=torch.zeros(1, 4, 1, D, dtype=fnuz),
+                            v_cache=torch.zeros(1, 4, 1, D, dtype=fnuz), slot_mapping=torch.arange(T), k_scale=1.0,
+                            v_scale=1.0)
+
+
+def test_torch_uint64_slots_are_read_by_value_and_refused_past_int64():
+    q, k, v, kc, vc = _inputs()
+    want_kc = kc.clone()
+    rotary.prologue(q.clone(), k, v, 0, SPEC, k_cache=want_kc, v_cache=vc.clone(), slot_mapping=torch.tensor([3, 1, 6]))
+    rotary.prologue(q.clone(), k, v, 0, SPEC, k_cache=kc, v_cache=vc,
+                    slot_mapping=torch.tensor([3, 1, 6], dtype=torch.uint64))
+    assert torch.equal(kc, want_kc)
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] slot_mapping\[1\] must fit in int64"):
+        rotary.prologue(q.clone(), k, v, 0, SPEC, k_cache=kc, v_cache=vc,
+                        slot_mapping=torch.tensor([3, 2**63 + 5, 6], dtype=torch.uint64))

@@ -299,6 +299,7 @@ void rotation_request(const PrologueArgs& a, const SourceGeometry& geo, bool rot
   if (geo.n_axes > 1) {
     req->n_axes = geo.n_axes;
     req->axes_what = "t, h, w position per token for an M-RoPE spec";
+    req->axes_accept_single = true;  // [T] / [B,S] / [S]: text-only, the same position on every axis, as apply takes
   }
 }
 
@@ -339,12 +340,11 @@ ProloguePlan build_prologue_plan_full(const PrologueArgs& a) {
   try {
     p.rope = build_plan(ap, req, &range);
   } catch (const Error& e) {
-    rethrow_as(e, kWhere);
+    rethrow_as(e, kWhere, !has_q);  // without q, the apply checks saw k as their "q"
   }
   Plan& rp = p.rope;
   if (ap.q.dtype == DType::kF64 && has_cache) invalid_dtype(kWhere, "q, k and v must be f32, f16 or bf16 with a cache, got f64");
   // build_plan leaves tensors without heads out of the apply plan: q is t[0] and k follows it when present.
-  // Without q, build_plan saw k as "q" (its messages name it so).
   const int64_t hq = has_q ? canonical(a.q, a.layout).H : 0;
   p.hkv = canonical(a.k, a.layout).H;
   p.q_index = hq > 0 ? 0 : -1;

@@ -2,6 +2,7 @@
 #include "engine/prologue_checks.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -33,10 +34,34 @@ CacheLayout parse_cache_layout(std::string_view name, const char* what) {
 
 namespace detail {
 
-void rethrow_as(const Error& e, const char* where) {
+namespace {
+bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+/// The message with each whole word "q" / "q_out" (not inside another word) as "k" / "k_out".
+std::string q_words_as_k(const std::string& msg) {
+  std::string out;
+  out.reserve(msg.size());
+  for (size_t i = 0; i < msg.size(); ++i) {
+    const bool starts = msg[i] == 'q' && (i == 0 || !word_char(msg[i - 1]));
+    size_t len = 0;
+    if (starts && (i + 1 == msg.size() || !word_char(msg[i + 1]))) len = 1;
+    else if (starts && msg.compare(i, 5, "q_out") == 0 && (i + 5 == msg.size() || !word_char(msg[i + 5]))) len = 5;
+    if (len == 0) {
+      out += msg[i];
+      continue;
+    }
+    out += len == 1 ? "k" : "k_out";
+    i += len - 1;
+  }
+  return out;
+}
+}  // namespace
+
+void rethrow_as(const Error& e, const char* where, bool q_is_k) {
   std::string msg = e.what();
   const std::string from = std::string("[") + kApplyWhere + "]";
   if (msg.compare(0, from.size(), from) == 0) msg = std::string("[") + where + "]" + msg.substr(from.size());
+  if (q_is_k) msg = q_words_as_k(msg);
   throw Error(e.kind(), msg, e.cause());
 }
 

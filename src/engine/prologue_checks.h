@@ -14,8 +14,9 @@ inline constexpr const char* kPrologueWhere = "rotary_prologue";
 inline constexpr const char* kRerotateWhere = "rotary_rerotate_cache";
 
 /// Rethrows an error of the apply validation (checks shared with apply: tensors, positions, aliasing)
-/// with `where` in place of its "[rotary_apply]" prefix; kind and cause are kept.
-[[noreturn]] void rethrow_as(const Error& e, const char* where);
+/// with `where` in place of its "[rotary_apply]" prefix; kind and cause are kept. `q_is_k`: the apply checks saw
+/// the caller's k as their "q" (a call without q), so the words q / q_out of the message become k / k_out.
+[[noreturn]] void rethrow_as(const Error& e, const char* where, bool q_is_k = false);
 
 /// The cache layout's dims as text: "[num_blocks, block_size, Hkv, D]" etc.
 const char* cache_dims(CacheLayout layout);
