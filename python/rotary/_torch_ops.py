@@ -185,17 +185,30 @@ def _apply_qk__cpu(q, k, positions, offset, spec, layout="bshd", pairing="", inv
          threads)
 
 
+def _f64_tables(cos, sin, *xs) -> bool:
+    """float64 tensors with a float64 table: the kernels read caller tables in float32, so these calls are validated
+    by the kernel (its named errors, into scratch outputs) and computed by the composite in float64, as on devices
+    (the values as given; torch.autograd.gradcheck holds for the tables too)."""
+    return (cos.dtype == torch.float64 or sin.dtype == torch.float64) and all(x.dtype == torch.float64 for x in xs)
+
+
 def _apply_cos_sin_cpu(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    f64 = _f64_tables(cos, sin, x)
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_cos_sin"](x, cos, sin, positions, offset, layout, pairing, inverse, threads)
     out = torch.empty_like(x)
     _run(None, cos, sin, x, out, None, None, positions, offset, layout, pairing, inverse, None, threads)
+    if f64:
+        return _composite.COMPOSITE["apply_cos_sin"](x, cos, sin, positions, offset, layout, pairing, inverse, threads)
     return out
 
 
 def _apply_cos_sin__cpu(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_cos_sin_"](x, cos, sin, positions, offset, layout, pairing, inverse, threads)
+    if _f64_tables(cos, sin, x):
+        x.copy_(_apply_cos_sin_cpu(x, cos, sin, positions, offset, layout, pairing, inverse, threads))
+        return
     _run(None, cos, sin, x, None, None, None, positions, offset, layout, pairing, inverse, None, threads)
 
 
@@ -204,12 +217,19 @@ def _apply_qk_cos_sin_cpu(q, k, cos, sin, positions=None, offset=0, layout="bshd
         return _composite.COMPOSITE["apply_qk_cos_sin"](q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
     _run(None, cos, sin, q, q_out, k, k_out, positions, offset, layout, pairing, inverse, None, threads)
+    if _f64_tables(cos, sin, q, k):
+        return _composite.COMPOSITE["apply_qk_cos_sin"](q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
     return q_out, k_out
 
 
 def _apply_qk_cos_sin__cpu(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_qk_cos_sin_"](q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
+    if _f64_tables(cos, sin, q, k):
+        qo, ko = _apply_qk_cos_sin_cpu(q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
+        q.copy_(qo)
+        k.copy_(ko)
+        return
     _run(None, cos, sin, q, None, k, None, positions, offset, layout, pairing, inverse, None, threads)
 
 

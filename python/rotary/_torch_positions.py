@@ -16,6 +16,14 @@ def _functorch_active() -> bool:
     return not torch.compiler.is_compiling() and _peek_functorch() is not None
 
 
+def _int_tensor(a: Any, name: str, device: Any) -> torch.Tensor:
+    """An index argument as int64 on `device`; float, complex and bool values raise (they were truncated)."""
+    t = torch.as_tensor(a, device=device)
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(f"[rotary_apply] positions.{name} must be an integer tensor, got dtype {t.dtype}")
+    return t.long()
+
+
 def _n_tokens(x: torch.Tensor, layout: str) -> int:
     if layout == "thd":
         return x.shape[0]
@@ -30,7 +38,7 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
     if cu_seqlens is not None:
         return _packed_ids(x, positions, cu_seqlens, seq_offsets), 0
     if batch_offsets is not None:
-        bo = torch.as_tensor(batch_offsets, device=x.device).long()
+        bo = _int_tensor(batch_offsets, "batch_offsets", x.device)
         if bo.dim() != 1 or bo.shape[0] not in (1, x.shape[0]):
             raise ValueError(f"[rotary_apply] positions.batch_offsets must have shape [B] = [{x.shape[0]}] (or [1]), "
                              f"got {list(bo.shape)}")
@@ -88,12 +96,12 @@ def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: A
     """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset).
     cu_seqlens on the CPU is checked as rotary.apply checks it (device tensors are not read on the host, nor are
     tensors being traced by torch.compile)."""
-    cu = torch.as_tensor(cu_seqlens, device=x.device).long()
+    cu = _int_tensor(cu_seqlens, "cu_seqlens", x.device)
     if cu.dim() != 1 or cu.shape[0] < 1:
         raise ValueError(f"[rotary_apply] positions.cu_seqlens must have shape [N+1], got {list(cu.shape)}")
     so = None
     if seq_offsets is not None:
-        so = torch.as_tensor(seq_offsets, device=x.device).long()
+        so = _int_tensor(seq_offsets, "seq_offsets", x.device)
         if so.dim() != 1 or so.shape[0] != cu.shape[0] - 1:
             raise ValueError(f"[rotary_apply] positions.seq_offsets must have shape [N] = [{cu.shape[0] - 1}], "
                              f"got {list(so.shape)}")

@@ -187,8 +187,9 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
     key = _key(spec)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""
-    if _functorch_active() and not inplace:
-        return _SpecRotation.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
+    if _functorch_active():  # in place too: the out-of-place Function, copied back (functorch records copy_)
+        y = _SpecRotation.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
+        return x.copy_(y) if inplace else y
     if _eager(x, pos):
         if inplace:
             _kernel["apply_"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
@@ -216,9 +217,10 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
     key = _key(spec)
     pos, offset = _positions(positions, q, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""
-    if _functorch_active() and not inplace:
-        return (_SpecRotation.apply(q, pos, offset, key, layout, p, inverse, seq_len, threads),
-                _SpecRotation.apply(k, pos, offset, key, layout, p, inverse, seq_len, threads))
+    if _functorch_active():
+        qy = _SpecRotation.apply(q, pos, offset, key, layout, p, inverse, seq_len, threads)
+        ky = _SpecRotation.apply(k, pos, offset, key, layout, p, inverse, seq_len, threads)
+        return (q.copy_(qy), k.copy_(ky)) if inplace else (qy, ky)
     if _eager(q, k, pos):
         if inplace:
             _kernel["apply_qk_"](q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
@@ -242,8 +244,9 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
     """
     _check_backend(backend)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
-    if _functorch_active() and not inplace:
-        return _TableRotation.apply(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+    if _functorch_active():  # the Function saves x for the tables' gradients: in place, it reads a copy
+        y = _TableRotation.apply(x.clone() if inplace else x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+        return x.copy_(y) if inplace else y
     if _eager(x, cos, sin, pos):
         if inplace:
             _kernel["apply_cos_sin_"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
@@ -264,9 +267,27 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     pass through). interleaved: pairs (2i, 2i+1) instead of (i, i + R/2). seqlen_offsets: an int, or [B] ([N] for
     varlen): each sequence's first position (KV-cache decoding). max_seqlen is accepted and not needed.
     Unlike flash-attn, a position at or past max_pos raises ValueError instead of leaving x unrotated.
+    inplace=True on a leaf that requires grad (or a view of one) writes x and returns a tensor that carries the
+    gradient, as flash-attn's does; float seqlen_offsets raise TypeError, as flash-attn asserts integer dtypes.
     """
     del max_seqlen  # rotary reads the sequence lengths from cu_seqlens
     pairing = "interleaved" if interleaved else "half"
+    if isinstance(seqlen_offsets, (bool, np.bool_, float, np.floating)) or (
+            isinstance(seqlen_offsets, torch.Tensor) and (seqlen_offsets.is_floating_point()
+                                                          or seqlen_offsets.dtype == torch.bool)):
+        what = seqlen_offsets.dtype if isinstance(seqlen_offsets, torch.Tensor) else type(seqlen_offsets).__name__
+        raise TypeError(f"[rotary_apply] seqlen_offsets must be an int or an integer tensor, got {what}")
+    leaf = x.is_leaf or (x._base is not None and x._base.is_leaf)
+    if inplace and leaf and x.requires_grad and torch.is_grad_enabled():
+        # flash-attn's form: its Function writes x (a leaf that requires grad, or a view of one) and differentiates
+        # the returned tensor. torch refuses an in-place op on a leaf, so the rotation is recorded out of place and
+        # written into x's memory outside autograd; gradients flow through the returned tensor. (Table gradients
+        # need x's values: those read a copy, which the write leaves alone.)
+        src = x.clone() if cos.requires_grad or sin.requires_grad else x
+        y = apply_rotary_emb(src, cos, sin, interleaved, False, seqlen_offsets, cu_seqlens)
+        with torch.no_grad():
+            x.copy_(y)
+        return y
     scalar = isinstance(seqlen_offsets, (int, np.integer)) or (
         isinstance(seqlen_offsets, torch.Tensor) and seqlen_offsets.dim() == 0)
     if cu_seqlens is not None:

@@ -71,12 +71,13 @@ def test_flash_attn_apply_rotary_emb(inplace, interleaved, rotary_fraction, offs
     torch.manual_seed(1)
     base = torch.randn(B, S, H, D)
     x = base.clone().requires_grad_()
-    x_in = x * 1.0 if inplace else x  # flash-attn's in-place form rotates a non-leaf tensor
     cos, sin = _cos_sin(2 * S, R)
     offs = _offsets(offsets_kind, B, S)
-    out = rt.apply_rotary_emb(x_in, cos, sin, interleaved=interleaved, inplace=inplace, seqlen_offsets=offs)
+    # in place on the leaf itself, as flash-attn's test does (its Function writes x; torch's in-place ops refuse a
+    # leaf that requires grad): x holds the rotation, the returned tensor carries the gradient
+    out = rt.apply_rotary_emb(x, cos, sin, interleaved=interleaved, inplace=inplace, seqlen_offsets=offs)
     if inplace:
-        assert out is x_in
+        assert torch.equal(x.detach(), out.detach())
     x_pt = base.double().requires_grad_()
     cos_pt, sin_pt = _fa_index_cos_sin(cos.double(), sin.double(), offs, S)
     out_pt = _fa_apply_rotary_emb_torch(x_pt, cos_pt, sin_pt, interleaved)
@@ -103,7 +104,7 @@ def test_flash_attn_varlen(inplace, interleaved, offsets_kind):
     cu = torch.cat((torch.zeros(1, dtype=torch.int32), lengths.cumsum(0).to(torch.int32)))
     cos, sin = _cos_sin(2 * S, D, seed=3)
     offs = _offsets(offsets_kind, B, S)
-    x_in = x_unpad * 1.0 if inplace else x_unpad
+    x_in = x_unpad * 1.0 if inplace and offsets_kind == "int" else x_unpad  # a non-leaf too, and the leaf itself
     out_unpad = rt.apply_rotary_emb(x_in, cos, sin, interleaved=interleaved, inplace=inplace, seqlen_offsets=offs,
                                     cu_seqlens=cu, max_seqlen=int(lengths.max()))
     x_pt = xp.double().requires_grad_()
@@ -116,6 +117,8 @@ def test_flash_attn_varlen(inplace, interleaved, offsets_kind):
     g_pad[mask] = g.double()
     out_pt.backward(g_pad)
     torch.testing.assert_close(x_unpad.grad.double(), x_pt.grad[mask], atol=F32_ABS_TOL, rtol=0)
+    if inplace:
+        assert torch.equal(x_in.detach(), out_unpad.detach())
 
 
 def test_torch_packed_and_per_batch_positions_are_checked_as_rotary_apply_checks_them():
@@ -278,3 +281,60 @@ def test_onnx_inverse_is_the_operator_with_negated_sin():
         fwd = rotary.onnx_rotary_embedding(x, cos, sin, pos, interleaved=interleaved)
         back = rotary.onnx_rotary_embedding(fwd, cos, sin, pos, interleaved=interleaved, inverse=True)
         np.testing.assert_allclose(back, x, atol=2 * F32_ABS_TOL, rtol=0)
+
+
+def test_float_offsets_and_cu_seqlens_are_refused_not_truncated():
+    # .long() made seqlen_offsets [1.5, 2.7] the rotation of [1, 2] and cu_seqlens [0., 2.5, 5.] that of [0, 2, 5];
+    # flash-attn asserts integer dtypes, and rotary.apply refuses float offsets.
+    x = torch.randn(2, 5, 2, 8)
+    cos, sin = _cos_sin(16, 8)
+    spec = rotary.Spec(8)
+    for off in (torch.tensor([1.5, 2.7]), torch.tensor(1.5), 1.5, torch.tensor([True, False])):
+        with pytest.raises(TypeError, match=r"^\[rotary_apply\] seqlen_offsets must be an int or an integer tensor"):
+            rt.apply_rotary_emb(x, cos, sin, seqlen_offsets=off)
+    xt = torch.randn(5, 2, 8)
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.cu_seqlens must be an integer tensor"):
+        rt.apply_rotary_emb(xt, cos, sin, cu_seqlens=torch.tensor([0.0, 2.5, 5.0]))
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.seq_offsets must be an integer tensor"):
+        rt.apply_cos_sin(xt, cos, sin, layout="thd", cu_seqlens=[0, 2, 5], seq_offsets=[0.9, 3.99])
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.batch_offsets must be an integer tensor"):
+        rt.apply(x, 0, spec, batch_offsets=[0.5, 1.5])
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_float64_tables_are_used_as_given_and_gradcheck_holds_for_them(interleaved):
+    # The CPU kernel read a float64 table in float32 (8e-8 off the float64 formula, gradcheck in the tables failed,
+    # and the device composite differed); float64 calls are now float64 throughout.
+    B, S, H, D = 2, 4, 2, 8
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, S, H, D, dtype=torch.float64, generator=g)
+    ang = torch.rand(S + 3, D // 2, dtype=torch.float64, generator=g) * 6.0
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    offs = torch.tensor([0, 3])
+    cpt, spt = _fa_index_cos_sin(cos, sin, offs, S)
+    want = _fa_apply_rotary_emb_torch(x, cpt, spt, interleaved)
+    got = rt.apply_rotary_emb(x, cos, sin, interleaved=interleaved, seqlen_offsets=offs)
+    torch.testing.assert_close(got, want, atol=1e-15, rtol=0)
+    xi = x.clone()
+    rt.apply_rotary_emb(xi, cos, sin, interleaved=interleaved, seqlen_offsets=offs, inplace=True)
+    torch.testing.assert_close(xi, want, atol=1e-15, rtol=0)
+    args = (x.clone().requires_grad_(), cos.clone().requires_grad_(), sin.clone().requires_grad_())
+    assert torch.autograd.gradcheck(lambda a, c, s: rt.apply_rotary_emb(a, c, s, interleaved=interleaved,
+                                                                        seqlen_offsets=offs), args)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\]"):  # the kernel's named error still comes first
+        rt.apply_rotary_emb(x, cos[:4], sin[:4], seqlen_offsets=offs)
+
+
+def test_in_place_calls_under_torch_func_grad_equal_the_out_of_place_gradient():
+    # "In order to use an autograd.Function with functorch transforms ... setup_context" was raised for inplace=True.
+    x = torch.randn(1, 4, 2, 8, dtype=torch.float64)
+    spec = rotary.Spec(8)
+    cos, sin = _cos_sin(8, 8, dtype=torch.float64)
+    for f in (lambda a, ip: rt.apply(a * 2, 0, spec, inplace=ip),
+              lambda a, ip: rt.apply_qk(a * 2, a * 3, 0, spec, inplace=ip)[1],
+              lambda a, ip: rt.apply_rotary_emb(a * 2, cos, sin, inplace=ip)):
+        w = torch.randn(1, 4, 2, 8, dtype=torch.float64)  # a weighted sum: |rotation|^2 would not see the angle
+        want = torch.func.grad(lambda a: (f(a, False) * w).sum())(x)
+        got = torch.func.grad(lambda a: (f(a, True) * w).sum())(x)
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+        assert want.abs().sum() > 0
