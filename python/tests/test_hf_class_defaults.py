@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 FLAT = ["apertus", "bitnet", "cohere", "cohere2", "cohere2_moe", "deepseek_v2", "deepseek_v3", "ernie4_5",
         "ernie4_5_moe", "gemma", "gemma2", "glm", "glm4", "gpt_oss", "helium", "lfm2", "minimax", "mixtral",
         "nemotron", "persimmon", "phi", "phimoe", "qwen3", "seed_oss", "smollm3", "stablelm", "llama", "mistral",
-        "qwen2", "olmo2", "granite"]
+        "qwen2", "olmo2", "granite", "cwm", "bamba", "qwen3_next", "recurrent_gemma", "zamba2"]
 # Vision-language models: the text part nested in text_config (head_dim 128, the sections' sum times 2).
 NESTED = [("qwen2_vl", "qwen2_vl_text"), ("qwen2_5_vl", "qwen2_5_vl_text"), ("qwen3_vl", "qwen3_vl_text"),
           ("qwen3_vl_moe", "qwen3_vl_moe_text"), ("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")]
@@ -92,6 +92,19 @@ def test_a_trimmed_config_gets_the_config_class_defaults(model_type, tmp_path):
     assert spec.pairing == _hf_pairing(model_type, config), model_type
 
 
+def test_bailing_hybrid_rotates_its_qk_rope_part_in_interleaved_pairs(tmp_path):
+    # Its head_dim is qk_rope_head_dim (64), its base 6e6, and its attention always calls the _interleave variant.
+    fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
+    emb = _hf_text_rope("bailing_hybrid", _hf_config("bailing_hybrid", fields))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bailing_hybrid", **fields}))
+    spec = rotary.Spec.from_hf_config(str(path))
+    _check(spec, emb, "bailing_hybrid")
+    src = inspect.getsource(_hf_modeling("bailing_hybrid"))
+    assert "q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)" in src
+    assert spec.pairing == "interleaved"
+
+
 # Files that give some fields, with null or falsy values, or both dicts: each read as transformers reads it.
 PARTIAL = [
     ("phi", {"partial_rotary_factor": None}),  # an explicit null: full rotation, not the class's 0.5
@@ -105,6 +118,9 @@ PARTIAL = [
     ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5},
                "rope_scaling": []}),  # a falsy rope_scaling does not
     ("glm4", {"partial_rotary_factor": 0.25, "head_dim": 64}),
+    ("bamba", {"partial_rotary_factor": 1.0}),  # the class sets 0.5 whatever the top level says
+    ("bamba", {"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.0}}),  # the dict's own wins
+    ("zamba2", {"num_hidden_layers": 54, "attention_head_dim": 64}),  # its head_dim key, given
 ]
 
 

@@ -302,7 +302,7 @@ RopeDict rope_dict(const ConfigRoot& r) {
   if (top.has("rope_parameters")) return dict("rope_parameters");
   // Neither: the config class's own dict (gpt-oss's yarn, Apertus's llama3), else the default type's.
   const json* class_dict = model_defaults(model_type_of(r)).rope_dict;
-  return RopeDict{class_dict != nullptr ? class_dict : &kEmptyRopeDict, top.field("rope_scaling")};
+  return RopeDict{class_dict ? class_dict : &kEmptyRopeDict, top.field(class_dict ? "rope_parameters" : "rope_scaling")};
 }
 
 std::string model_type_of(const ConfigRoot& r) {
@@ -348,7 +348,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     if (!hidden || !heads)
       invalid(top.field("head_dim") + " is missing: give head_dim, or hidden_size and num_attention_heads");
     if (*heads <= 0) invalid(top.field("num_attention_heads") + " must be > 0, got " + std::to_string(*heads));
-    spec.head_dim = *hidden / *heads;
+    spec.head_dim = cls.head_dim_hidden_multiple * *hidden / *heads;  // Zamba2: 2 * hidden / heads
   }
   // Bound head_dim before deriving rotary_dim from it (a hostile value must not overflow the cast below).
   if (spec.head_dim <= 0 || spec.head_dim > (int64_t(1) << 16))
@@ -382,10 +382,10 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
       neox ? top.number("rotary_emb_base").value_or(10000.0)
            : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(cls.rope_theta)));
   std::optional<double> prf = rp.number("partial_rotary_factor");
-  if (!prf && !neox) prf = top.number("partial_rotary_factor");
+  if (!prf && !neox && !cls.forced_partial) prf = top.number("partial_rotary_factor");  // Bamba: the class's
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
-  const bool prf_named = rp.has_key("partial_rotary_factor") || top.has_key("partial_rotary_factor");
+  const bool prf_named = rp.has_key("partial_rotary_factor") || (top.has_key("partial_rotary_factor") && !cls.forced_partial);
   spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
       spec.partial_rotary_factor > 1)

@@ -1,10 +1,11 @@
-// RoPE per layer type (transformers v5 nested rope_parameters, Gemma 3's legacy form): config.json -> LayerTypeSpecs.
+// RoPE per layer type (v5 nested rope_parameters, Gemma 3's conversion, class dicts): config.json -> LayerTypeSpecs.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/config_parse.h"
 #include "core/messages.h"
+#include "core/model_defaults.h"
 #include "rotary/config.h"
 
 namespace rotary {
@@ -51,12 +52,17 @@ bool model_is(const detail::ConfigRoot& r, const char* text_type, const char* do
   return model_type_is(*r.root, text_type) || model_type_is(*r.doc, doc_type);
 }
 
-/// Gemma 3's legacy config.json form: a flat rope dict with a top-level rope_local_base_freq, or any flat rope
-/// dict of a Gemma 3 / 3n text model (transformers converts it with the defaults: local base 1e4, pattern 6 / 5).
-bool legacy_gemma3(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
-  if (!keys.empty()) return false;
-  if (has_value(*r.root, "rope_local_base_freq")) return true;
-  return model_is(r, "gemma3_text", "gemma3") || model_is(r, "gemma3n_text", "gemma3n");
+/// The config's model_type's class defaults (model_defaults.cc).
+const detail::ModelDefaults& class_of(const detail::ConfigRoot& r) { return detail::model_defaults(detail::model_type_of(r)); }
+
+/// A class converting its RoPE fields as Gemma3TextConfig does (Gemma 3 / 3n, T5Gemma 2, OLMo 3: model_defaults.h's
+/// local_theta_key), nested or not; or, for another model, a flat rope dict beside a top-level rope_local_base_freq
+/// (Gemma 3's legacy form, read with Gemma 3's defaults). Null: neither.
+const detail::ModelDefaults* gemma3_style(const detail::ConfigRoot& r, const std::vector<std::string>& keys) {
+  const detail::ModelDefaults& cls = class_of(r);
+  if (cls.local_theta_key != nullptr) return &cls;
+  if (keys.empty() && has_value(*r.root, "rope_local_base_freq")) return &detail::model_defaults("gemma3_text");
+  return nullptr;
 }
 
 /// ModernBERT's config.json form (its Hub files): global_rope_theta / local_rope_theta for full and sliding layers,
@@ -81,23 +87,42 @@ int64_t int_at(const detail::ConfigRoot& r, const char* key, int64_t fallback) {
   return v.get<int64_t>();
 }
 
-/// transformers' defaults when layer_types is absent. Gemma 3: every sliding_window_pattern-th layer is full (five
-/// sliding layers, then one full); Gemma 3n: every fifth; ModernBERT: every global_attn_every_n_layers-th from
-/// layer 0 (default 3).
-std::vector<std::string> default_layer_types(const detail::ConfigRoot& r) {
+/// transformers' defaults when layer_types is absent (the class's, `cls`). Gemma 3: every sliding_window_pattern-th
+/// layer is full (five sliding layers, then one full); Gemma 3n: every fifth; OLMo 3: every fourth; MiMo-V2-Flash
+/// also layer 0, NeoMME also the last; ModernBERT: every global_attn_every_n_layers-th from layer 0 (default 3).
+std::vector<std::string> default_layer_types(const detail::ConfigRoot& r, const detail::ModelDefaults& cls) {
   const int64_t layers = int_at(r, "num_hidden_layers", 0);
   const bool modernbert = model_is(r, "modernbert", "modernbert");
-  const bool gemma3n = model_is(r, "gemma3n_text", "gemma3n");
-  const int64_t pattern = modernbert ? int_at(r, "global_attn_every_n_layers", 3)
-                          : gemma3n  ? 5
-                                     : int_at(r, "sliding_window_pattern", 6);
+  const int64_t pattern = modernbert            ? int_at(r, "global_attn_every_n_layers", 3)
+                          : cls.full_every_key ? int_at(r, cls.full_every_key, cls.full_every)
+                                               : cls.full_every;
   std::vector<std::string> out;
   if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
   for (int64_t i = 0; i < layers; ++i) {
-    const bool full = modernbert ? i % pattern == 0 : (i + 1) % pattern == 0;
+    const bool full = modernbert ? i % pattern == 0
+                                 : (i + 1) % pattern == 0 || (cls.first_full && i == 0) || (cls.last_full && i == layers - 1);
     out.push_back(full ? "full_attention" : "sliding_attention");
   }
   return out;
+}
+
+/// The class's conversion for a Gemma 3-style class `g` (Gemma3TextConfig.convert_rope_params_to_dict): a nested
+/// rope_parameters kept, a flat one dropped; full_attention (null or absent: {"rope_type": "default"}) updated with
+/// rope_scaling, its base defaulting to rope_theta, else the class's; sliding_attention's to g's local key, else the
+/// class's local base.
+json gemma3_conversion(const detail::ConfigRoot& r, const detail::ModelDefaults& g, const detail::RopeDict& d, bool nested) {
+  const json& root = *r.root;
+  json conv = nested ? *d.dict : json::object();
+  json& full = conv["full_attention"];
+  if (full.is_null()) full = {{"rope_type", "default"}};
+  if (full.is_object() && has_value(root, "rope_scaling") && root.at("rope_scaling").is_object())
+    for (auto it = root.at("rope_scaling").begin(); it != root.at("rope_scaling").end(); ++it) full[it.key()] = it.value();
+  if (full.is_object() && !has_value(full, "rope_theta")) full["rope_theta"] = number_at(r, "rope_theta", g.rope_theta);
+  json& sliding = conv["sliding_attention"];
+  if (sliding.is_null()) sliding = {{"rope_type", "default"}};
+  if (sliding.is_object() && !has_value(sliding, "rope_theta"))
+    sliding["rope_theta"] = *g.local_theta_key ? number_at(r, g.local_theta_key, g.local_rope_theta) : g.local_rope_theta;
+  return conv;
 }
 
 }  // namespace
@@ -133,14 +158,22 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              "): one Spec cannot describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, "
              "C rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   }
-  if (legacy_gemma3(r, keys)) {
-    const bool given = has_value(*r.root, "rope_local_base_freq");
+  const ModelDefaults* g = gemma3_style(r, keys);
+  if (g != nullptr && *g->local_theta_key == '\0')
     fail(Error::Kind::kUnsupported, kConfigWhere,
-         r.prefix + "rope_local_base_freq gives sliding-window layers their own base (Gemma 3): one Spec cannot "
+         "model_type " + model_type_of(r) + ": its config class gives full_attention and sliding_attention layers "
+             "their own RoPE (a rope_scaling applies to full_attention only): one Spec cannot describe it; read it per "
+             "layer type (C++ layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, Python "
+             "rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
+  if (g != nullptr) {
+    const bool given = has_value(*r.root, g->local_theta_key);
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         r.prefix + g->local_theta_key + " gives sliding-window layers their own base (Gemma 3): one Spec cannot "
              "describe it; read it per layer type (C++ layer_type_specs_from_hf_config_json, C "
              "rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
-             "got rope_local_base_freq " +
-             (given ? show_json(r.root->at("rope_local_base_freq")) : std::string("absent (a Gemma 3 text model: 10000)")));
+             "got " + g->local_theta_key + " " +
+             (given ? show_json(r.root->at(g->local_theta_key)) : "absent (model_type " + model_type_of(r) + ": " +
+                                                                       show_json(json(g->local_rope_theta)) + ")"));
   }
   if (legacy_modernbert(r, keys))
     fail(Error::Kind::kUnsupported, kConfigWhere,
@@ -187,20 +220,49 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   LayerTypeSpecs out;
   out.layer_types = read_layer_types(r);
   const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
-  auto add = [&](const std::string& type, const json& dict, const std::string& field) {
+  const detail::ModelDefaults& cls = class_of(r);
+  auto add = [&](const std::string& type, json dict, const std::string& field) {
     const std::string name = source_name + "#" + detail::shown_name(type);
     if (dict.is_null()) {
       out.by_type.push_back({type, std::nullopt});
       return;
     }
     if (!dict.is_object()) invalid(field + " must be an object or null, got " + detail::show_json(dict));
-    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, dict, field, name), name)});
+    if (cls.class_dict_fills_entries && cls.rope_dict != nullptr && cls.rope_dict->contains(type)) {
+      // NeoMME's convert_rope_params_to_dict: setdefault rope_theta (the top level's, else the class's) and the rest.
+      const bool own_theta = d.dict != cls.rope_dict && has_value(dict, "rope_theta");
+      for (auto it = cls.rope_dict->at(type).begin(); it != cls.rope_dict->at(type).end(); ++it)
+        if (!dict.contains(it.key())) dict[it.key()] = it.value();
+      if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
+    }
+    Spec spec = detail::parse_spec(r, dict, field, name);
+    if (cls.default_ignores_partial && spec.scaling.type == RopeType::kDefault) {
+      spec.partial_rotary_factor = 1.0;  // Gemma 3's default frequencies span the whole head whatever the factor
+      spec.rotary_dim = spec.head_dim;
+    }
+    out.by_type.push_back({type, detail::normalized_in(spec, name)});
   };
-  if (!keys.empty()) {
+  if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
+    // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.
+    out.nested = true;
+    const json conv = gemma3_conversion(r, *g, d, !keys.empty());
+    std::vector<std::string> types = nested_keys(conv, out.layer_types);
+    for (const char* t : {"full_attention", "sliding_attention"})
+      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    std::sort(types.begin(), types.end());
+    for (const auto& t : types) {
+      const bool given = !keys.empty() && d.dict->contains(t);
+      const std::string field = given                  ? d.field + "." + detail::shown_name(t)
+                                : t == "full_attention" ? r.prefix + "rope_scaling"
+                                                        : r.prefix + (*g->local_theta_key ? g->local_theta_key : "rope_theta");
+      add(t, conv.at(t), field);
+    }
+    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, *g);
+  } else if (!keys.empty()) {
     out.nested = true;
     for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
-    if (out.layer_types.empty() && (legacy_gemma3(r, {}) || legacy_modernbert(r, {})))
-      out.layer_types = default_layer_types(r);  // what the config class derives (Gemma 3, 3n, ModernBERT)
+    if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0))
+      out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
   } else if (legacy_modernbert(r, keys)) {
     // transformers v5 (ModernBertConfig): a flat dict (rope_scaling) goes to both types, whose bases default to
     // global_rope_theta (160000) and local_rope_theta (10000).
@@ -210,20 +272,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (!has_value(sliding, "rope_theta")) sliding["rope_theta"] = number_at(r, "local_rope_theta", 10000.0);
     add("full_attention", full, d.field);
     add("sliding_attention", sliding, d.field);
-    if (out.layer_types.empty()) out.layer_types = default_layer_types(r);
-  } else if (legacy_gemma3(r, keys)) {
-    // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict): the global dict gets rope_scaling and
-    // rope_theta (default 1e6), the sliding one rope_local_base_freq with default frequencies.
-    out.nested = true;
-    json full = *d.dict;
-    if (!has_value(full, "rope_theta"))
-      full["rope_theta"] = number_at(r, "rope_theta", 1000000.0);
-    json sliding = json::object();
-    sliding["rope_type"] = "default";
-    sliding["rope_theta"] = number_at(r, "rope_local_base_freq", 10000.0);
-    add("full_attention", full, d.field);
-    add("sliding_attention", sliding, r.prefix + "rope_local_base_freq");
-    if (out.layer_types.empty()) out.layer_types = default_layer_types(r);
+    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
   } else {
     const Spec shared = detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
     for (const auto& t : out.layer_types)

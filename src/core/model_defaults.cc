@@ -16,6 +16,28 @@ const json kApertusRope = {{"rope_type", "llama3"}, {"rope_theta", 12000000.0}, 
                            {"original_max_position_embeddings", 8192}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}};
 
+// CWM's class dict (llama3; its own base, which a top-level rope_theta does not replace).
+const json kCwmRope = {{"rope_type", "llama3"}, {"rope_theta", 1000000.0}, {"factor", 16.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+// Class dicts nested per layer type (layer_types.cc reads them per type; the one-Spec readers refuse them).
+json per_type(const json& full, const json& sliding, const char* full_name = "full_attention",
+              const char* sliding_name = "sliding_attention") {
+  return {{full_name, full}, {sliding_name, sliding}};
+}
+json rope(double theta) { return {{"rope_type", "default"}, {"rope_theta", theta}}; }
+json rope(double theta, double partial) {
+  return {{"rope_type", "default"}, {"rope_theta", theta}, {"partial_rotary_factor", partial}};
+}
+// Mellum: its class dict takes no top-level partial_rotary_factor (transformers leaves the entries without one).
+const json kMellumRope = per_type(rope(500000.0, 1.0), rope(10000.0, 1.0));
+const json kUltraBertRope = per_type(rope(2560000.0), rope(10000.0));
+const json kLfm3Rope = per_type({{"rope_type", "proportional"}, {"rope_theta", 1000000.0}, {"partial_rotary_factor", 0.5}},
+                                rope(10000.0));
+const json kLagunaRope = per_type(rope(500000.0, 0.5), rope(10000.0, 1.0));
+const json kMimoV2FlashRope = per_type(rope(5000000.0, 0.334), rope(10000.0, 0.334));
+const json kZayaRope = per_type(rope(5000000.0, 0.5), rope(10000.0, 0.5), "hybrid", "hybrid_sliding");
+const json kNeoMmeRope = per_type(rope(1000000.0, 0.25), rope(10000.0, 1.0));
+
 /// One entry, built field by field: M("glm").partial(0.5).head(128).interleaved().
 struct M : ModelDefaults {
   explicit M(std::string_view type) { model_type = type; }
@@ -35,6 +57,25 @@ struct M : ModelDefaults {
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
   M& text_only() { text_positions_only = true; return *this; }
   M& refused(const char* why) { unsupported = why; return *this; }
+  M& head_times_hidden_per_head(int64_t v) { head_dim_hidden_multiple = v; return *this; }
+  /// Gemma3TextConfig's conversion (model_defaults.h): global base `global`, the local one from `key` (default `local`),
+  /// every `every`-th layer full (read from `every_key` when given); default-type frequencies ignore the partial factor.
+  M& gemma3_style(double global, const char* key, double local, int64_t every, const char* every_key = nullptr) {
+    rope_theta = global;
+    local_theta_key = key;
+    local_rope_theta = local;
+    return layers(every, every_key).default_whole_head();
+  }
+  M& layers(int64_t every, const char* key = nullptr, bool first = false, bool last = false) {
+    full_every = every;
+    full_every_key = key;
+    first_full = first;
+    last_full = last;
+    return *this;
+  }
+  M& partial_forced() { forced_partial = true; return *this; }
+  M& fills_entries() { class_dict_fills_entries = true; return *this; }
+  M& default_whole_head() { default_ignores_partial = true; return *this; }
 };
 
 // Only the models whose defaults differ from the generic ones. GPT-NeoX reads its own legacy names
@@ -44,6 +85,8 @@ struct M : ModelDefaults {
 const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
     M("axk1").interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
+    M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved(),  // head_dim is qk_rope_head_dim
+    M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
     M("bitnet").theta(500000.0),
     M("blt").theta(500000.0).interleaved(),  // repeat_interleave'd cos/sin, rotate_half on x[::2] / x[1::2]
     M("blt_global_transformer").theta(500000.0).interleaved(),
@@ -54,6 +97,7 @@ const std::vector<ModelDefaults> kTable = {
     M("cohere").theta(500000.0).interleaved(),
     M("cohere2").interleaved(),
     M("cohere2_moe").head(128).interleaved(),
+    M("cwm").head(128).dict(kCwmRope),
     M("deepseek_v2").qk_rope_head(64).interleaved(),
     M("deepseek_v3").qk_rope_head(64).interleaved(),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
@@ -62,6 +106,10 @@ const std::vector<ModelDefaults> kTable = {
     M("ernie4_5_vl_moe_text").theta(500000.0).interleaved().text_only(),
     M("gemma").head(256),
     M("gemma2").head(256),
+    M("gemma3").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
+    M("gemma3_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
+    M("gemma3n").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 5),
+    M("gemma3n_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 5),
     M("glm").partial(0.5).head(128).interleaved(),
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe_lite").interleaved(),
@@ -71,8 +119,12 @@ const std::vector<ModelDefaults> kTable = {
     M("gptj").interleaved(),
     M("helium").theta(100000.0).head(128).interleaved(),
     M("jetmoe").head_key("kv_channels"),
+    M("laguna").head(128).dict(kLagunaRope).layers(1),  // every layer full_attention
     M("lfm2").theta(1000000.0),
+    M("lfm3").head(128).dict(kLfm3Rope).default_whole_head(),  // its layer types (conv among them) are not derived
     M("minimax").theta(1000000.0),
+    M("mellum").head(128).dict(kMellumRope).layers(1),
+    M("mimo_v2_flash").head(192).dict(kMimoV2FlashRope).layers(6, nullptr, true),
     M("minimax_m3_vl").no_rotary_dim(),
     M("minimax_m3_vl_text").no_rotary_dim(),
     M("mistral4").qk_rope_head(64).qk_nope_head(64).interleaved(),
@@ -81,6 +133,8 @@ const std::vector<ModelDefaults> kTable = {
     M("nanochat").refused("its code rotates by minus the angle (rotate_half is cat(x2, -x1)), which a Spec does not "
                           "express: build the Spec from the config's fields and rotate with the inverse direction"),
     M("nemotron").partial(0.5),
+    M("neomme").head(64).dict(kNeoMmeRope).layers(6, nullptr, false, true).fills_entries(),
+    M("olmo3").gemma3_style(500000.0, "", 500000.0, 4),  // a top-level rope_theta is full_attention's only
     M("openai_privacy_filter").interleaved(),  // x[..., ::2] / x[..., 1::2]
     M("persimmon").partial(0.5),
     M("phi").partial(0.5),
@@ -98,11 +152,17 @@ const std::vector<ModelDefaults> kTable = {
     M("qwen3_vl_moe").theta(500000.0).head(128).sections(24, 20, 20, true),
     M("qwen3_vl_moe_text").theta(500000.0).head(128).sections(24, 20, 20, true),
     M("qwen3_vl_text").theta(500000.0).head(128).sections(24, 20, 20, true),
+    M("qwen3_next").partial(0.25).head(256),
+    M("recurrent_gemma").partial(0.5),
     M("seed_oss").head(128),
     M("smollm3").theta(2000000.0),
     M("stablelm").partial(0.25),
+    M("t5gemma2_decoder").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
+    M("t5gemma2_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
+    M("ultrabert").dict(kUltraBertRope).layers(3).default_whole_head(),
     M("youtu").interleaved(),
-    M("zamba2").head_key("attention_head_dim"),
+    M("zamba2").head_key("attention_head_dim").head_times_hidden_per_head(2),  // 2 * hidden_size / heads
+    M("zaya").head(128).dict(kZayaRope),  // layer types hybrid / hybrid_sliding: every layer hybrid
 };
 
 const ModelDefaults kGeneric{};

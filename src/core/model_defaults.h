@@ -47,6 +47,31 @@ struct ModelDefaults {
   bool text_positions_only = false;
   /// Why a Spec cannot describe the model's RoPE (read as a refusal); null: it can.
   const char* unsupported = nullptr;
+  /// The class sets partial_rotary_factor whatever the file's top level says (Bamba: 0.5); a RoPE dict's own still wins.
+  bool forced_partial = false;
+  /// head_dim without a file value is this multiple of hidden_size / num_attention_heads (Zamba2: 2).
+  int64_t head_dim_hidden_multiple = 1;
+
+  // Per layer type (src/core/layer_types.cc). rope_dict above may be nested per layer type (LFM3, Laguna...).
+  /// The class converts its RoPE fields as Gemma3TextConfig.convert_rope_params_to_dict does: full_attention =
+  /// {"rope_type": "default"} updated with rope_scaling, base rope_theta (default: rope_theta above); sliding_attention
+  /// = default frequencies, base read from this key (default: local_rope_theta; "": always local_rope_theta, as OLMo 3,
+  /// whose one rope_theta goes to full_attention only); a flat rope_parameters is dropped. Null: not such a class.
+  const char* local_theta_key = nullptr;
+  double local_rope_theta = 10000.0;
+  /// Without layer_types: every full_every-th layer (1-based; read from full_every_key when given) is
+  /// full_attention, the others sliding_attention (0: the class derives none rotary follows); also layer 0
+  /// (first_full) and the last layer (last_full).
+  int64_t full_every = 0;
+  const char* full_every_key = nullptr;
+  bool first_full = false;
+  bool last_full = false;
+  /// The class fills each layer type's entry, the file's own too, from its nested dict: a missing rope_theta is the
+  /// top-level one, else the class entry's; other missing keys (partial_rotary_factor) the class entry's (NeoMME).
+  bool class_dict_fills_entries = false;
+  /// The model's default-type frequencies ignore partial_rotary_factor (Gemma 3's compute_default_rope_parameters
+  /// rotates the whole head); other types still read it. Applied by the per-layer-type reader.
+  bool default_ignores_partial = false;
 };
 
 /// The defaults of `model_type` (config.json's "model_type"); for a model without an entry, the generic

@@ -155,6 +155,47 @@ TEST(LayerTypes, Gemma3TextConfigsWithoutTheLocalBaseOrPatternTakeTransformersDe
   EXPECT_EQ(kind, Error::Kind::kUnsupported);
 }
 
+TEST(LayerTypes, Gemma3DropsAFlatV5DictAndRotatesTheWholeHeadForDefaultFrequencies) {
+  // transformers 5.25 (python/tests/test_hf_layer_type_defaults.py checks it live): Gemma3TextConfig keeps a flat
+  // rope_parameters beside the two layer types it adds and reads only those; Gemma 3's default-type frequencies
+  // ignore partial_rotary_factor, while its linear ones rotate the partial share.
+  const LayerTypeSpecs flat = rotary::layer_type_specs_from_hf_config_json(R"({"model_type": "gemma3_text",
+    "head_dim": 8, "num_hidden_layers": 6, "rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5e5}})");
+  expect_freqs(flat.spec_for("full_attention"), expected(1e6, 8, 1.0));
+  expect_freqs(flat.spec_for("sliding_attention"), expected(1e4, 8, 1.0));
+  const LayerTypeSpecs partial = rotary::layer_type_specs_from_hf_config_json(R"({"model_type": "gemma3_text",
+    "head_dim": 8, "partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 2.0}})");
+  expect_freqs(partial.spec_for("full_attention"), expected(1e6, 4, 2.0));
+  expect_freqs(partial.spec_for("sliding_attention"), expected(1e4, 8, 1.0));
+  EXPECT_EQ(partial.spec_for("sliding_attention").rotary_dim, 8);
+  // A v4 dict naming only "type" merges into {"rope_type": "default"}: it stays default, as in transformers.
+  const LayerTypeSpecs type_key = rotary::layer_type_specs_from_hf_config_json(R"({"model_type": "gemma3_text",
+    "head_dim": 8, "rope_scaling": {"type": "linear", "factor": 2.0}})");
+  EXPECT_EQ(type_key.spec_for("full_attention").scaling.type, RopeType::kDefault);
+}
+
+TEST(LayerTypes, TrimmedPerLayerTypeClassesTakeTheirClassDicts) {
+  // OLMo 3: one base 5e5, a top-level rope_theta for full_attention only; every fourth layer full.
+  const LayerTypeSpecs olmo3 = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "olmo3", "head_dim": 8, "num_hidden_layers": 4, "rope_theta": 2e4})");
+  expect_freqs(olmo3.spec_for("full_attention"), expected(2e4, 8, 1.0));
+  expect_freqs(olmo3.spec_for("sliding_attention"), expected(5e5, 8, 1.0));
+  EXPECT_EQ(olmo3.layer_types, (std::vector<std::string>{"sliding_attention", "sliding_attention", "sliding_attention",
+                                                         "full_attention"}));
+  // Laguna's class dict: head_dim 128, full 5e5 with partial 0.5, sliding 1e4; every layer full.
+  const LayerTypeSpecs laguna = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "laguna", "hidden_size": 768, "num_attention_heads": 8, "num_hidden_layers": 2})");
+  expect_freqs(laguna.spec_for("full_attention"), expected(5e5, 64, 1.0));
+  expect_freqs(laguna.spec_for("sliding_attention"), expected(1e4, 128, 1.0));
+  EXPECT_EQ(laguna.layer_types, (std::vector<std::string>{"full_attention", "full_attention"}));
+  Error::Kind kind{};
+  const std::string msg = error_of([] { (void)rotary::spec_from_hf_config_json(R"({"model_type": "laguna", "head_dim": 8})"); }, &kind);
+  EXPECT_EQ(kind, Error::Kind::kUnsupported) << msg;
+  EXPECT_NE(msg.find("rope_parameters is nested per layer type (full_attention, sliding_attention)"), std::string::npos) << msg;
+  error_of([] { (void)rotary::spec_from_hf_config_json(R"({"model_type": "olmo3", "head_dim": 8})"); }, &kind);
+  EXPECT_EQ(kind, Error::Kind::kUnsupported);
+}
+
 TEST(LayerTypes, PerLayerRopeOverridesAreRefusedNamingTheEntry) {
   // Gemma 4's config.json: its full-attention layers take head_dim 512 through per_layer_config. Read as the
   // shared head_dim, their Spec was silently wrong.

@@ -1,0 +1,134 @@
+"""Per-layer-type config classes (layer_types, rope_parameters per layer type) vs transformers' own RotaryEmbedding."""
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+
+import numpy as np
+import pytest
+
+import rotary
+from hf_models import hf_model_modules
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# 768 / 8 = 96 differs from every class's own head_dim (64, 128, 192, 256), so a missed class default shows.
+FIELDS = {"hidden_size": 768, "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 12}
+
+
+def _hf(doc: dict, tmp_path, module: str):
+    """transformers' reading of `doc` as a config.json: its (text) config and that model's RotaryEmbedding."""
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules(module)
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    finally:
+        logging.disable(logging.NOTSET)
+    config = getattr(config, "text_config", config)
+    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    return config, getattr(mod, names[0])(config=config)
+
+
+def _per_type(emb) -> dict:
+    """{layer type: (inv_freq, attention scaling)} of a RotaryEmbedding ({None: ...} for one shared RoPE)."""
+    types = getattr(emb, "layer_types", None)
+    if isinstance(types, (list, tuple)) and types and hasattr(emb, f"{types[0]}_inv_freq"):
+        return {t: (getattr(emb, f"{t}_inv_freq"), getattr(emb, f"{t}_attention_scaling")) for t in types}
+    return {None: (emb.inv_freq, emb.attention_scaling)}
+
+
+def _compare(doc: dict, tmp_path, module: str, layer_types: bool = True):
+    config, emb = _hf(doc, tmp_path, module)
+    specs = rotary.LayerTypeSpecs.from_hf_config(str(tmp_path / "config.json"))
+    for layer_type, (inv, scaling) in _per_type(emb).items():
+        what = f"{doc['model_type']} {layer_type}"
+        spec = specs[layer_type] if layer_type is not None else specs.for_layer(0)
+        hf, ours = inv.double().numpy(), spec.inv_freq(None)
+        assert ours.shape == hf.shape, f"{what}: {ours.shape[0]} frequencies, transformers {hf.shape[0]}"
+        # (proportional RoPE's angles beyond the rotated share are exact zeros on both sides)
+        np.testing.assert_allclose(ours, hf, rtol=1e-6, atol=0, err_msg=f"{what}: base {spec.base}, {spec.rope_type}")
+        assert spec.attention_factor == pytest.approx(float(scaling), rel=1e-6), what
+    if layer_types:  # the layer types the class derives without a layer_types field
+        assert specs.layer_types == list(config.layer_types), doc["model_type"]
+    return specs
+
+
+# Trimmed files (model_type plus the model's size): the class's nested dict, base, head_dim and layer pattern.
+# (model_type, modeling module, rotary derives the layer types too)
+TRIMMED = [("olmo3", "olmo3", True), ("mellum", "mellum", True), ("ultrabert", "ultrabert", True),
+           ("lfm3", "lfm3", False), ("laguna", "laguna", True), ("mimo_v2_flash", "mimo_v2_flash", True),
+           ("zaya", "zaya", False), ("neomme", "neomme", True), ("gemma3_text", "gemma3", True),
+           ("gemma3n_text", "gemma3n", True), ("t5gemma2_text", "t5gemma2", True)]
+
+
+@pytest.mark.parametrize("model_type,module,layer_types", TRIMMED, ids=[m for m, _, _ in TRIMMED])
+def test_a_trimmed_per_layer_type_config_gets_the_class_defaults(model_type, module, layer_types, tmp_path):
+    specs = _compare({"model_type": model_type, **FIELDS}, tmp_path, module, layer_types)
+    assert specs.nested
+    with pytest.raises(NotImplementedError, match="per layer type"):  # one Spec cannot describe it
+        rotary.Spec.from_hf_config(str(tmp_path / "config.json"))
+
+
+# Files that set some fields: each read as the class converts them.
+GIVEN = [
+    ("olmo3", "olmo3", {"rope_theta": 2e4}),  # full_attention's base only: sliding keeps the class's 5e5
+    ("olmo3", "olmo3", {"rope_scaling": {"rope_type": "linear", "factor": 4.0}}),  # full_attention only
+    ("neomme", "neomme", {"rope_theta": 2e4}),  # every type's base
+    ("t5gemma2_text", "t5gemma2", {"rope_theta": 2e6, "rope_local_base_freq": 3e4}),
+    ("mimo_v2_flash", "mimo_v2_flash", {"partial_rotary_factor": 0.5}),  # the class dict's own 0.334 stays
+    ("mellum", "mellum", {"partial_rotary_factor": 0.5}),  # not carried into the class dict: whole head
+    ("lfm3", "lfm3", {"partial_rotary_factor": 0.5}),  # carried, but its default type ignores it
+    ("laguna", "laguna", {"rope_theta": 3e4}),  # the class dict's own bases stay
+    ("olmo3", "olmo3", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+    ("t5gemma2_text", "t5gemma2", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
+    for m, mod in [("mellum", "mellum"), ("laguna", "laguna"), ("olmo3", "olmo3"), ("ultrabert", "ultrabert"),
+                   ("mimo_v2_flash", "mimo_v2_flash"), ("neomme", "neomme"), ("lfm3", "lfm3")]]
+# the layer types of these two classes are not derived by rotary (LFM3's conv layers, Zaya's hybrid ones)
+NOT_DERIVED = {"lfm3", "zaya"}
+
+
+@pytest.mark.parametrize("model_type,module,given", GIVEN, ids=[f"{m}-{'-'.join(g)}-{i}" for i, (m, _, g) in enumerate(GIVEN)])
+def test_a_partly_trimmed_per_layer_type_config_reads_as_its_class_converts_it(model_type, module, given, tmp_path):
+    _compare({"model_type": model_type, **FIELDS, **given}, tmp_path, module, model_type not in NOT_DERIVED)
+
+
+# Gemma 3's default-type frequencies span the whole head whatever partial_rotary_factor says; other types read it.
+NESTED_PARTIAL = {"full_attention": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5},
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}}
+GEMMA3 = {
+    "top-partial": {"partial_rotary_factor": 0.5},
+    "top-partial-linear": {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+    "nested-partial": {"rope_parameters": NESTED_PARTIAL},
+    "nested-partial-linear": {"rope_parameters": {**NESTED_PARTIAL, "full_attention": {
+        "rope_type": "linear", "factor": 8.0, "rope_theta": 1e6, "partial_rotary_factor": 0.5}}},
+    "nested-partial-yarn": {"max_position_embeddings": 8192, "rope_parameters": {**NESTED_PARTIAL, "full_attention": {
+        "rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6, "partial_rotary_factor": 0.5}}},
+    # A flat v5 dict: Gemma3TextConfig keeps it beside the two types it adds, and reads only those.
+    "flat-v5": {"rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}},
+    "flat-v5-own-base": {"rope_parameters": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5e5}},
+    "flat-v5-top-bases": {"rope_parameters": {"rope_type": "linear", "factor": 8.0}, "rope_theta": 2e6,
+                          "rope_local_base_freq": 3e4},
+    "flat-v5-partial": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}},
+    # A v4 dict that names its type "type" only: merged into {"rope_type": "default"}, it stays default.
+    "legacy-type-key": {"rope_scaling": {"type": "linear", "factor": 8.0}},
+    "nested-plus-legacy": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                               "sliding_attention": {"rope_type": "default"}},
+                           "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_local_base_freq": 3e4},
+}
+GEMMA3_TEXT = {"hidden_size": 64, "num_attention_heads": 2, "head_dim": 32, "num_hidden_layers": 7}
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["gemma3_text", "gemma3"])
+@pytest.mark.parametrize("case", sorted(GEMMA3))
+def test_gemma3_reads_partial_rotary_and_flat_dicts_as_transformers(case, wrapped, tmp_path):
+    text = {"model_type": "gemma3_text", **GEMMA3_TEXT, **GEMMA3[case]}
+    doc = {"model_type": "gemma3", "text_config": text} if wrapped else text
+    _compare(doc, tmp_path, "gemma3")
