@@ -63,7 +63,7 @@ def _compare(doc: dict, tmp_path, module: str, layer_types: bool = True):
 TRIMMED = [("olmo3", "olmo3", True), ("mellum", "mellum", True), ("ultrabert", "ultrabert", True),
            ("lfm3", "lfm3", False), ("laguna", "laguna", True), ("mimo_v2_flash", "mimo_v2_flash", True),
            ("zaya", "zaya", False), ("neomme", "neomme", True), ("gemma3_text", "gemma3", True),
-           ("gemma3n_text", "gemma3n", True), ("t5gemma2_text", "t5gemma2", True)]
+           ("gemma3n_text", "gemma3n", True), ("t5gemma2_text", "t5gemma2", True), ("dory", "dory", True)]
 
 
 @pytest.mark.parametrize("model_type,module,layer_types", TRIMMED, ids=[m for m, _, _ in TRIMMED])
@@ -86,6 +86,7 @@ GIVEN = [
     ("laguna", "laguna", {"rope_theta": 3e4}),  # the class dict's own bases stay
     ("olmo3", "olmo3", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     ("t5gemma2_text", "t5gemma2", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
+    ("dory", "dory", {"partial_rotary_factor": 0.5}),  # its default type ignores it
 ] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})

@@ -295,7 +295,7 @@ RopeDict rope_dict(const ConfigRoot& r) {
   // transformers' convert_rope_params_to_dict takes `rope_scaling or rope_parameters`: a file with both (a v4
   // dict left beside a v5 one) uses rope_scaling unless it is falsy ({}, [], false...). A rope_parameters
   // nested per layer type is kept, and rope_scaling then ignored (models with layer types merge the two each
-  // their own way, which rotary does not follow). An empty rope_parameters is not absent: default RoPE.
+  // their own way; layer_types.cc follows Gemma 3's). An empty rope_parameters is not absent: default RoPE.
   const bool scaling = r.root->contains("rope_scaling") && truthy(r.root->at("rope_scaling"));
   if (scaling && !(top.has("rope_parameters") && nested_per_layer_type(r, r.root->at("rope_parameters"))))
     return dict("rope_scaling");

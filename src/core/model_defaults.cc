@@ -31,6 +31,7 @@ json rope(double theta, double partial) {
 // Mellum: its class dict takes no top-level partial_rotary_factor (transformers leaves the entries without one).
 const json kMellumRope = per_type(rope(500000.0, 1.0), rope(10000.0, 1.0));
 const json kUltraBertRope = per_type(rope(2560000.0), rope(10000.0));
+const json kDoryRope = per_type(rope(10000000.0), rope(10000.0));
 const json kLfm3Rope = per_type({{"rope_type", "proportional"}, {"rope_theta", 1000000.0}, {"partial_rotary_factor", 0.5}},
                                 rope(10000.0));
 const json kLagunaRope = per_type(rope(500000.0, 0.5), rope(10000.0, 1.0));
@@ -98,6 +99,7 @@ const std::vector<ModelDefaults> kTable = {
     M("cohere2").interleaved(),
     M("cohere2_moe").head(128).interleaved(),
     M("cwm").head(128).dict(kCwmRope),
+    M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
     M("deepseek_v2").qk_rope_head(64).interleaved(),
     M("deepseek_v3").qk_rope_head(64).interleaved(),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
