@@ -64,9 +64,9 @@ def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
         raise TypeError("[rotary] a scalar position must be an int (the start offset); pass an array for "
                         "fractional positions")
     if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
-        return _offset_arg(positions, "positions.offset"), None
+        return _offset_arg(int(positions), "positions.offset"), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
-        return _offset_arg(positions, "positions.offset"), None
+        return _offset_arg(int(positions), "positions.offset"), None
     return 0, _index_array(positions, "positions", allow_float=True)
 
 
@@ -278,20 +278,29 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
     """Rotates one context-parallel shard x (this rank's tokens, TransformerEngine dual-chunk order).
 
     bshd/bhsd: x holds local_len = S tokens per sequence; positions are cp_positions(rank, cp_size, S, offset).
-    thd: cu_seqlens are the GLOBAL (padded) boundaries, as TransformerEngine takes them.
+    thd: cu_seqlens are the GLOBAL (padded) boundaries, as TransformerEngine takes them; offset starts every
+    sequence there (TransformerEngine's RotaryPositionEmbedding(offset=)).
     Length-dependent scaling sees the global length (the C++ rule, rotary::cp_shard), so the result equals
     the matching rows of the unsharded rotary.apply bit-exactly.
     """
+    if layout not in ("bshd", "bhsd", "thd"):
+        raise ValueError(f"[rotary_apply_context_parallel] layout must be bshd, bhsd or thd, got {layout!r}")
+    offset = _offset_arg(offset, "offset", "rotary_apply_context_parallel")
     if layout == "thd":
         if cu_seqlens is None:
             raise ValueError("[rotary_apply_context_parallel] thd shards need the global cu_seqlens")
         ids, seq_len = _rotary._cp_shard_packed(rank, cp_size, [int(v) for v in np.asarray(cu_seqlens).reshape(-1)])
+        if offset:  # every sequence starts there, as TransformerEngine's RotaryPositionEmbedding(offset=)
+            if offset < 0 or offset > (1 << 31) - seq_len:
+                raise ValueError(f"[rotary_apply_context_parallel] offset + the longest global sequence ({seq_len}) "
+                                 f"must be in [0, 2^31], got offset {offset}")
+            ids, seq_len = ids + offset, seq_len + offset
     else:
         if cu_seqlens is not None:
             raise ValueError(f"[rotary_apply_context_parallel] cu_seqlens are the global boundaries of thd shards; "
                              f"layout \"{layout}\" takes none, got cu_seqlens")
         local_len = int(x.shape[1] if layout == "bshd" else x.shape[2])
-        ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, _offset_arg(offset, "offset", "rotary_context_parallel"))
+        ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, offset)
     if _is_torch(x):
         ids = _torch_module().from_numpy(ids)
     return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,

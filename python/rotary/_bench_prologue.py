@@ -9,6 +9,7 @@ rotary runs the same work as one rotary.prologue call on the same torch tensors.
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
@@ -17,6 +18,7 @@ import rotary
 
 HQ, HKV, D, BASE, S_MAX = 32, 8, 128, 1000000.0, 12800
 PHASES = {"prefill": (4096, 0), "decode": (1, 12345)}
+ROUNDS = 3  # alternated rounds of each implementation per configuration
 
 
 class Unavailable(Exception):
@@ -111,19 +113,30 @@ def run(threads_list: List[int], quick: bool, as_json: bool, median_ms: Callable
             except ImportError as e:  # torch not installed: every implementation here uses torch tensors
                 inp, reason = None, f"{e.name or e} is not installed"
             for threads in threads_list:
+                fns: Dict[str, Callable[[], object]] = {}
+                here: Dict[str, dict] = {}
                 for impl, maker in MAKERS.items():
-                    row = {"case": "prologue", "phase": phase, "dtype": dtype, "threads": threads, "impl": impl,
-                           "ms": None}
+                    here[impl] = {"case": "prologue", "phase": phase, "dtype": dtype, "threads": threads,
+                                  "impl": impl, "ms": None}
                     try:
                         if inp is None:
                             raise Unavailable(reason)
-                        fn = maker(inp, threads)
-                        if decode:
-                            row["ms"] = median_ms(fn, 0.05 if quick else 0.3, 5, 20 if quick else 100)
-                        else:
-                            row["ms"] = median_ms(fn, 0.1 if quick else 0.6, 3, 1)
+                        fns[impl] = maker(inp, threads)
                     except Unavailable as e:
-                        row["unavailable"] = str(e)
+                        here[impl]["unavailable"] = str(e)
+                # The implementations alternate, ROUNDS rounds of each (the guest's speed drifts between rounds):
+                # each row's ms is the median over its rounds, and its rounds_ms say how far they spread.
+                rounds: Dict[str, List[float]] = {impl: [] for impl in fns}
+                for _ in range(ROUNDS):
+                    for impl, fn in fns.items():
+                        if decode:
+                            rounds[impl].append(median_ms(fn, (0.05 if quick else 0.3) / ROUNDS, 5, 20 if quick else 100))
+                        else:
+                            rounds[impl].append(median_ms(fn, (0.1 if quick else 0.6) / ROUNDS, 3, 1))
+                for impl, row in here.items():
+                    if impl in rounds:
+                        row["ms"] = statistics.median(rounds[impl])
+                        row["rounds_ms"] = rounds[impl]
                     rows.append(row)
                     if as_json:
                         print(json.dumps(row), flush=True)

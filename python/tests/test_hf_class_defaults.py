@@ -233,3 +233,22 @@ def test_a_model_whose_code_rotates_by_minus_the_angle_is_refused_by_name():
     assert "(x2, -x1)" in src  # rotate_half = cat(x2, -x1): q*cos + rotate_half(q)*sin rotates by -angle
     with pytest.raises(ValueError, match=r"model_type nanochat: its code rotates by minus the angle"):
         rotary.Spec.from_hf_config(_hf_config("nanochat", {}).to_json_string())
+
+
+def test_glm4v_text_rotates_interleaved_pairs_of_its_sectioned_rope():
+    # GLM-4.1V's text attention repeat_interleaves its M-RoPE cos/sin and rotates with rotate_half_llm (pairs
+    # (x[2i], x[2i+1])); its configs were read as half-split (off by up to 5). glm4v_moe's code is half-split.
+    cfg_mod = importlib.import_module("transformers.models.glm4v.configuration_glm4v")
+    mod = _hf_modeling("glm4v")
+    rp = {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [8, 12, 12]}
+    tc = cfg_mod.Glm4vTextConfig(rope_parameters=rp, hidden_size=256, num_attention_heads=2, num_key_value_heads=2,
+                                 num_hidden_layers=1, vocab_size=10, intermediate_size=8)
+    pos = torch.randint(0, 3000, (3, 1, 4), generator=torch.Generator().manual_seed(2))
+    x = torch.randn(1, 2, 4, 128, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    cos, sin = mod.Glm4vTextRotaryEmbedding(tc)(x.float(), pos)
+    want, _ = mod.apply_rotary_pos_emb(x, x, cos.double(), sin.double())
+    for config in (tc, cfg_mod.Glm4vConfig(text_config=tc.to_dict())):
+        spec = rotary.Spec.from_hf_config(config)
+        assert spec.pairing == "interleaved" and spec.rotary_dim == 64 and list(spec.mrope_section) == [8, 12, 12]
+        got = rotary.apply(x.numpy(), pos.numpy(), spec, layout="bhsd")
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=3e-4)  # transformers' f32 angles at p < 3000

@@ -138,6 +138,23 @@ def test_context_parallel_shards_equal_unsharded(cp):
             got = rotary.apply_context_parallel(np.ascontiguousarray(xt[rows]), spec, rank, cp, layout="thd",
                                                 cu_seqlens=cu)
             np.testing.assert_array_equal(got, fullt[rows])
+            # an offset starts every sequence there (TransformerEngine's RotaryPositionEmbedding(offset=)); thd
+            # shards dropped it
+            got = rotary.apply_context_parallel(np.ascontiguousarray(xt[rows]), spec, rank, cp, layout="thd",
+                                                cu_seqlens=cu, offset=100)
+            ids = np.concatenate([np.arange(cu[n + 1] - cu[n]) for n in range(len(cu) - 1)]) + 100
+            want = rotary.apply(xt, ids, spec, layout="thd", seq_len=16 + 100)
+            np.testing.assert_array_equal(got, want[rows])
+
+
+def test_context_parallel_arguments_are_checked_not_truncated():
+    spec = rotary.Spec(16)
+    x = np.ones((1, 4, 3, 16), np.float32)
+    for off in (2.5, True, "2"):  # int() truncated 2.5 to 2 and read True as 1
+        with pytest.raises(TypeError, match=r"^\[rotary_apply_context_parallel\] offset must be an int"):
+            rotary.apply_context_parallel(x, spec, 0, 2, offset=off)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply_context_parallel\] layout must be bshd, bhsd or thd"):
+        rotary.apply_context_parallel(x, spec, 0, 2, layout="sbhd")  # was "local_len must be even ... got 3"
 
 
 def _hf_permute(w, n_heads, dim1, dim2):

@@ -442,4 +442,6 @@ def test_peer_benchmark_prologue_rows(tmp_path):
     assert {(r["phase"], r["dtype"], r["impl"]) for r in rows} == {
         (p, d, i) for p in ("prefill", "decode") for d in ("f32", "bf16") for i in ("rotary", "torch-eager")}
     assert all(r["case"] == "prologue" and r["threads"] == 1 and r["ms"] > 0 for r in rows), rows
+    # the two implementations alternate in rounds; ms is the median of a row's rounds
+    assert all(len(r["rounds_ms"]) == 3 and r["ms"] == sorted(r["rounds_ms"])[1] for r in rows), rows
     assert "speedup of rotary.prologue over the torch eager composition" in out.stderr

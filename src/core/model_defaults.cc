@@ -115,6 +115,8 @@ const std::vector<ModelDefaults> kTable = {
     M("glm").partial(0.5).head(128).interleaved(),
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe_lite").interleaved(),
+    M("glm4v").interleaved(),  // rotate_half_llm on repeat_interleave'd M-RoPE cos/sin (glm4v_moe is half-split)
+    M("glm4v_text").interleaved(),
     M("glm_ocr").interleaved(),  // rotate_half_llm: the text model's pairs
     M("glm_ocr_text").interleaved(),
     M("gpt_oss").theta(150000.0).head(64).dict(kGptOssRope),

@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kInlineBytes = int64_t(256) << 10;
 /// Each thread gets at least this many bytes of rows, so small calls use fewer threads.
 constexpr int64_t kMinBytesPerThread = int64_t(128) << 10;
-/// Out-of-place outputs larger than this use non-temporal stores (they would evict the caches).
+/// Out-of-place outputs of at least this size use non-temporal stores (they would evict the caches).
 constexpr int64_t kStreamBytes = int64_t(16) << 20;
 /// Chunks per thread: dynamic hand-out evens out threads slowed by other processes.
 constexpr int64_t kChunksPerThread = 8;
@@ -53,7 +53,7 @@ void cpu_apply(const Plan& plan) {
   const int64_t moved = 2 * out_bytes;
   bool inplace = true;
   for (int i = 0; i < plan.ntensors; ++i) inplace = inplace && plan.t[i].inplace();
-  job.stream = !inplace && out_bytes > kStreamBytes;
+  job.stream = !inplace && out_bytes >= kStreamBytes;
   // One token (decode): share cos/sin registers across its heads; more: stream rows in order.
   job.row_outer = job.stream || plan.B * plan.S > 1;
 

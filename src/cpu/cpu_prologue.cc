@@ -13,7 +13,7 @@ namespace {
 constexpr int64_t kInlineBytes = int64_t(256) << 10;
 constexpr int64_t kMinBytesPerThread = int64_t(128) << 10;
 constexpr int64_t kChunksPerThread = 8;
-/// Calls writing more than this store their cache rows non-temporally (cpu_apply streams out-of-place outputs past it).
+/// Calls writing at least this store their cache rows non-temporally (cpu_apply streams out-of-place outputs from it).
 constexpr int64_t kStreamBytes = int64_t(16) << 20;
 
 bool unit_channels(const PlanRows& r) { return !r.present() || r.s_d == 1 || r.dim <= 1; }
@@ -73,13 +73,13 @@ void cpu_prologue(const ProloguePlan& p) {
   cpu::PrologueJob job;
   job.plan = &p;
   if (p.k_cache.present()) {
-    // The rows the call writes: q's (in place or not) and the cache's. Past kStreamBytes, the cache rows
+    // The rows the call writes: q's (in place or not) and the cache's. From kStreamBytes on, the cache rows
     // written first are evicted by the rest of the call before it returns, so they are stored
     // non-temporally (no read for ownership; q's rows keep the cache) — apply's rule for its outputs.
     const int64_t cache_bytes =
         tokens * p.hkv * (p.k_cache.dim + (p.has_v ? p.v_cache.dim : 0)) * static_cast<int64_t>(dtype_size(p.k_cache.dtype));
     const int64_t written = cache_bytes + tokens * qh * rp.head_dim * es;
-    job.stream_cache = written > kStreamBytes && streamable(p.k_cache) && streamable(p.v_cache);
+    job.stream_cache = written >= kStreamBytes && streamable(p.k_cache) && streamable(p.v_cache);
   }
   split<cpu::PrologueJob, cpu::run_prologue_tokens>(job, tokens, thread_count(p.threads, tokens * row_bytes));
 }

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/plan_request.h"
 #include "plan/dtype_scalar.h"
 #include "rotary/apply.h"
 
@@ -61,8 +62,15 @@ ApplyArgs shard_args(const ContextParallel& cp, const ApplyArgs& args, std::vect
     if (args.q.rank != 3 || args.q.shape[0] != static_cast<int64_t>(sh.positions.size()))
       invalid("q must be [T_local, H, D] with T_local = cu_seqlens[N]/cp.size = " + std::to_string(sh.positions.size()) +
               ", got shape[0] " + std::to_string(args.q.rank >= 1 ? args.q.shape[0] : -1));
+    // positions.offset starts every sequence there (TransformerEngine's RotaryPositionEmbedding(offset)).
+    const int64_t off = args.positions.offset;
+    if (off < 0) invalid("positions.offset must be >= 0, got " + std::to_string(off));
+    if (off > detail::kMaxPosition + 1 - sh.seq_len)
+      invalid("positions.offset + the longest global sequence (" + std::to_string(sh.seq_len) + ") must be <= 2^31, got offset " +
+              std::to_string(off));
+    for (int64_t& g : sh.positions) g += off;
     *ids = std::move(sh.positions);
-    if (!a.seq_len) a.seq_len = sh.seq_len;
+    if (!a.seq_len) a.seq_len = sh.seq_len + off;
   } else {
     if (args.positions.kind != Positions::Kind::kOffset || args.positions.batch_offsets.data != nullptr)
       invalid("bshd/bhsd shards need positions of kind offset without batch_offsets, got another kind");

@@ -68,11 +68,15 @@ TEST(CliBench, PrologueJsonLinesCarryTheIssuesFieldsForEveryConfiguration) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
     for (const char* key : {"case", "model", "phase", "dtype", "cache_dtype", "qk_norm", "threads", "ms", "gbps", "limit",
-                            "limit_gbps", "ratio", "unfused_ms"})
+                            "limit_gbps", "ratio", "unfused_ms", "fused_again_ms", "speedup"})
       ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
     EXPECT_EQ(j["case"], "prologue");
     const std::string phase = j["phase"], dtype = j["dtype"], cache = j["cache_dtype"];
     EXPECT_EQ(j.contains("us"), phase == "decode") << line;
+    EXPECT_EQ(j.contains("cold_us"), phase == "decode") << line;
+    if (phase == "decode") EXPECT_GT(j["cold_us"].get<double>(), 0.0) << line;
+    EXPECT_NEAR(j["speedup"].get<double>(), j["unfused_ms"].get<double>() / j["fused_again_ms"].get<double>(),
+                1e-9 * j["speedup"].get<double>()) << line;
     const double ms = j["ms"], gbps = j["gbps"], lg = j["limit_gbps"], ratio = j["ratio"], unfused = j["unfused_ms"];
     EXPECT_GT(ms, 0.0);
     EXPECT_GT(unfused, 0.0);
