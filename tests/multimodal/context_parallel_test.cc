@@ -184,5 +184,46 @@ TEST(ContextParallel, PackedShardedEqualsUnshardedBitExactly) {
   }
 }
 
+TEST(ContextParallel, PackedShardsStartEverySequenceAtTheOffset) {
+  // positions.offset with thd shards: every sequence starts there (TransformerEngine's RotaryPositionEmbedding
+  // offset); it was ignored. The unsharded truth: packed positions with seq_offsets = offset.
+  const int64_t H = 2, D = 16, cp = 2, off = 1000;
+  const std::vector<int64_t> cu = {0, 12, 16, 40}, so = {off, off, off};
+  const int64_t T = cu.back();
+  mmtest::Thd g(T, H, D, 9), orig(T, H, D, 9);
+  Frequencies f;
+  f.inv_freq = default_inv_freq(10000.0, D);
+  ApplyArgs full;
+  full.layout = Layout::kTHD;
+  full.q = g.view();
+  full.positions = Positions::packed(TensorView::contiguous(cu.data(), DType::kI64, {4}),
+                                     TensorView::contiguous(so.data(), DType::kI64, {3}));
+  apply_frequencies(f, full);
+  for (int64_t r = 0; r < cp; ++r) {
+    const auto local_cu = cp_local_cu_seqlens({r, cp}, cu);
+    const auto pos = cp_positions_packed({r, cp}, cu);
+    mmtest::Thd shard(local_cu.back(), H, D, 0), want(local_cu.back(), H, D, 0);
+    for (std::size_t n = 0; n + 1 < cu.size(); ++n)
+      for (int64_t t = local_cu[n]; t < local_cu[n + 1]; ++t) {
+        std::memcpy(&shard.data[t * H * D], &orig.data[(cu[n] + pos[t]) * H * D], H * D * 4);
+        std::memcpy(&want.data[t * H * D], &g.data[(cu[n] + pos[t]) * H * D], H * D * 4);
+      }
+    ApplyArgs a;
+    a.layout = Layout::kTHD;
+    a.q = shard.view();
+    a.positions = Positions::packed(TensorView::contiguous(cu.data(), DType::kI64, {4}));
+    a.positions.offset = off;
+    apply_context_parallel(f, {r, cp}, a);
+    ASSERT_EQ(0, std::memcmp(want.data.data(), shard.data.data(), want.data.size() * 4)) << "rank " << r;
+  }
+  ApplyArgs bad;
+  bad.layout = Layout::kTHD;
+  mmtest::Thd shard(20, H, D, 0);
+  bad.q = shard.view();
+  bad.positions = Positions::packed(TensorView::contiguous(cu.data(), DType::kI64, {4}));
+  bad.positions.offset = -1;
+  EXPECT_THROW(apply_context_parallel(f, {0, cp}, bad), Error);
+}
+
 }  // namespace
 }  // namespace rotary
