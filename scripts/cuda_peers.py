@@ -2,7 +2,8 @@
 """CUDA peers and the device check's summary (scripts/device_check.sh), on the GPU machine's own torch.
 
     python3 scripts/cuda_peers.py bench                         # JSON lines: peers on rotary bench's shapes
-    python3 scripts/cuda_peers.py summary BENCH.jsonl PEERS.jsonl   # markdown table + the issue's targets
+    python3 scripts/cuda_peers.py summary BENCH.jsonl PEERS.jsonl   # markdown table + the issue's targets;
+                                                                # exit 1 if the peer disagreed with rotary
 
 Peers, timed with CUDA events on the same Llama-3-8B shapes as `rotary bench --backend cuda` (q [T, 32, 128],
 k [T, 8, 128]; here in HF's [1, H, T, 128] layout, the same bytes):
@@ -167,7 +168,9 @@ def summary(bench_path, peers_path):
     target(">= 10x torch eager (T > 1)", vt, lambda v: min(v) >= 10, lambda v: f"lowest {min(v):.1f}x")
     bad = [r for r in rows if r.get("peer_checked") is False]
     if bad:
-        print(f"- WARNING: the one-thread-per-pair peer disagreed with rotary on {len(bad)} configurations")
+        print(f"- FAIL: the one-thread-per-pair peer disagreed with rotary on {len(bad)} configurations: " +
+              ", ".join(f"{r['case']} {r['dtype']} {r['pairing']}" for r in bad))
+    return 1 if bad else 0  # a wrong result fails the device check (scripts/device_check.sh)
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "bench":
@@ -176,7 +179,7 @@ if __name__ == "__main__":
         else:
             bench()
     elif len(sys.argv) == 4 and sys.argv[1] == "summary":
-        summary(sys.argv[2], sys.argv[3])
+        sys.exit(summary(sys.argv[2], sys.argv[3]))
     else:
         print(__doc__)
         sys.exit(2)

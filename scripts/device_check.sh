@@ -13,7 +13,11 @@
 # one-thread-per-pair peer), (4) times the peers in Python (torch eager HF rotation; flashinfer and flash-attn
 # when importable) on the same shapes, and (5) writes summary.md with the issue's targets checked.
 # Everything goes to $OUT (the device tool's folder) or out/device_check/. Expected: ~3 minutes on an H200.
-# Exit status: non-zero if a build or a test failed (the bench still runs after a test failure).
+# Exit status: non-zero if a build or a test failed (the bench still runs after a test failure), if the bench
+# failed, or if the bench's one-thread-per-pair peer disagreed with rotary's results (the summary's check).
+# A GPU is required: with one listed by nvidia-smi the tests run with ROTARY_REQUIRE_GPU=1, so a GPU test
+# that finds no usable CUDA device fails instead of skipping. On a machine without a GPU (no nvidia-smi, or
+# none listed) it builds nothing and exits 0 saying it skipped, unless ROTARY_REQUIRE_GPU=1 is already set.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -40,7 +44,19 @@ start=$SECONDS
 status=0
 
 log "machine"
-nvidia-smi -L || true
+gpus=0
+command -v nvidia-smi >/dev/null && gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+if [[ "$gpus" == 0 ]]; then
+  why="no GPU on this machine ($(command -v nvidia-smi >/dev/null && echo 'nvidia-smi lists none' || echo 'no nvidia-smi'))"
+  if [[ "${ROTARY_REQUIRE_GPU:-0}" == 1 ]]; then
+    log "FAILED: ROTARY_REQUIRE_GPU=1, got $why"
+    exit 1
+  fi
+  log "SKIPPED: $why: nothing built or tested (run it on the GPU machine; set ROTARY_REQUIRE_GPU=1 to fail here)"
+  exit 0
+fi
+export ROTARY_REQUIRE_GPU=1  # a GPU is listed: a test that cannot use one fails (REQUIRE_GPU in device_test.cc)
+nvidia-smi -L
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,memory.total --format=csv || true
 command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"
 nvcc --version | tail -2
@@ -87,7 +103,10 @@ PYTHONUNBUFFERED=1 python3 scripts/cuda_peers.py bench | tee "$OUT_DIR/peers.jso
 echo "peers: $((SECONDS - t0)) s"
 
 log "5. summary"
-python3 scripts/cuda_peers.py summary "$OUT_DIR/bench_cuda.jsonl" "$OUT_DIR/peers.jsonl" | tee "$OUT_DIR/summary.md" || true
+if ! python3 scripts/cuda_peers.py summary "$OUT_DIR/bench_cuda.jsonl" "$OUT_DIR/peers.jsonl" | tee "$OUT_DIR/summary.md"; then
+  echo "FAILED: summary (the one-thread-per-pair peer disagreed with rotary, or the summary could not be made)"
+  status=1
+fi
 
 log "done in $((SECONDS - start)) s, status $status (results in $OUT_DIR)"
 exit "$status"

@@ -111,9 +111,12 @@ class CudaRuntime final : public DeviceRuntime {
     const cudaError_t err = cudaMalloc(&p, bytes);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
-      fail(Error::Kind::kOutOfRange, kWhere,
-           "the device copy of the cos/sin table needs " + std::to_string(bytes) + " bytes on device " +
-               std::to_string(device) + ", got CUDA error " + cudaGetErrorName(err));
+      const std::string size = std::to_string(bytes) + " bytes on device " + std::to_string(device);
+      if (err == cudaErrorMemoryAllocation)  // out of device memory: the one failure a smaller table avoids
+        fail(Error::Kind::kOutOfRange, kWhere,
+             "the device copy of the cos/sin table needs " + size + ", got CUDA error " + cudaGetErrorName(err) +
+                 " (" + cudaGetErrorString(err) + ")");
+      cuda_fail(err, "cudaMalloc of " + size + " (the device copy of the cos/sin table)");  // kInternal
     }
     return p;
   }

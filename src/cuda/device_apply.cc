@@ -3,12 +3,14 @@
 #include <string>
 
 #include "cuda/device.h"
+#include "engine/cos_sin_source.h"
 #include "plan/table_attachment.h"
 
 namespace rotary::detail::cuda {
 namespace {
 
 constexpr const char* kWhere = "rotary_apply";
+static_assert(kMaxParamFreqs == kDeviceOnTheFlyMaxPairs, "the engine's auto mode must know the on-the-fly limit");
 
 std::atomic<DeviceRuntime*> g_override{nullptr};
 
@@ -56,8 +58,8 @@ DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const floa
   std::lock_guard<std::mutex> lock(mutex_);
   if (runtime != runtime_)
     fail(Error::Kind::kInternal, kWhere, "a cos/sin table used on two device runtimes, got a second one");
-  Entry* e = nullptr;
-  for (Entry& x : entries_)
+  const Entry* e = nullptr;
+  for (const Entry& x : entries_)
     if (x.device == device) e = &x;
   if (e != nullptr && e->n >= needed) return {e->rows, e->n, e->inv_freq};
   if (runtime_->capturing(stream)) {
@@ -71,28 +73,49 @@ DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const floa
          "capture (make one call with the largest positions, or seq_len, before capturing), got a capture on "
          "device " + std::to_string(device) + " whose copy holds " + std::to_string(e->n) + " rows");
   }
-  const int64_t n = available;
+  // The new copy is built aside and published only once every allocation and copy has succeeded: a call
+  // that fails (out of device memory, a failed copy) releases what it allocated and leaves the entries as
+  // they were, so no later call sees a device without frequencies or rows, and a retry starts afresh.
+  const bool first = e == nullptr;
+  Entry next = first ? Entry{device, nullptr, 0, nullptr} : *e;
+  const std::size_t index = first ? entries_.size() : static_cast<std::size_t>(e - entries_.data());
+  entries_.reserve(entries_.size() + 1);  // the commit below must not throw (e is not used after this)
+  blocks_.reserve(blocks_.size() + 2);
+  struct Pending {  // this call's allocations until they are published
+    DeviceRuntime* rt;
+    int device;
+    void* p[2] = {nullptr, nullptr};
+    int count = 0;
+    ~Pending() {
+      for (int i = 0; i < count; ++i) rt->release(device, p[i]);
+    }
+  } pending{runtime_, device};
   auto allocate = [&](std::size_t bytes) {
     void* p = runtime_->allocate(device, bytes);
-    blocks_.push_back({device, p});
+    pending.p[pending.count++] = p;
     return p;
   };
-  if (e == nullptr) {
-    entries_.push_back(Entry{device, nullptr, 0, nullptr});
-    e = &entries_.back();
+  if (first) {
     const std::size_t fb = static_cast<std::size_t>(half) * sizeof(double);
-    e->inv_freq = static_cast<double*>(allocate(fb));
-    runtime_->copy_to_device(device, e->inv_freq, host_inv_freq, fb, stream);
+    next.inv_freq = static_cast<double*>(allocate(fb));
+    runtime_->copy_to_device(device, next.inv_freq, host_inv_freq, fb, stream);
   }
-  if (n > e->n) {
+  const int64_t n = available;
+  const bool grow = n > next.n;
+  if (grow) {
     const std::size_t rb = static_cast<std::size_t>(n) * static_cast<std::size_t>(2 * half) * sizeof(float);
     float* rows = static_cast<float*>(allocate(rb));
     runtime_->copy_to_device(device, rows, host_rows, rb, stream);
-    e->rows = rows;
-    e->n = n;
-    ++copies_;
+    next.rows = rows;
+    next.n = n;
   }
-  return {e->rows, e->n, e->inv_freq};
+  // Publish (nothing below throws: the capacity is reserved above).
+  for (int i = 0; i < pending.count; ++i) blocks_.push_back({device, pending.p[i]});
+  pending.count = 0;
+  if (first) entries_.push_back(next);
+  else entries_[index] = next;
+  if (grow) ++copies_;
+  return {next.rows, next.n, next.inv_freq};
 }
 
 void device_apply(const Plan& plan, DeviceRuntime& rt) {

@@ -35,6 +35,10 @@ bool use_table(const CosSinTable* table, CosSinMode mode, const PositionRange& r
   return missing * row_bytes <= std::max(kAutoGrowthBytes, paid);
 }
 
+bool use_device_table_as_is(const CosSinTable* table, CosSinMode mode, const PositionRange& range, int64_t half) {
+  return table != nullptr && mode == CosSinMode::kAuto && !range.fractional && half > kDeviceOnTheFlyMaxPairs;
+}
+
 void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len) {
   plan.cs.kind = PlanCosSin::Kind::kTable;
   if (range.unknown) {  // device positions: rows up to seq_len if given, the rest computed on the device
@@ -49,6 +53,7 @@ void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, st
 }
 
 void attach_device_table(Plan& plan, CosSinTable& table, int64_t rows) {
+  plan.cs.kind = PlanCosSin::Kind::kTable;
   plan.cs.device_rows = rows > 0 ? std::min(rows, table.max_positions()) : 0;
   plan.cs.table_pin = rows > 0 ? table.view_for(plan.cs.device_rows) : table.view();
   plan.cs.table = plan.cs.table_pin.data;

@@ -25,6 +25,17 @@ inline constexpr int64_t kAutoGrowthBytes = int64_t(4) << 20;
 /// (range.unknown) take the table whenever one may be used (the device computes rows past it).
 bool use_table(const CosSinTable* table, CosSinMode mode, const PositionRange& range, int64_t tokens);
 
+/// The most frequency pairs a device backend computes rows on the fly for (backend cuda carries them in its
+/// kernel parameters: cuda/job.h kMaxParamFreqs); table rows have no such limit.
+inline constexpr int64_t kDeviceOnTheFlyMaxPairs = 256;
+
+/// Device calls that use_table sent on the fly in kAuto, for heads of more than kDeviceOnTheFlyMaxPairs
+/// pairs (rotary_dim > 512), which the device cannot compute on the fly: whether to read `table` as it is
+/// instead (attach_device_table with no growth; the device computes the rows past it from the table's
+/// frequencies), so that such a call runs at every integer position rather than only where the table is
+/// chosen. Fractional positions and frequencies without a table stay on the fly.
+bool use_device_table_as_is(const CosSinTable* table, CosSinMode mode, const PositionRange& range, int64_t half);
+
 /// Sets the plan's source to `table`'s rows, grown to cover the range (throws kOutOfRange past max_positions).
 /// Device calls: also names the table as the owner of the backend's device copy (attach_device_table);
 /// with positions on the device (range.unknown), rows up to `seq_len` when given.

@@ -38,6 +38,7 @@ struct Source {
   Frequencies local;                      ///< set when the call's frequencies differ from the base ones
   const Frequencies* freqs = nullptr;     ///< the call's frequencies (base or local)
   CosSinTable* table = nullptr;           ///< the table to use, or null: rows on the fly
+  CosSinTable* device_table = nullptr;    ///< device calls without `table`: read this one as it is instead
 };
 
 }  // namespace
@@ -62,8 +63,10 @@ struct Rope::Impl {
   }
 
   /// Frequencies for the call's length (HF: seq_len = max(position) + 1 when not given) and the
-  /// one table-or-on-the-fly decision (detail::use_table) for `tokens` tokens over `range`.
-  void choose(const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens, Source* src) {
+  /// one table-or-on-the-fly decision (detail::use_table) for `tokens` tokens over `range`; `device` calls
+  /// of heads the device cannot compute on the fly read the table as it is (detail::use_device_table_as_is).
+  void choose(const PositionRange& range, std::optional<int64_t> seq_len, int64_t tokens, Source* src,
+              bool device = false) {
     src->freqs = &base;
     CosSinTable* table = main.get();
     if (spec.length_dependent()) {
@@ -77,6 +80,9 @@ struct Rope::Impl {
       }
     }
     src->table = detail::use_table(table, options.mode, range, tokens) ? table : nullptr;
+    const int64_t half = spec.effective_rotary_dim() / 2;
+    if (device && src->table == nullptr && detail::use_device_table_as_is(table, options.mode, range, half))
+      src->device_table = table;
   }
 };
 
@@ -141,8 +147,9 @@ void Rope::apply(const ApplyArgs& args) {
          std::string("seq_len must be given for a ") + rope_type_name(spec.scaling.type) +
              " spec when positions are device memory (backend cuda does not read them on the host), got none");
   Source src;  // outlives run_plan when the rows are computed on the fly
-  im.choose(range, args.seq_len, plan.B * plan.S, &src);
+  im.choose(range, args.seq_len, plan.B * plan.S, &src, plan.device);
   if (src.table) detail::attach_table(plan, *src.table, range, args.seq_len);
+  else if (src.device_table) detail::attach_device_table(plan, *src.device_table, 0);
   else detail::attach_on_the_fly(plan, *src.freqs);
   detail::run_plan(plan, args.backend);
 }
@@ -226,9 +233,11 @@ void RopeAccess::attach(Rope& rope, const PositionRange& range, std::optional<in
                         Plan& plan, std::list<Frequencies>& storage) {
   Rope::Impl& im = *rope.impl_;
   Source src;
-  im.choose(range, seq_len, tokens, &src);
+  im.choose(range, seq_len, tokens, &src, plan.device);
   if (src.table) {
     attach_table(plan, *src.table, range, seq_len);
+  } else if (src.device_table) {
+    attach_device_table(plan, *src.device_table, 0);
   } else if (src.freqs == &src.local) {
     storage.push_back(std::move(src.local));
     attach_on_the_fly(plan, storage.back());

@@ -1,18 +1,22 @@
 // The CUDA backend on a real GPU: the whole matrix vs the reference and bit for bit vs the emulator, graph capture, accuracy.
 //
-// Built with -DROTARY_BUILD_CUDA=ON; every test skips with a message when no GPU is present (CI). The
-// emulator comparison is what makes the CPU-only CI runs meaningful: where cos/sin come from a table or the
-// caller, the device must produce the emulator's bytes exactly (same IEEE roundings, same FMAs); where the
-// device computes angles itself, CUDA's sincos may differ from glibc's in the last double bit, so those
-// compare within the dtype tolerance.
+// Built with -DROTARY_BUILD_CUDA=ON; every test skips with a message when no GPU is present (CI), and fails
+// instead with ROTARY_REQUIRE_GPU=1 (scripts/device_check.sh). The emulator comparison is what makes the
+// CPU-only CI runs meaningful: where cos/sin are read from the device copy of a table or from the caller,
+// the device must produce the emulator's bytes exactly (same IEEE roundings, same FMAs; the inputs are
+// finite: NaN bits differ, docs/cuda.md); where the device computes angles itself, CUDA's sincos may differ
+// from glibc's in the last double bit, so those compare within the dtype tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "cuda/emulator.h"
 #include "cuda/matrix.h"
+#include "cuda/prefill.h"
 #include "plan/plan.h"
 
 #if ROTARY_TEST_CUDA
@@ -24,12 +28,21 @@ namespace {
 
 using namespace rotary::testing;  // NOLINT: the matrix vocabulary
 
+/// ROTARY_REQUIRE_GPU=1 (scripts/device_check.sh sets it): a GPU is expected, so a test that cannot run on
+/// one fails instead of skipping, and a device check on a machine rotary cannot use does not pass.
+bool gpu_required() {
+  const char* v = std::getenv("ROTARY_REQUIRE_GPU");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 #if ROTARY_TEST_CUDA
 
-#define REQUIRE_GPU()                                                                                  \
-  if (!detail::cuda_available())                                                                      \
-  GTEST_SKIP() << "no CUDA device (cuda_available() is false): the kernels ran only in the emulator " \
-                  "tests this time"
+#define REQUIRE_GPU()                                                                                          \
+  if (!detail::cuda_available()) {                                                                            \
+    if (gpu_required()) FAIL() << "ROTARY_REQUIRE_GPU=1, got no usable CUDA device (cuda_available() is false)"; \
+    GTEST_SKIP() << "no CUDA device (cuda_available() is false): the kernels ran only in the emulator "        \
+                    "tests this time";                                                                        \
+  }
 
 void ok(cudaError_t e, const char* what) { ASSERT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e); }
 
@@ -250,9 +263,42 @@ TEST(CudaDevice, DeviceComputedAnglesKeepTheAccuracyContract) {
   }
 }
 
+/// A long prefill (prefill.h): tokens enough to fill every SM, so the launch is token-parallel and each
+/// thread rotates its token's three rows with rotate_rows_vec's two-rows loop and tail; equal to the CPU.
+TEST(CudaDevice, ALongPrefillRunsTokenParallelAndEqualsTheCpu) {
+  REQUIRE_GPU();
+  int device = 0, sms = 0;
+  ok(cudaGetDevice(&device), "cudaGetDevice");
+  ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+    for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved}) {
+      const PrefillCase pc(dt, pairing, sms);
+      std::vector<unsigned char> want_q, want_k, q(pc.q.size()), k(pc.k.size());
+      pc.cpu_result(&want_q, &want_k);
+      void *dq = nullptr, *dk = nullptr;
+      ok(cudaMalloc(&dq, q.size()), "cudaMalloc");
+      ok(cudaMalloc(&dk, k.size()), "cudaMalloc");
+      ok(cudaMemcpy(dq, pc.q.data(), q.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      ok(cudaMemcpy(dk, pc.k.data(), k.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      {
+        CosSinTable table(pc.freqs);
+        ASSERT_NO_THROW(apply_table(table, pc.args(dq, dk, Backend::kCuda)));
+        ok(cudaDeviceSynchronize(), "sync");
+      }
+      ok(cudaMemcpy(q.data(), dq, q.size(), cudaMemcpyDeviceToHost), "cudaMemcpy back");
+      ok(cudaMemcpy(k.data(), dk, k.size(), cudaMemcpyDeviceToHost), "cudaMemcpy back");
+      cudaFree(dq);
+      cudaFree(dk);
+      EXPECT_EQ(pc.compare(q, want_q, "q") + pc.compare(k, want_k, "k"), 0) << "T " << pc.T << ", " << sms << " SMs";
+    }
+}
+
 #else
 
-TEST(CudaDevice, Skipped) { GTEST_SKIP() << "rotary was built without CUDA: the kernels ran only in the emulator tests"; }
+TEST(CudaDevice, Skipped) {
+  if (gpu_required()) FAIL() << "ROTARY_REQUIRE_GPU=1, got a build without CUDA (configure with -DROTARY_BUILD_CUDA=ON)";
+  GTEST_SKIP() << "rotary was built without CUDA: the kernels ran only in the emulator tests";
+}
 
 #endif
 

@@ -12,6 +12,7 @@
 #include <new>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cuda/device.h"
@@ -38,6 +39,10 @@ class EmulatorRuntime final : public detail::cuda::DeviceRuntime {
   };
   std::vector<Range> ranges;
 
+  /// Failure injection: with k > 0, the k-th allocation from now throws as cudaMalloc out of memory does
+  /// (kOutOfRange), and the k-th copy from now as a failed cudaMemcpyAsync does (kInternal); 0: none.
+  int fail_allocation_in = 0, fail_copy_in = 0;
+
   int launches = 0, allocations = 0, releases = 0, copies = 0;
   void* last_stream = nullptr;
   Job last_job{};
@@ -56,7 +61,11 @@ class EmulatorRuntime final : public detail::cuda::DeviceRuntime {
     return 0;
   }
   detail::cuda::DeviceLimits limits(int) override { return device_limits; }
-  void* allocate(int, std::size_t bytes) override {
+  void* allocate(int device, std::size_t bytes) override {
+    if (fail_allocation_in > 0 && --fail_allocation_in == 0)
+      fail(Error::Kind::kOutOfRange, "rotary_apply",
+           "the device copy of the cos/sin table needs " + std::to_string(bytes) + " bytes on device " +
+               std::to_string(device) + ", got CUDA error cudaErrorMemoryAllocation (out of memory)");
     ++allocations;
     return ::operator new(bytes == 0 ? 1 : bytes, std::align_val_t(256));  // cudaMalloc alignment
   }
@@ -65,6 +74,9 @@ class EmulatorRuntime final : public detail::cuda::DeviceRuntime {
     ::operator delete(p, std::align_val_t(256));
   }
   void copy_to_device(int, void* dst, const void* src, std::size_t bytes, void*) override {
+    if (fail_copy_in > 0 && --fail_copy_in == 0)
+      fail(Error::Kind::kInternal, "rotary_apply",
+           "cudaMemcpyAsync (cos/sin table) failed, got CUDA error cudaErrorLaunchFailure (unspecified launch failure)");
     ++copies;
     std::memcpy(dst, src, bytes);
   }

@@ -8,6 +8,7 @@
 
 #include "cuda/emulator.h"
 #include "cuda/matrix.h"
+#include "cuda/prefill.h"
 #include "plan/table_attachment.h"
 #include "rotary/rotary_c.h"
 
@@ -83,6 +84,60 @@ TEST(CudaEmulator, TableRowsAreCopiedOncePerGrowthPerDeviceAndNothingIsAllocated
     EXPECT_EQ(cuda.rt.last_job.cs.table_rows, table.size());
   }
   EXPECT_EQ(cuda.rt.releases, cuda.rt.allocations) << "the device copies die with the table";
+}
+
+/// A failed allocation or copy while making or growing a device copy (out of device memory, say) leaves the
+/// table's copies as they were: the call throws before any launch, keeps no memory, and a retry makes the
+/// copy and matches the reference, positions past the copied rows (which read the frequencies) included.
+TEST(CudaEmulator, AFailedTableCopyLeavesTheCopiesAsTheyWereAndARetryWorks) {
+  struct Case {
+    int allocation_in, copy_in;
+  };
+  for (bool grow : {false, true})
+    for (Case c : {Case{1, 0}, Case{2, 0}, Case{0, 1}, Case{0, 2}}) {
+      if (grow && (c.allocation_in == 2 || c.copy_in == 2)) continue;  // a growth allocates and copies once
+      SCOPED_TRACE("grow " + std::to_string(grow) + ", allocation " + std::to_string(c.allocation_in) +
+                   ", copy " + std::to_string(c.copy_in));
+      const Frequencies f = freqs_for(64);
+      EmulatedCuda cuda;
+      {
+        CosSinTable table(f), host(f);
+        if (grow) {
+          Simple first(2, 2, 64, 0);
+          apply_table(table, first.a);
+          ASSERT_EQ(row_copies(table), 1);
+        }
+        const int64_t n = table.view_for(64).size;
+        std::vector<int64_t> ids = {0, 1, grow ? n + 5 : 7, 20 * n};  // 20 n: past every copied row
+        std::vector<float> q = randn(ids.size() * 2 * 64, 13), ref = q;
+        ApplyArgs a;
+        a.q = TensorView::contiguous(q.data(), DType::kF32, {1, static_cast<int64_t>(ids.size()), 2, 64});
+        a.positions =
+            Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, {static_cast<int64_t>(ids.size())}));
+        a.seq_len = grow ? 2 * n : 64;  // the device copy must hold (grow to) this many rows
+        a.backend = Backend::kCuda;
+        const int launches = cuda.rt.launches, held = cuda.rt.allocations - cuda.rt.releases;
+        const int copies_before = grow ? row_copies(table) : 0;  // (no attachment before the first device call)
+        cuda.rt.fail_allocation_in = c.allocation_in;
+        cuda.rt.fail_copy_in = c.copy_in;
+        EXPECT_THROW(apply_table(table, a), Error);
+        EXPECT_EQ(cuda.rt.launches, launches);
+        EXPECT_EQ(cuda.rt.allocations - cuda.rt.releases, held) << "the failed call keeps no device memory";
+        EXPECT_EQ(row_copies(table), copies_before);
+        EXPECT_EQ(q, ref) << "nothing was rotated";
+        cuda.rt.fail_allocation_in = cuda.rt.fail_copy_in = 0;
+        apply_table(table, a);  // the retry: memory is available again
+        EXPECT_EQ(row_copies(table), copies_before + 1);
+        ASSERT_NE(cuda.rt.last_job.cs.inv_freq, nullptr);
+        EXPECT_GE(cuda.rt.last_job.cs.table_rows, a.seq_len);
+        ApplyArgs r = a;
+        r.q.data = ref.data();
+        r.backend = Backend::kReference;
+        apply_table(host, r);
+        for (std::size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(q[i], ref[i], output_abs_tol(DType::kF32)) << i;
+      }
+      EXPECT_EQ(cuda.rt.releases, cuda.rt.allocations) << "the device copies die with the table";
+    }
 }
 
 TEST(CudaEmulator, GrowingTheDeviceCopyDuringCaptureIsAnErrorAndCapturedCallsOtherwiseRun) {
@@ -291,6 +346,68 @@ TEST(CudaEmulator, PositionsAroundTheEndOfTheDeviceRowsMatchTheReference) {
   r.backend = Backend::kReference;
   apply_table(host, r);
   for (std::size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(q[i], ref[i], output_abs_tol(DType::kF32)) << i;
+}
+
+/// Auto mode with rotary_dim > 512, which the device cannot compute on the fly (at most 256 pairs): the Rope
+/// reads its table as it is and the device computes the rows past it, so the call that runs at a small
+/// position runs far out too, equal to the CPU within the f32 tolerance.
+TEST(CudaEmulator, AutoModeRunsWideHeadsAtEveryPosition) {
+  EmulatedCuda cuda;
+  Spec spec;
+  spec.head_dim = 640;
+  spec.rotary_dim = 640;
+  Rope rope(spec), cpu(spec);
+  for (int64_t pos : {int64_t(100), int64_t(100000), int64_t(3000000)}) {
+    for (int64_t S : {int64_t(1), int64_t(3)}) {
+      std::vector<float> q = randn(static_cast<std::size_t>(S * 2 * 640), 17), ref = q;
+      ApplyArgs a;
+      a.q = TensorView::contiguous(q.data(), DType::kF32, {1, S, 2, 640});
+      a.positions = Positions::contiguous(pos);
+      a.backend = Backend::kCuda;
+      ASSERT_NO_THROW(rope.apply(a)) << "position " << pos;
+      ApplyArgs r = a;
+      r.q.data = ref.data();
+      r.backend = Backend::kCpu;
+      cpu.apply(r);
+      for (std::size_t i = 0; i < q.size(); ++i)
+        ASSERT_NEAR(q[i], ref[i], output_abs_tol(DType::kF32)) << "position " << pos << ", element " << i;
+    }
+  }
+  EXPECT_EQ(cuda.rt.launches, 6);
+  RopeOptions otf;
+  otf.mode = CosSinMode::kOnTheFly;  // asked for explicitly, on the fly stays what the device does not do
+  Rope wide(spec, otf);
+  std::vector<float> q(640, 0.5f);
+  ApplyArgs a;
+  a.q = TensorView::contiguous(q.data(), DType::kF32, {1, 1, 1, 640});
+  a.backend = Backend::kCuda;
+  try {
+    wide.apply(a);
+    ADD_FAILURE() << "expected kUnsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kUnsupported) << e.what();
+  }
+}
+
+/// The hardware test's long prefill (prefill.h) with an H100/H200's limits: the launch is token-parallel with
+/// three rows per thread on the 16-byte path (rotate_rows_vec's two-rows loop and its tail), equal to the CPU.
+TEST(CudaEmulator, ALongPrefillRunsTokenParallelAndEqualsTheCpu) {
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved}) {
+      EmulatedCuda cuda;  // default limits: 132 SMs, 2048 threads each
+      const PrefillCase pc(dt, pairing, cuda.rt.device_limits.sm_count);
+      std::vector<unsigned char> want_q, want_k, q = pc.q, k = pc.k;
+      pc.cpu_result(&want_q, &want_k);
+      {
+        CosSinTable table(pc.freqs);
+        apply_table(table, pc.args(q.data(), k.data(), Backend::kCuda));
+      }
+      ASSERT_EQ(cuda.rt.launches, 1);
+      EXPECT_FALSE(cuda.rt.last_job.geo.head_parallel) << "T " << pc.T;
+      EXPECT_EQ(cuda.rt.last_job.rows_per_token, 3);
+      EXPECT_NE(cuda.rt.last_job.vec, 0);
+      EXPECT_EQ(pc.compare(q, want_q, "q") + pc.compare(k, want_k, "k"), 0);
+    }
 }
 
 /// The accuracy contract (docs/accuracy.md) on the device's own cos/sin: rows computed on the device past
