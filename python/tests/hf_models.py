@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import importlib
+import logging
+import warnings
 from types import ModuleType
-from typing import Tuple
+from typing import Optional, Tuple
 
 import pytest
 
@@ -15,3 +17,43 @@ def hf_model_modules(model: str) -> Tuple[ModuleType, ModuleType]:
                 importlib.import_module(f"transformers.models.{model}.modeling_{model}"))
     except ImportError as e:  # pragma: no cover - depends on the installed transformers
         pytest.skip(f"transformers has no {model}: {e}")
+
+
+def modeling_module(model_type: str) -> Optional[ModuleType]:
+    """transformers' modeling module of `model_type` (a sub-type such as qwen2_vl_text: its model's), or None."""
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    name = model_type_to_module_name(model_type)
+    try:
+        return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    except Exception:  # noqa: BLE001 - absent, or needs an optional dependency
+        return None
+
+
+def text_rotary_embedding_class(model_type: str) -> Optional[type]:
+    """The model's text RotaryEmbedding class (the first by name that is not a vision one), or None."""
+    mod = modeling_module(model_type)
+    if mod is None:
+        return None
+    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n
+                   and isinstance(getattr(mod, n), type) and getattr(mod, n).__module__ == mod.__name__)
+    return getattr(mod, names[0]) if names else None
+
+
+def trimmed_hf_config(model_type: str, fields: dict):
+    """(the text config transformers builds from `fields`, the config.json document that gives them): a composite
+    model's fields go to its text_config."""
+    import copy
+
+    import transformers
+    doc_fields, fields = copy.deepcopy(fields), copy.deepcopy(fields)  # transformers edits nested dicts in place
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = transformers.AutoConfig.for_model(model_type, **fields)
+            if config.get_text_config() is config:
+                return config, {"model_type": model_type, **doc_fields}
+            config = transformers.AutoConfig.for_model(model_type, text_config=copy.deepcopy(doc_fields))
+            return config.get_text_config(), {"model_type": model_type, "text_config": doc_fields}
+    finally:
+        logging.disable(logging.NOTSET)

@@ -188,7 +188,8 @@ def test_bf16_angles_lose_the_phase():
 
 
 def test_rotary_dim_partial_factor_ignored():
-    config = hf_config("default", partial_rotary_factor=0.5)
+    # Linear with factor 1 (default frequencies): Llama's own default type ignores the factor, the generic ones do not.
+    config = hf_config("default", rope_type="linear", factor=1.0, partial_rotary_factor=0.5)
     full = hf_config("default")
     cos, sin = hf_cos_sin(full, 2000)  # the engine rotated the whole head
     r = rotary.check(config, layout="hf", cos=cos, sin=sin)

@@ -174,10 +174,13 @@ def test_codegen_rotates_every_two_as_gpt_j():
 
 
 def test_the_file_s_own_fields_win_over_the_class_defaults():
-    doc = {"model_type": "mixtral", "hidden_size": HIDDEN, "num_attention_heads": HEADS, "rope_theta": 5e5,
+    # StableLM's class rotates a quarter of the head; Mixtral's default type ignores the factor (the whole head).
+    doc = {"model_type": "stablelm", "hidden_size": HIDDEN, "num_attention_heads": HEADS, "rope_theta": 5e5,
            "head_dim": 64, "partial_rotary_factor": 0.5}
     spec = rotary.Spec.from_hf_config(doc)
     assert (spec.base, spec.head_dim, spec.rotary_dim) == (5e5, 64, 32)
+    spec = rotary.Spec.from_hf_config({**doc, "model_type": "mixtral"})
+    assert (spec.base, spec.head_dim, spec.rotary_dim) == (5e5, 64, 64)
     # A dict of its own replaces gpt-oss's class dict (yarn) entirely.
     gpt = rotary.Spec.from_hf_config({"model_type": "gpt_oss", "hidden_size": HIDDEN, "num_attention_heads": HEADS,
                                       "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}})

@@ -368,13 +368,11 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     type_field = rp.field("type");
   }
   if (type_name == "mrope") type_name = "default";  // Qwen2-VL: default frequencies + sections
-  // Phi-3 / Phi-4-multimodal configs written before longrope had that name: transformers renames "su" and
-  // "yarn" to longrope for these models (their short_factor / long_factor tables).
+  // Phi-3 / Phi-4-multimodal configs from before longrope's name: transformers renames "su" and "yarn" to longrope.
   if ((model_type == "phi3" || model_type == "phi4_multimodal") && (type_name == "su" || type_name == "yarn"))
     type_name = "longrope";
   Scaling& sc = spec.scaling;
   sc.type = rope_type_from(type_name, type_field);
-
   // --- base and partial rotary: dict first (v5), then top level (v4), then legacy names. GPT-NeoX's config
   // class reads only its own names at the top level (rotary_emb_base, rotary_pct: default 0.25), as transformers.
   const bool neox = model_type == "gpt_neox";
@@ -387,12 +385,14 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
   const bool prf_named = rp.has_key("partial_rotary_factor") || (top.has_key("partial_rotary_factor") && !cls.forced_partial);
   spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
-  if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 ||
-      spec.partial_rotary_factor > 1)
+  if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 || spec.partial_rotary_factor > 1)
     invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
 
   if (sc.type == RopeType::kProportional) {
     spec.rotary_dim = spec.head_dim;  // proportional keeps head_dim/2 angles, zero beyond the rotated part
+  } else if (sc.type == RopeType::kDefault && cls.default_ignores_partial) {
+    spec.rotary_dim = spec.head_dim;  // the model's default frequencies span the whole head (Llama, Gemma 3...):
+    spec.partial_rotary_factor = 1.0;  // transformers does not read the factor for them (model_defaults_partial.cc)
   } else if (auto rd = top.integer("rotary_dim"); rd && !cls.ignores_rotary_dim) {
     spec.rotary_dim = *rd;  // GPT-J
   } else if (qk_rope && cls.qk_nope_head_dim != 0) {

@@ -235,12 +235,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
         if (!dict.contains(it.key())) dict[it.key()] = it.value();
       if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
     }
-    Spec spec = detail::parse_spec(r, dict, field, name);
-    if (cls.default_ignores_partial && spec.scaling.type == RopeType::kDefault) {
-      spec.partial_rotary_factor = 1.0;  // Gemma 3's default frequencies span the whole head whatever the factor
-      spec.rotary_dim = spec.head_dim;
-    }
-    out.by_type.push_back({type, detail::normalized_in(spec, name)});
+    // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
+    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, dict, field, name), name)});
   };
   if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.

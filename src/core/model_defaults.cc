@@ -1,6 +1,7 @@
 // Internal: the table of transformers' config-class RoPE defaults per model_type (facts of transformers 5.x).
 #include "core/model_defaults.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace rotary::detail {
@@ -171,10 +172,25 @@ const std::vector<ModelDefaults> kTable = {
 
 const ModelDefaults kGeneric{};
 
+/// kTable with default_ignores_partial set from model_defaults_partial.cc's list (an entry of its own for a listed
+/// model type kTable lacks: generic defaults otherwise).
+const std::vector<ModelDefaults>& table() {
+  static const std::vector<ModelDefaults> t = [] {
+    std::vector<ModelDefaults> v = kTable;
+    for (ModelDefaults& m : v)
+      if (default_type_ignores_partial(m.model_type)) m.default_ignores_partial = true;
+    for (std::string_view name : default_partial_ignorers())
+      if (std::none_of(v.begin(), v.end(), [&](const ModelDefaults& m) { return m.model_type == name; }))
+        v.push_back(M(name).default_whole_head());
+    return v;
+  }();
+  return t;
+}
+
 }  // namespace
 
 const ModelDefaults& model_defaults(std::string_view model_type) {
-  for (const ModelDefaults& m : kTable)
+  for (const ModelDefaults& m : table())
     if (m.model_type == model_type) return m;
   return kGeneric;
 }

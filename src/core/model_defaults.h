@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -69,10 +70,18 @@ struct ModelDefaults {
   /// The class fills each layer type's entry, the file's own too, from its nested dict: a missing rope_theta is the
   /// top-level one, else the class entry's; other missing keys (partial_rotary_factor) the class entry's (NeoMME).
   bool class_dict_fills_entries = false;
-  /// The model's default-type frequencies ignore partial_rotary_factor (Gemma 3's compute_default_rope_parameters
-  /// rotates the whole head); other types still read it. Applied by the per-layer-type reader.
+  /// The model's default-type frequencies ignore partial_rotary_factor (its compute_default_rope_parameters spans
+  /// the whole head_dim: Llama, Qwen2, Gemma 3 and most others in transformers 5.x); other types still read it, as
+  /// transformers' generic functions do. Set from model_defaults_partial.cc's list or by an entry (per-layer-type
+  /// models); applied by parse_spec.
   bool default_ignores_partial = false;
 };
+
+/// Whether transformers' own default-type RoPE of `model_type` ignores partial_rotary_factor (the list in
+/// model_defaults_partial.cc, from scripts/survey_default_partial.py); false for a model type transformers does not know.
+bool default_type_ignores_partial(std::string_view model_type);
+/// That list (sorted).
+std::span<const std::string_view> default_partial_ignorers();
 
 /// The defaults of `model_type` (config.json's "model_type"); for a model without an entry, the generic
 /// ones (base 10000, full rotation, hidden_size / num_attention_heads, default type, half-split pairs).

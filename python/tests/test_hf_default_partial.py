@@ -1,0 +1,136 @@
+"""partial_rotary_factor under each model's own RoPE: its default type ignores it or not as transformers' code does."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rotary
+from hf_models import text_rotary_embedding_class, trimmed_hf_config
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# From scripts/survey_default_partial.py on transformers 5.25 (src/core/model_defaults_partial.cc lists IGNORES):
+# model types whose default-type frequencies span the whole head whatever partial_rotary_factor says ...
+IGNORES = [
+    "EvollaModel", "afmoe", "apertus", "apertus1p5", "apertus1p5_text", "arcee", "aria", "aria_text", "axk1",
+    "axk2", "bailing_hybrid", "bitnet", "blt", "blt_global_transformer", "blt_local_decoder", "blt_local_encoder",
+    "blt_patcher", "chameleon", "cohere", "cohere2", "csm", "csm_depth_decoder_model", "cwm", "dbrx",
+    "deepseek_ocr2", "deepseek_ocr2_encoder", "deepseek_ocr2_text", "deepseek_v2", "deepseek_v3", "deepseek_v32",
+    "dia", "dia_decoder", "dia_encoder", "diffllama", "doge", "dots1", "emu3", "emu3_text_model", "eomt_dinov3",
+    "ernie4_5", "ernie4_5_moe", "esmc", "eurobert", "evolla", "exaone4", "exaone_moe", "falcon", "falcon_h1",
+    "flex_olmo", "flint", "gemma", "gemma2", "glm_moe_dsa", "gpt_oss", "gradium_phonon_tts", "granite",
+    "granite_docling_text", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid", "granitemoeshared",
+    "gte", "helium", "higgs_audio_v2", "hrm_text", "hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl",
+    "hunyuan_vl_text", "hy_v3", "hy_v4", "hy_v4_vl", "hy_v4_vl_text", "hyperclovax", "idefics", "jais2", "jetmoe",
+    "jina_embeddings_v3", "kolibri1", "kyutai_speech_to_text", "lara_mini", "lasr_encoder", "lfm2", "lfm2_moe",
+    "llama", "llama4", "llama4_text", "longcat_flash", "mimi", "mimi_decoder", "mimi_encoder", "minicpm3",
+    "minicpm5_moe", "minimax", "ministral", "ministral3", "mistral", "mistral4", "mistral_large4",
+    "mistral_large4_text", "mixtral", "mllama", "mllama_text_model", "molmo2", "molmo2_text", "moshi",
+    "muse_glimmer", "muse_glimmer_assistant", "muse_glimmer_text", "muse_spark_text", "nanochat", "neucodec",
+    "nomic_bert", "olmo", "olmo2", "olmo_hybrid", "olmoe", "openai_privacy_filter", "paddleocr_vl",
+    "paddleocr_vl_text", "pe_audio_encoder", "pe_audio_video_encoder", "pe_video_encoder", "phimoe",
+    "pocket_tts_audio_tokenizer", "pocket_tts_audio_tokenizer_decoder", "pocket_tts_audio_tokenizer_encoder",
+    "qwen2", "qwen2_5_omni", "qwen2_5_omni_dit", "qwen2_5_omni_talker", "qwen2_5_omni_text", "qwen2_5_omni_thinker",
+    "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_moe", "qwen2_vl", "qwen2_vl_text", "qwen3", "qwen3_moe",
+    "qwen3_omni_moe", "qwen3_omni_moe_talker_code_predictor", "qwen3_omni_moe_talker_text", "qwen3_omni_moe_text",
+    "qwen3_omni_moe_thinker", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl_text", "seed_oss",
+    "smollm3", "starcoder2", "t5_gemma_module", "timesfm2_5", "unlimited_ocr", "unlimited_ocr_text", "vaultgemma",
+    "voxtral_realtime", "voxtral_realtime_encoder", "voxtral_realtime_text", "xcodec2", "youtu", "zamba2",
+]
+# ... and those whose default type honours it.
+HONOURS = [
+    "bamba", "glm", "glm4", "glm4_moe", "glm4_moe_lite", "glm4v", "glm4v_moe", "glm4v_moe_text", "glm4v_text",
+    "glm_image", "glm_image_text", "glm_ocr", "glm_ocr_text", "glmasr", "glmasr_encoder", "gpt_neox",
+    "gpt_neox_japanese", "minimax_m2", "minimax_m3_vl", "minimax_m3_vl_text", "moonshine", "moonshine_streaming",
+    "musicflamingo", "nemotron", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp",
+    "nemotron3_diarization_audio", "persimmon", "phi", "phi3", "phi4_multimodal", "qwen3_5", "qwen3_5_moe",
+    "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
+    "solar_open", "stablelm",
+]
+
+# head_dim and base given, so that only the partial factor is under test (test_hf_class_defaults.py checks the
+# classes' own head_dim and base; scripts/survey_default_partial.py sweeps trimmed files without them).
+# Disagreements that are not about the factor (found by the same comparison; not fixed here): the variants skipped.
+_CLASS_DICT = "its class's RoPE dict (llama3 / yarn) is not in rotary's table: a trimmed file reads as default"
+ALL = ("top", "dict", "linear")
+KNOWN = {
+    **{m: (("top",), _CLASS_DICT) for m in ("apertus1p5", "apertus1p5_text", "higgs_audio_v2", "ministral3",
+                                            "openai_privacy_filter", "mistral_large4", "mistral_large4_text")},
+    "mistral4": (("top", "dict"), _CLASS_DICT + "; its default type spans qk_nope + qk_rope (128 wide), more than the "
+                 "qk_rope part it rotates (rotary: qk_rope_head_dim)"),
+    "muse_spark_text": (("top",), "its class dict's rope_theta (5e5) wins over a top-level one"),
+    "moonshine_streaming": (("top",), "its class's partial factor (0.8) wins over a top-level one"),
+    "gpt_neox_japanese": (("top",), "its class reads rotary_pct, not a top-level partial_rotary_factor"),
+    "zamba2": (ALL, "a file's head_dim sets attention_head_dim (attribute_map); rotary reads attention_head_dim only"),
+    "eomt_dinov3": (ALL, "a 2-D vision RoPE (head_dim / 4 frequencies per axis), not a text one"),
+    "nanochat": (ALL, "refused by rotary (its code rotates by minus the angle)"),
+    **{m: (ALL, "composite config: the trimmed fields do not reach its text part") for m in
+       ("dia", "qwen2_5_omni", "qwen3_omni_moe")},
+}
+
+BASE = {"hidden_size": 768, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 96, "rope_theta": 1e4}
+VARIANTS = {
+    "top": {"partial_rotary_factor": 0.5},
+    "dict": {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+    # transformers' generic functions (linear here) always read the factor.
+    "linear": {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0,
+                                   "partial_rotary_factor": 0.5}},
+}
+
+
+def _inv_freq(cls, model_type, fields):
+    config, doc = trimmed_hf_config(model_type, fields)
+    return cls(config=config).inv_freq.double().numpy(), doc
+
+
+def _base(cls, model_type):
+    """BASE as this model's class takes it: MLA classes get qk_rope_head_dim (64) instead of head_dim; a class whose
+    head_dim is derived (Falcon) gets none."""
+    try:
+        config, _ = trimmed_hf_config(model_type, BASE)
+    except Exception:  # noqa: BLE001 - a read-only head_dim
+        return {k: v for k, v in BASE.items() if k != "head_dim"}
+    if hasattr(config, "qk_rope_head_dim"):
+        return {**{k: v for k, v in BASE.items() if k != "head_dim"}, "qk_rope_head_dim": 64}
+    return BASE
+
+
+@pytest.mark.parametrize("model_type", IGNORES + HONOURS)
+def test_default_and_linear_types_read_partial_rotary_factor_as_the_model_does(model_type):
+    skipped, why = KNOWN.get(model_type, ((), ""))
+    if skipped == ALL:
+        pytest.skip(why)
+    cls = text_rotary_embedding_class(model_type)
+    if cls is None:  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no {model_type} RotaryEmbedding")
+    base = _base(cls, model_type)
+    ran = 0
+    for name, extra in VARIANTS.items():
+        if name in skipped:
+            continue
+        try:
+            hf, doc = _inv_freq(cls, model_type, {**base, **extra})
+        except Exception:  # noqa: BLE001 - a type the class refuses (Phi-3: longrope only; RecurrentGemma: default)
+            continue
+        ran += 1
+        ours = rotary.Spec.from_hf_config(doc).inv_freq(None)
+        what = f"{model_type} {name} {extra}"
+        assert ours.shape == hf.shape, f"{what}: rotary {ours.shape[0]} frequencies, transformers {hf.shape[0]}"
+        assert np.max(np.abs(ours - hf) / np.abs(hf)) <= 1e-6, what
+    assert ran, f"{model_type}: transformers refused every variant"
+    # The list is still transformers' fact: the default type with the factor in rope_parameters.
+    whole, _ = _inv_freq(cls, model_type, {**base, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                                       "partial_rotary_factor": 1.0}})
+    half, _ = _inv_freq(cls, model_type, {**base, **VARIANTS["dict"]})
+    assert (half.shape == whole.shape) == (model_type in IGNORES), f"{model_type}: transformers changed"
+
+
+def test_an_unknown_model_type_keeps_applying_the_factor():
+    spec = rotary.Spec.from_hf_config({"model_type": "not_in_transformers", **BASE, "partial_rotary_factor": 0.5})
+    assert (spec.head_dim, spec.rotary_dim) == (96, 48)
+    llama = rotary.Spec.from_hf_config({"model_type": "llama", **BASE, "partial_rotary_factor": 0.5})
+    assert (llama.head_dim, llama.rotary_dim) == (96, 96)
+    # The generic types still rotate the partial share.
+    linear = rotary.Spec.from_hf_config({"model_type": "llama", **BASE, **VARIANTS["linear"]})
+    assert linear.rotary_dim == 48
