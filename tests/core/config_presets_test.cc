@@ -115,6 +115,16 @@ TEST(Config, FieldsTheFileLeavesOutTakeTheModelsConfigClassDefaults) {
   EXPECT_EQ(parse(R"({"model_type": "phi", "head_dim": 64, "partial_rotary_factor": null})").rotary_dim, 64);
   EXPECT_EQ(parse(R"({"model_type": "qwen3", "head_dim": null, "hidden_size": 1024, "num_attention_heads": 16})")
                 .head_dim, 64);
+  // Llama's and Qwen2's default type ignore partial_rotary_factor (their code spans the whole head), a dict's or the
+  // top level's; their linear type and Phi's default read it, as does a model type transformers does not know.
+  EXPECT_EQ(parse(R"({"model_type": "llama", "head_dim": 96, "partial_rotary_factor": 0.5})").rotary_dim, 96);
+  EXPECT_EQ(parse(R"({"model_type": "qwen2", "head_dim": 96, "rope_parameters": {"rope_type": "default",
+                      "partial_rotary_factor": 0.5}})").rotary_dim, 96);
+  EXPECT_EQ(parse(R"({"model_type": "llama", "head_dim": 96, "rope_parameters": {"rope_type": "linear", "factor": 2,
+                      "partial_rotary_factor": 0.5}})").rotary_dim, 48);
+  EXPECT_EQ(parse(R"({"model_type": "phi", "head_dim": 96, "partial_rotary_factor": 0.5})").rotary_dim, 48);
+  EXPECT_EQ(parse(R"({"model_type": "not_in_transformers", "head_dim": 96, "partial_rotary_factor": 0.5})").rotary_dim,
+            48);
   // The file's own values win; a model without an entry keeps the generic defaults.
   EXPECT_EQ(parse(R"({"model_type": "mixtral", "head_dim": 64, "rope_theta": 5e5})").base, 5e5);
   EXPECT_EQ(parse(R"({"model_type": "qwen3", "head_dim": 64})").head_dim, 64);
