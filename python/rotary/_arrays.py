@@ -214,6 +214,10 @@ _I64_MIN, _I64_MAX, _I32_MAX = -(2**63), 2**63 - 1, 2**31 - 1
 def _offset_arg(v: Any, what: str, where: str = "rotary_apply") -> int:
     """An int offset for the core (int64): out-of-range values get the core's message instead of nanobind's; a
     float (truncated before), bool or other non-integer raises TypeError."""
+    if (isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iu") or (
+            _is_torch(v) and v.dim() == 0 and not v.is_floating_point() and not v.is_complex()
+            and v.dtype != _torch_module().bool):
+        v = int(v)  # a 0-dim integer array or tensor
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"[{where}] {what} must be an int, got {type(v).__name__}")
     v = int(v)

@@ -207,7 +207,10 @@ def _apply_cos_sin__cpu(x, cos, sin, positions=None, offset=0, layout="bshd", pa
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_cos_sin_"](x, cos, sin, positions, offset, layout, pairing, inverse, threads)
     if _f64_tables(cos, sin, x):
-        x.copy_(_apply_cos_sin_cpu(x, cos, sin, positions, offset, layout, pairing, inverse, threads))
+        y = _apply_cos_sin_cpu(x, cos, sin, positions, offset, layout, pairing, inverse, threads)
+        # the kernel in place: its in-place checks (broadcast views, aliasing) before anything is written
+        _run(None, cos, sin, x, None, None, None, positions, offset, layout, pairing, inverse, None, threads)
+        x.copy_(y)
         return
     _run(None, cos, sin, x, None, None, None, positions, offset, layout, pairing, inverse, None, threads)
 
@@ -227,6 +230,7 @@ def _apply_qk_cos_sin__cpu(q, k, cos, sin, positions=None, offset=0, layout="bsh
         return _composite.COMPOSITE["apply_qk_cos_sin_"](q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
     if _f64_tables(cos, sin, q, k):
         qo, ko = _apply_qk_cos_sin_cpu(q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
+        _run(None, cos, sin, q, None, k, None, positions, offset, layout, pairing, inverse, None, threads)  # its checks
         q.copy_(qo)
         k.copy_(ko)
         return

@@ -323,6 +323,13 @@ def test_float64_tables_are_used_as_given_and_gradcheck_holds_for_them(interleav
                                                                         seqlen_offsets=offs), args)
     with pytest.raises(ValueError, match=r"^\[rotary_apply\]"):  # the kernel's named error still comes first
         rt.apply_rotary_emb(x, cos[:4], sin[:4], seqlen_offsets=offs)
+    # in place, the kernel's in-place checks too (a broadcast view, q and k sharing memory), before any write
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q stride of dim 0 is 0"):
+        rt.apply_cos_sin(x[:1].expand(2, -1, -1, -1), cos, sin, 0, inplace=True)
+    buf = x.clone()
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] the outputs for q and k overlap in memory"):
+        torch.ops.rotary.apply_qk_cos_sin_(buf, buf, cos, sin, None, 0, "bshd", "half", False, 1)
+    assert torch.equal(buf, x)
 
 
 def test_in_place_calls_under_torch_func_grad_equal_the_out_of_place_gradient():

@@ -153,6 +153,9 @@ def test_context_parallel_arguments_are_checked_not_truncated():
     for off in (2.5, True, "2"):  # int() truncated 2.5 to 2 and read True as 1
         with pytest.raises(TypeError, match=r"^\[rotary_apply_context_parallel\] offset must be an int"):
             rotary.apply_context_parallel(x, spec, 0, 2, offset=off)
+    want = rotary.apply_context_parallel(x, spec, 0, 2, offset=3)
+    for off in (np.int64(3), np.array(3), torch.tensor(3)):  # integers in any form are taken
+        np.testing.assert_array_equal(rotary.apply_context_parallel(x, spec, 0, 2, offset=off), want)
     with pytest.raises(ValueError, match=r"^\[rotary_apply_context_parallel\] layout must be bshd, bhsd or thd"):
         rotary.apply_context_parallel(x, spec, 0, 2, layout="sbhd")  # was "local_len must be even ... got 3"
 
