@@ -266,3 +266,11 @@ def _int64_checked(fn: Any, where: str, names: Sequence[str]) -> Any:
         return fn(*args, **kwargs)
 
     return checked
+
+
+def _table_arrays(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any, bool]:
+    cv, cbf16 = _as_core_array(cos, "cos", readonly=True)
+    sv, sbf16 = _as_core_array(sin, "sin", readonly=True)
+    if cbf16 != sbf16:
+        raise TypeError("[rotary] cos and sin must have the same dtype")
+    return cv, sv, cbf16

@@ -15,6 +15,7 @@ import numpy as np
 from . import _rotary
 from ._arrays import (ArrayLike, _as_core_array, _has_broadcast_axis, _index_array, _is_torch, _mark_written,
                       _torch_module)
+from ._positions import _split_positions
 from ._rotary import Spec
 
 __all__ = ["prologue", "rerotate_cache"]
@@ -206,8 +207,6 @@ def prologue(
                                               ("q_out", q_out, False), ("k_out", k_out, False)])
         (kcv, vcv), cache_bits = _group([("k_cache", k_cache, False), ("v_cache", v_cache, False)])
         (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight, True), ("k_norm_weight", k_norm_weight, True)])
-        from . import _split_positions
-
         offset, ids = _split_positions(positions)
         specs, lens = _specs(spec, seq_len, spec_index)
         ks, vs = _scale(k_scale, "k_scale", _is_int8(k_cache)), _scale(v_scale, "v_scale", _is_int8(v_cache))
@@ -318,7 +317,6 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
     kv = _core(k, "k", readonly=True)[0] if k is not None else None
     qov, qob = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
     kov, kob = conv(k_out, "k_out", "k_out_scale", k_scale)
-    from . import _split_positions
 
     offset, ids = _split_positions(positions)
     _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids,

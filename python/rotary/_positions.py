@@ -1,0 +1,56 @@
+"""rotary's Python position arguments -> what the core takes: an int offset or an ids array, and the packed /
+per-batch schemes of the caller-table calls."""
+from __future__ import annotations
+
+from typing import Any, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._arrays import _INT_KINDS, ArrayLike, _index_array, _is_torch, _offset_arg
+
+PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
+
+def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
+    """(offset, ids array or None)."""
+    if positions is None:
+        return 0, None
+    if isinstance(positions, (bool, np.bool_)):
+        raise TypeError("[rotary] positions must be an int or an array, got bool")
+    if isinstance(positions, (int, np.integer)):
+        return _offset_arg(positions, "positions.offset"), None
+    if isinstance(positions, float):
+        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass an array for "
+                        "fractional positions")
+    if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
+        return _offset_arg(positions, "positions.offset"), None
+    if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
+        return _offset_arg(positions, "positions.offset"), None
+    return 0, _index_array(positions, "positions", allow_float=True)
+
+
+def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any
+                     ) -> Tuple[int, Any, Any, Any, Any]:
+    """(offset, ids, cu_seqlens, seq_offsets, batch_offsets) for a caller-table call. flash-attn's varlen form
+    passes one int offset for every packed sequence: it becomes seq_offsets [N] here."""
+    offset, ids = _split_positions(positions)
+    if ids is not None and (cu_seqlens is not None or batch_offsets is not None):
+        raise ValueError("[rotary] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
+                         "other position schemes), got both")
+    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
+    n_seq = max(int(cu.shape[0]) - 1, 0) if cu is not None and cu.ndim == 1 else 0
+    so = None
+    if seq_offsets is not None:
+        if isinstance(seq_offsets, (int, np.integer)) and not isinstance(seq_offsets, (bool, np.bool_)):
+            if cu is None:
+                raise ValueError("[rotary] an int seq_offsets needs cu_seqlens (use positions=offset otherwise)")
+            so = np.full(n_seq, int(seq_offsets), dtype=np.int64)
+        else:
+            so = _index_array(seq_offsets, "seq_offsets", False)
+    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    if cu is not None and offset != 0:
+        if so is not None:
+            raise ValueError("[rotary] give the packed sequences' start positions either as an int positions or "
+                             "as seq_offsets, not both")
+        so = np.full(n_seq, offset, dtype=np.int64)
+        offset = 0
+    return offset, ids, cu, so, bo
