@@ -95,7 +95,10 @@ struct RerotateArgs {
 /// the difference angle b*theta_B - a*theta_A formed in double (exactly (b - a)*theta when both sources
 /// have the same frequencies), cos/sin scaled by attention_factor_B / attention_factor_A, so that
 /// A -> B -> A returns the keys to f32 rounding. i8 rows are dequantised, rotated and requantised with
-/// a fresh scale; fp8 rows keep the per-tensor scale. Errors "[rotary_rerotate_cache] ..." before any write.
+/// a fresh scale; fp8 rows keep the per-tensor scale. A row whose rotation is the identity (every pair's
+/// angle 0 — the same position under the same frequencies, or position 0 under both — and equal attention
+/// factors) is left untouched in every dtype: its bits (-0, NaN payloads, inf) and an i8 row's scale stay.
+/// Errors "[rotary_rerotate_cache] ..." before any write.
 ROTARY_API void rerotate_cache(const RerotateArgs& args);
 
 }  // namespace rotary

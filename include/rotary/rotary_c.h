@@ -351,7 +351,7 @@ typedef struct rotary_rerotate_args_t {
   size_t struct_size;            /* = sizeof(rotary_rerotate_args_t), set by rotary_rerotate_args_init */
   rotary_tensor_t k_cache;       /* rotated in place */
   rotary_cache_layout_t cache_layout;
-  rotary_tensor_t k_scale;       /* i8: read and rewritten; fp8: one element */
+  rotary_tensor_t k_scale;       /* i8: read and rewritten (not for identity rows); fp8: one element */
   rotary_tensor_t slots;         /* i32/i64 [N]: paged block * block_size + offset; contiguous b * S_max + s; -1 skip */
   rotary_tensor_t from_positions, to_positions; /* i32/i64 [N] */
   rotary_frequency_source_t from, to;           /* to.rope NULL: from.rope */
@@ -360,7 +360,8 @@ typedef struct rotary_rerotate_args_t {
 } rotary_rerotate_args_t;
 
 ROTARY_API void rotary_rerotate_args_init(rotary_rerotate_args_t* args);
-/* Rotates cached keys from (from, from_positions) to (to, to_positions) by the exact difference angle. */
+/* Rotates cached keys from (from, from_positions) to (to, to_positions) by the exact difference angle; rows
+ * whose rotation is the identity (angle 0 for every pair, equal attention factors) keep their bits and scales. */
 ROTARY_API rotary_status_t rotary_rerotate_cache(const rotary_rerotate_args_t* args);
 
 

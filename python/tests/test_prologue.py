@@ -392,6 +392,24 @@ def test_rerotate_int8_cache_requantises_with_fresh_scales():
         rotary.rerotate_cache(kc, slots, np.arange(4), np.arange(4), spec)
 
 
+def test_rerotate_by_a_zero_angle_keeps_the_bits():
+    # Same positions, same spec: the rows keep their bits (-0, NaN payloads, inf; rotating by cos 1 / sin 0
+    # turned -0 into +0 and x * 0 into NaN), and int8 rows their values and scales (not requantised).
+    spec = rotary.Spec(D)
+    slots, pos = np.array([0, 5, 6, 15]), np.array([0, 3, 7, 70000])
+    bits = np.array([0x80000000, 0, 0x7FC00001, 0xFF800001, 0x7F800000, 0xFF800000, 1, 0xC0100000], np.uint32)
+    kc = np.tile(bits, NB * BS * HKV * D // bits.size).view(np.float32).reshape(NB, BS, HKV, D)
+    before = kc.copy()
+    rotary.rerotate_cache(kc, slots, pos, pos, spec)
+    np.testing.assert_array_equal(kc.view(np.uint32), before.view(np.uint32))
+    kq = (np.arange(NB * BS * HKV * D) % 201 - 100).astype(np.int8).reshape(NB, BS, HKV, D)
+    ks = np.full((NB, BS, HKV), 0.01, np.float32)
+    kq0, ks0 = kq.copy(), ks.copy()
+    rotary.rerotate_cache(kq, slots, pos, pos, spec, k_scale=ks)
+    np.testing.assert_array_equal(kq, kq0)
+    np.testing.assert_array_equal(ks.view(np.uint32), ks0.view(np.uint32))
+
+
 @pytest.mark.parametrize("phase", ["decode", "prefill"])
 def test_prologue_equals_transformers_own_composition_in_the_peer_benchmark(phase):
     """The peer benchmark's two implementations compute the same thing: HF Qwen3 q_norm/k_norm + apply_rotary_pos_emb +

@@ -389,7 +389,7 @@ void RunPrologue(const PrologueJob& job, int64_t g0, int64_t g1) {
 }
 
 /// Rows [i0, i1) of a re-rotation: each row's difference cos/sin, then each head dequantised, rotated
-/// and stored back (i8 with a fresh scale).
+/// and stored back (i8 with a fresh scale); rows whose rotation is the identity are left as they are.
 template <Pairing P>
 void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
   const PlanRows& r = p.rows;
@@ -405,13 +405,14 @@ void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
   rot.h = h;
   const size_t es = dtype_size(r.dtype);
   int64_t last = -1;
+  bool identity = false;
   for (int64_t i = i0; i < i1; ++i) {
     const int64_t slot = p.slots[static_cast<size_t>(i)];
     if (slot < 0) continue;
     // Consecutive rows with the same positions (a shift of a whole range by one amount is common) share cos/sin.
     if (last < 0 || p.from_pos[static_cast<size_t>(i)] != p.from_pos[static_cast<size_t>(last)] ||
         p.to_pos[static_cast<size_t>(i)] != p.to_pos[static_cast<size_t>(last)]) {
-      rerotate_cos_sin(p, i, c, s);
+      identity = rerotate_cos_sin(p, i, c, s);
       if constexpr (P == Pairing::kHalfSplit) {
         rot.c = c;
         rot.s = s;
@@ -422,6 +423,7 @@ void RunRerotateT(const RerotatePlan& p, int64_t i0, int64_t i1) {
       }
     }
     last = i;
+    if (identity) continue;  // a zero angle: the row keeps its bits (-0, NaN / inf, an i8 row's scale)
     for (int64_t head = 0; head < r.heads; ++head) {
       void* row = static_cast<char*>(r.data) + r.row_offset(slot, head) * static_cast<int64_t>(es);
       switch (r.dtype) {

@@ -88,7 +88,11 @@ struct RerotatePlan {
 
 /// cos/sin (`half` f32 each, scaled by the ratio) of re-rotation row i: the angle
 /// fl(b * theta_B) - fl(a * theta_A) in double (same_freqs: (b - a) * theta), correctly reduced, rounded once.
-void rerotate_cos_sin(const RerotatePlan& plan, int64_t i, float* cos_out, float* sin_out);
+/// Returns true when the row's rotation is the identity (every cos 1 and sin 0: a zero angle for every pair,
+/// as for the same position under the same frequencies, and a ratio that rounds to 1); backends then leave
+/// the row's bits (and an i8 row's scale) as they are: rotating would turn -0 into +0 and spread NaN / inf
+/// to the pair's other channel (x * 0), and requantising would change i8 rows stored with another scale.
+bool rerotate_cos_sin(const RerotatePlan& plan, int64_t i, float* cos_out, float* sin_out);
 
 // Backends. Each consumes a validated plan; none validates.
 void reference_prologue(const ProloguePlan& plan);  // src/reference/

@@ -123,7 +123,8 @@ void reference_rerotate(const RerotatePlan& p) {
   for (size_t i = 0; i < p.slots.size(); ++i) {
     const int64_t slot = p.slots[i];
     if (slot < 0) continue;
-    rerotate_cos_sin(p, static_cast<int64_t>(i), c.data(), s.data());
+    // The identity rotation (a zero angle): the row keeps its bits, -0, NaN / inf and an i8 row's scale included.
+    if (rerotate_cos_sin(p, static_cast<int64_t>(i), c.data(), s.data())) continue;
     for (int64_t head = 0; head < r.heads; ++head) {
       const double scale = r.dtype == DType::kI8 ? r.scales[r.scale_offset(slot, head)] : r.tensor_scale;
       load_row(r.data, r.dtype, r.row_offset(slot, head), r.s_d, r.dim, scale, x.data());

@@ -25,7 +25,7 @@ struct Call {
   Buf kc{DType::kI8, 64}, vc{DType::kI8, 64}, ks{DType::kF32, 8, 5}, vs{DType::kF32, 8, 6};
   Buf w{DType::kF32, 8, 7}, spare{DType::kF32, 256, 8};
   std::vector<int64_t> slots = {0, 3, -1, 6}, idx = {0, 1, 2, 3};
-  std::vector<int32_t> i32 = {0, 1, 2, 3};
+  std::vector<int32_t> i32 = {5, 6, 7, 8};  // rerotate's to_positions: every row moves (a zero angle writes nothing)
   float fscale = 0.5f;
   PrologueArgs a;
   RerotateArgs r;

@@ -1,6 +1,9 @@
-// rotary::rerotate_cache: equals rotating from scratch at the new positions / with the new spec, and A -> B -> A is the identity.
+// rotary::rerotate_cache: equals rotating from scratch at the new positions / with the new spec, A -> B -> A is the identity, a zero angle keeps a row's bits.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "prologue/prologue_testing.h"
@@ -155,6 +158,69 @@ TEST(Rerotate, QuantisedCachesAreDequantisedRotatedAndRequantisedWithAFreshScale
         }
       }
     }
+}
+
+/// A cache of `dt` whose every byte is set: f32/f16/bf16 elements cycle through -0, +0, NaNs with payloads
+/// (quiet and signalling, both signs), +-inf, a subnormal and ordinary values; i8 and fp8 rows take every byte
+/// value (i8 rows stay under 127 in magnitude with scale 0.01, so a fresh scale would differ).
+Buf special_cache(DType dt) {
+  Buf c(dt, kNB * kBS * kH * kD);
+  const uint32_t f32[] = {0x80000000u, 0x00000000u, 0x7FC00001u, 0xFF800001u, 0x7F800000u, 0xFF800000u, 0x00000001u, 0xC0100000u};
+  const uint16_t f16[] = {0x8000, 0x0000, 0x7E01, 0xFC01, 0x7C00, 0xFC00, 0x0001, 0xC080};
+  const uint16_t bf16[] = {0x8000, 0x0000, 0x7FC1, 0xFF81, 0x7F80, 0xFF80, 0x0001, 0xC010};
+  for (int64_t i = 0; i < c.size(); ++i) {
+    const size_t k = static_cast<size_t>((3 * i + i / kD) % 8);
+    if (dt == DType::kF32) std::memcpy(c.bytes.data() + 4 * i, &f32[k], 4);
+    else if (dt == DType::kF16) std::memcpy(c.bytes.data() + 2 * i, &f16[k], 2);
+    else if (dt == DType::kBF16) std::memcpy(c.bytes.data() + 2 * i, &bf16[k], 2);
+    else if (dt == DType::kI8) c.bytes[static_cast<size_t>(i)] = static_cast<unsigned char>(static_cast<int8_t>(i % 201 - 100));
+    else c.bytes[static_cast<size_t>(i)] = static_cast<unsigned char>(i % 256);
+  }
+  return c;
+}
+
+TEST(Rerotate, ARowRotatedByAZeroAngleKeepsItsBitsInEveryCacheDtype) {
+  // Same positions under one spec (one Rope, or two of the same spec: the same frequencies), and position 0
+  // under two specs: every pair's angle is 0, cos 1 and sin 0. Rotating anyway turned -0 into +0, spread a
+  // NaN or inf to its pair's other channel (x * 0), and requantised i8 rows with a fresh scale (100 * 0.01 /
+  // 127 here instead of 0.01) and fp8 rows through f32; such rows are left exactly as they are.
+  const std::vector<int64_t> pos = {0, 1, 2, 3, 4, 70000}, zeros(kT, 0);
+  for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved}) {
+    Rope ra(spec_of(pairing)), ra2(spec_of(pairing)), rb(spec_of(pairing, 500000.0, RopeType::kLinear, 4.0));
+    for (DType dt : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kF8E4M3, DType::kF8E5M2})
+      for (Backend backend : {Backend::kReference, Backend::kCpu})
+        for (int which = 0; which < 3; ++which) {
+          Cache c(DType::kF32, ra, pos);
+          c.dtype = dt;
+          c.cache = special_cache(dt);
+          for (int64_t i = 0; i < c.scales.size(); ++i) static_cast<float*>(c.scales.data())[i] = 0.01f;
+          const Buf before = c.cache, scales_before = c.scales;
+          const std::vector<int64_t>& p = which == 2 ? zeros : pos;
+          rerotate(c, ra, which == 0 ? ra : which == 1 ? ra2 : rb, p, p, backend);
+          const std::string what = std::string(dtype_name(dt)) + " " + pairing_name(pairing) + " " +
+                                   (backend == Backend::kCpu ? "cpu" : "reference") + " case " + std::to_string(which);
+          EXPECT_EQ(c.cache.bytes, before.bytes) << what;
+          EXPECT_EQ(c.scales.bytes, scales_before.bytes) << what;
+        }
+  }
+}
+
+TEST(Rerotate, OnlyRowsWithAZeroAngleAreLeftAsTheyAre) {
+  // Rows 1 and 4 move; the others keep their positions and bits (row 2 holds an inf, which rotating by
+  // cos 1 / sin 0 made its partner NaN). The moved rows equal rotating from scratch.
+  const std::vector<int64_t> a = {0, 1, 2, 3, 4, 5}, b = {0, 9, 2, 3, 40, 5};
+  for (Backend backend : {Backend::kReference, Backend::kCpu}) {
+    Rope rope(spec_of(Pairing::kHalfSplit));
+    Cache c(DType::kF32, rope, a), want(DType::kF32, rope, b);
+    static_cast<float*>(c.cache.data())[2 * kH * kD + kD / 2 + 5] = INFINITY;  // row 2, head 0: the partner of d 5
+    const Buf before = c.cache;
+    rerotate(c, rope, rope, a, b, backend);
+    for (int64_t i = 0; i < kT * kH * kD; ++i) {
+      const int64_t row = i / (kH * kD);
+      if (row == 1 || row == 4) EXPECT_NEAR(c.cache.at(i), want.cache.at(i), 8e-6) << i;
+      else ASSERT_EQ(std::memcmp(&c.cache.bytes[4 * i], &before.bytes[4 * i], 4), 0) << i;
+    }
+  }
 }
 
 }  // namespace
