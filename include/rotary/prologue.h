@@ -46,7 +46,8 @@ struct PrologueArgs {
   /// Frequency sources; empty = no rotation (a NoPE layer: norm and cache write only). All sources must
   /// share head_dim (= q's D), rotary_dim, pairing and M-RoPE-ness.
   std::vector<FrequencySource> sources;
-  /// i32/i64 [N], N = the number of sequences: the source of each sequence (absent: sources[0] for all).
+  /// i32/i64 [N], N = the number of sequences: the source of each sequence. May be absent only with at
+  /// most one source; with two or more it must be given (an error otherwise, before any write).
   TensorView source_index;
 
   /// The KV cache. Both absent: k is written to k_out (or in place) and v must be absent.

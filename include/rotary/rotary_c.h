@@ -328,7 +328,7 @@ typedef struct rotary_prologue_args_t {
   rotary_layout_t layout;        /* default THD */
   const rotary_frequency_source_t* sources; /* n_sources entries; 0 = no rotation */
   int64_t n_sources;
-  rotary_tensor_t source_index;  /* optional i32/i64 [N sequences] */
+  rotary_tensor_t source_index;  /* i32/i64 [N sequences]; required when n_sources > 1 */
   rotary_cache_layout_t cache_layout; /* default NHD */
   rotary_tensor_t k_cache, v_cache;   /* rank 4; f32/f16/bf16/i8/f8e4m3/f8e5m2 */
   rotary_tensor_t slot_mapping;       /* paged: i32/i64 [T] ([B,S] for BSHD/BHSD inputs) */

@@ -331,6 +331,10 @@ ProloguePlan build_prologue_plan_full(const PrologueArgs& a) {
   p.rotate = !a.sources.empty();
   const SourceGeometry geo = check_sources(a.sources, "sources", kWhere);
   if (!p.rotate && !absent(a.source_index)) invalid("source_index is given but sources is empty");
+  // Several sources without an index would give every sequence sources[0], silently: the index is required.
+  if (a.sources.size() > 1 && absent(a.source_index))
+    invalid("source_index must be given when sources has " + str(static_cast<int64_t>(a.sources.size())) +
+            " entries (the source of each sequence), got none");
   // q and k (k alone when q is absent) through the apply checks: shapes, dtypes, strides, aliasing, positions.
   const bool has_q = !absent(a.q);
   ApplyArgs ap;

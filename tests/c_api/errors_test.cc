@@ -318,4 +318,40 @@ TEST(CApiErrors, ConfigJsonFromCMatchesPreset) {
   rotary_spec_free(raw);
 }
 
+TEST(CApiErrors, PrologueWithSeveralSourcesNeedsSourceIndex) {
+  // Two sources and no source_index used to rotate every sequence with sources[0], silently.
+  const int64_t T = 2, D = 8;
+  SpecPtr spec = make_spec(D);
+  RopePtr ra = make_rope(spec.get()), rb = make_rope(spec.get());
+  std::vector<float> q = rotary::testing::randn(T * D, 1), k = rotary::testing::randn(T * D, 2);
+  std::vector<float> v = rotary::testing::randn(T * D, 3), kc(T * D, 0.5f), vc(T * D, 0.5f);
+  const std::vector<float> q0 = q, kc0 = kc, vc0 = vc;
+  std::vector<int64_t> slots = {0, 1}, index = {1};
+  const int64_t shape[3] = {T, 1, D}, cshape[4] = {T, 1, 1, D}, sshape[1] = {T}, ishape[1] = {1};
+  const rotary_frequency_source_t sources[2] = {{ra.get(), -1}, {rb.get(), -1}};
+  rotary_prologue_args_t a;
+  rotary_prologue_args_init(&a);
+  rotary_tensor_contiguous(&a.q, q.data(), ROTARY_DTYPE_F32, 3, shape);
+  rotary_tensor_contiguous(&a.k, k.data(), ROTARY_DTYPE_F32, 3, shape);
+  rotary_tensor_contiguous(&a.v, v.data(), ROTARY_DTYPE_F32, 3, shape);
+  rotary_tensor_contiguous(&a.k_cache, kc.data(), ROTARY_DTYPE_F32, 4, cshape);
+  rotary_tensor_contiguous(&a.v_cache, vc.data(), ROTARY_DTYPE_F32, 4, cshape);
+  rotary_tensor_contiguous(&a.slot_mapping, slots.data(), ROTARY_DTYPE_I64, 1, sshape);
+  a.positions.offset = 3;
+  a.sources = sources;
+  a.n_sources = 2;
+  a.threads = 1;
+  EXPECT_EQ(rotary_prologue(&a), ROTARY_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(rotary_last_error(),
+               "[rotary_prologue] source_index must be given when sources has 2 entries (the source of each "
+               "sequence), got none");
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(kc, kc0);
+  EXPECT_EQ(vc, vc0);
+  // With the index (thd without cu_seqlens: one sequence), the call goes through.
+  rotary_tensor_contiguous(&a.source_index, index.data(), ROTARY_DTYPE_I64, 1, ishape);
+  EXPECT_EQ(rotary_prologue(&a), ROTARY_OK) << rotary_last_error();
+  EXPECT_NE(kc, kc0);
+}
+
 }  // namespace

@@ -124,6 +124,7 @@ std::vector<Case> cases() {
       {"q head_dim differs from spec", [](Call& c) { c.a.sources = {{c.other.get(), std::nullopt}}; }, K::kInvalidArgument, {"rotary_dim must be <= head_dim 8", "got 16"}},
       {"null source", [](Call& c) { c.a.sources = {{nullptr, std::nullopt}}; }, K::kInvalidArgument, {"sources[0].rope must not be null"}},
       {"source_index out of range", [](Call& c) { c.idx[0] = 1; c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"source_index[0] must be in [0, 1)", "got 1"}},
+      {"two sources without source_index", [](Call& c) { c.a.sources.push_back({c.rope.get(), std::nullopt}); }, K::kInvalidArgument, {"source_index must be given when sources has 2 entries", "got none"}},
       {"sources disagree", [](Call& c) { c.a.sources.push_back({c.other.get(), std::nullopt}); }, K::kInvalidArgument, {"sources[1] must share head_dim 8", "got head_dim 16"}},
       {"negative offset", [](Call& c) { c.a.positions = Positions::contiguous(-3); }, K::kInvalidArgument, {"[rotary_prologue] positions.offset must be >= 0", "-3"}},
       {"cache_layout out of enum", [](Call& c) { c.a.cache_layout = static_cast<CacheLayout>(9); }, K::kInvalidArgument, {"cache_layout must be nhd, hnd, bshd or bhsd", "got 9"}},
