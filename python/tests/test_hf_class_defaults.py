@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rotary
+from hf_models import text_rotary_embedding_class, trimmed_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -255,3 +256,29 @@ def test_glm4v_text_rotates_interleaved_pairs_of_its_sectioned_rope():
         assert spec.pairing == "interleaved" and spec.rotary_dim == 64 and list(spec.mrope_section) == [8, 12, 12]
         got = rotary.apply(x.numpy(), pos.numpy(), spec, layout="bhsd")
         np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=3e-4)  # transformers' f32 angles at p < 3000
+
+
+# Class RoPE dicts (llama3 / yarn) rotary's table lacked before a review against transformers 5.25: a trimmed file read
+# as default RoPE. Composite configs (apertus1p5) get the fields in text_config. A top-level rope_theta does not replace
+# a class dict's own; a top-level partial_rotary_factor joins a class dict without one (not Mistral 4's).
+CLASS_DICTS = ["apertus1p5", "apertus1p5_text", "higgs_audio_v2", "ministral3", "mistral4", "mistral_large4",
+               "mistral_large4_text", "openai_privacy_filter"]
+GIVEN = [{}, {"rope_theta": 3e5}, {"partial_rotary_factor": 0.5}, {"max_position_embeddings": 4096}]
+
+
+@pytest.mark.parametrize("given", GIVEN, ids=["trimmed", "theta", "partial", "max_pos"])
+@pytest.mark.parametrize("model_type", CLASS_DICTS)
+def test_a_trimmed_config_gets_the_class_rope_dict(model_type, given):
+    if model_type.startswith("mistral_large4") and "partial_rotary_factor" in given:
+        pytest.skip("its yarn would span a share of the 64 rope channels it rotates whole (not rotary's to judge)")
+    fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS, **given}
+    config, doc = trimmed_hf_config(model_type, fields)
+    emb = text_rotary_embedding_class(model_type)(config=config)
+    spec = rotary.Spec.from_hf_config(doc)
+    _check(spec, emb, f"{model_type} {given}")
+    if model_type.startswith("mistral_large4"):  # its attention always calls the _interleave variant
+        src = inspect.getsource(_hf_modeling("mistral_large4"))
+        assert "q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin)" in src
+        assert spec.pairing == "interleaved"
+    elif model_type != "openai_privacy_filter":  # its pairing: test_a_saved_config_rotates_as_the_model_s_own_code
+        assert spec.pairing == _hf_pairing(model_type.removesuffix("_text"), config), model_type

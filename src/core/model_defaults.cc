@@ -17,6 +17,22 @@ const json kApertusRope = {{"rope_type", "llama3"}, {"rope_theta", 12000000.0}, 
                            {"original_max_position_embeddings", 8192}, {"low_freq_factor", 1.0},
                            {"high_freq_factor", 4.0}};
 
+// Class dicts of Apertus 1.5 (Apertus's), Higgs Audio v2 (llama3), Ministral 3 and Mistral 4 (yarn; their
+// llama_4_scaling_beta scales queries outside RoPE: docs/scaling.md), Mistral Large 4 (yarn, attention factor 1).
+// Mistral 4's partial_rotary_factor (qk_rope's share) is its config.cc branch's.
+const json kHiggsAudioV2Rope = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0},
+                                {"low_freq_factor", 0.125}, {"high_freq_factor", 0.5},
+                                {"original_max_position_embeddings", 1024}};
+json yarn(double theta, double factor, int64_t orig) {
+  return {{"rope_type", "yarn"}, {"rope_theta", theta}, {"factor", factor}, {"original_max_position_embeddings", orig},
+          {"beta_fast", 32.0}, {"beta_slow", 1.0}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+}
+const json kMinistral3Rope = yarn(1000000.0, 16.0, 16384);
+const json kMistral4Rope = yarn(10000.0, 128.0, 8192);
+const json kMistralLarge4Rope = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 2048.0},
+                                 {"original_max_position_embeddings", 512}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                                 {"attention_factor", 1.0}};
+
 // CWM's class dict (llama3; its own base, which a top-level rope_theta does not replace).
 const json kCwmRope = {{"rope_type", "llama3"}, {"rope_theta", 1000000.0}, {"factor", 16.0}, {"low_freq_factor", 1.0},
                        {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
@@ -86,6 +102,8 @@ struct M : ModelDefaults {
 // pairing is tests/core/config_presets_test.cc's).
 const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
+    M("apertus1p5").theta(12000000.0).dict(kApertusRope),  // its text part's class dict: Apertus's
+    M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
     M("axk1").interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved(),  // head_dim is qk_rope_head_dim
     M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
@@ -123,6 +141,7 @@ const std::vector<ModelDefaults> kTable = {
     M("gpt_oss").theta(150000.0).head(64).dict(kGptOssRope),
     M("gptj").interleaved(),
     M("helium").theta(100000.0).head(128).interleaved(),
+    M("higgs_audio_v2").theta(500000.0).head(128).dict(kHiggsAudioV2Rope),
     M("jetmoe").head_key("kv_channels"),
     M("laguna").head(128).dict(kLagunaRope).layers(1),  // every layer full_attention
     M("lfm2").theta(1000000.0),
@@ -132,7 +151,12 @@ const std::vector<ModelDefaults> kTable = {
     M("mimo_v2_flash").head(192).dict(kMimoV2FlashRope).layers(6, nullptr, true),
     M("minimax_m3_vl").no_rotary_dim(),
     M("minimax_m3_vl_text").no_rotary_dim(),
-    M("mistral4").qk_rope_head(64).qk_nope_head(64).interleaved(),
+    M("ministral3").theta(1000000.0).head(128).dict(kMinistral3Rope),
+    M("mistral4").qk_rope_head(64).qk_nope_head(64).interleaved().dict(kMistral4Rope),
+    // head_dim is qk_rope_head_dim; its code always rotates interleaved pairs. LeRoPE's learned per-frequency scale
+    // and its NoPE layers are checkpoint / per-layer matters a Spec does not hold (docs/scaling.md).
+    M("mistral_large4").qk_rope_head(64).interleaved().dict(kMistralLarge4Rope),
+    M("mistral_large4_text").qk_rope_head(64).interleaved().dict(kMistralLarge4Rope),
     M("mixtral").theta(1000000.0),
     M("moonshine_streaming").interleaved(),  // its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1])
     M("nanochat").refused("its code rotates by minus the angle (rotate_half is cat(x2, -x1)), which a Spec does not "
@@ -140,7 +164,7 @@ const std::vector<ModelDefaults> kTable = {
     M("nemotron").partial(0.5),
     M("neomme").head(64).dict(kNeoMmeRope).layers(6, nullptr, false, true).fills_entries(),
     M("olmo3").gemma3_style(500000.0, "", 500000.0, 4),  // a top-level rope_theta is full_attention's only
-    M("openai_privacy_filter").interleaved(),  // x[..., ::2] / x[..., 1::2]
+    M("openai_privacy_filter").theta(150000.0).head(64).dict(kGptOssRope).interleaved(),  // x[..., ::2] / x[..., 1::2]
     M("persimmon").partial(0.5),
     M("phi").partial(0.5),
     M("phimoe").theta(1000000.0),
