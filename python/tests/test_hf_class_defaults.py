@@ -1,10 +1,12 @@
 """config.json files that leave RoPE fields out: rotary assumes what each model's transformers config class does."""
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import json
 import logging
+import re
 import warnings
 
 import numpy as np
@@ -282,3 +284,79 @@ def test_a_trimmed_config_gets_the_class_rope_dict(model_type, given):
         assert spec.pairing == "interleaved"
     elif model_type != "openai_privacy_filter":  # its pairing: test_a_saved_config_rotates_as_the_model_s_own_code
         assert spec.pairing == _hf_pairing(model_type.removesuffix("_text"), config), model_type
+
+
+# A small Mistral 4 (MLA: q = [qk_nope | qk_rope], only the qk_rope part rotated). Its rope dict needs
+# llama_4_scaling_beta and original_max_position_embeddings: its attention reads them for a query scale.
+M4 = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 50,
+      "intermediate_size": 32, "moe_intermediate_size": 16, "n_routed_experts": 2, "num_experts_per_tok": 1,
+      "q_lora_rank": None, "kv_lora_rank": 16}
+L4 = {"llama_4_scaling_beta": 0.1, "original_max_position_embeddings": 4096}
+M4_RUNS = [
+    {},  # the class dict: yarn, factor 128
+    {"partial_rotary_factor": 0.25},  # the class dict's own factor (qk_rope's share) stays
+    {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, **L4}},
+    {"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, **L4}, "partial_rotary_factor": 0.5},
+    # its class never reads a top-level partial_rotary_factor (it sets the dict's first)
+    {"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, **L4}, "partial_rotary_factor": 1.0},
+    {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, **L4}, "qk_nope_head_dim": 0},
+    {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, **L4}, "qk_nope_head_dim": 32},
+]
+M4_FAILS = [  # widths transformers' model cannot rotate: its frequencies span more or less than qk_rope_head_dim
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, **L4}}, "rope_parameters.rope_type"),
+    ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, **L4}}, "rope_parameters.rope_type"),
+    ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, "partial_rotary_factor": 0.25,
+                          **L4}}, "rope_parameters.partial_rotary_factor"),
+]
+
+
+def _mistral4(doc):
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fields = copy.deepcopy({k: v for k, v in doc.items() if k != "model_type"})  # transformers edits dicts
+            config = transformers.AutoConfig.for_model("mistral4", **fields)
+            torch.manual_seed(0)
+            return _hf_modeling("mistral4").Mistral4ForCausalLM(config).eval()
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+@pytest.mark.parametrize("given", M4_RUNS, ids=["class", "class-top-partial", "linear", "llama3-top-partial", "top-partial-1", "nope0-default", "nope32"])
+def test_mistral4_rotates_what_its_model_rotates(given, monkeypatch):
+    # The model's own forward: record what its attention hands to the rotation and gets back, for rotary.apply.
+    doc = {"model_type": "mistral4", **M4, **given}
+    model, mod, seen = _mistral4(doc), _hf_modeling("mistral4"), []
+    rotate = mod.apply_rotary_pos_emb_interleave
+
+    def recording(q, k, cos, sin, *args, **kwargs):
+        out = rotate(q, k, cos, sin, *args, **kwargs)
+        seen.append((q, k, *out))
+        return out
+
+    monkeypatch.setattr(mod, "apply_rotary_pos_emb_interleave", recording)
+    pos = torch.tensor([[0, 1, 7, 300, 5000, 70000]])
+    with torch.no_grad():
+        model(torch.arange(6)[None], position_ids=pos)
+    assert len(seen) == 1
+    spec = rotary.Spec.from_hf_config(doc)
+    assert spec.pairing == "interleaved" and spec.rotary_dim == spec.head_dim == seen[0][0].shape[-1]
+    for x, want in ((seen[0][0], seen[0][2]), (seen[0][1], seen[0][3])):  # q (bhsd), then k
+        got = rotary.apply(x.float().numpy(), pos.numpy(), spec, layout="bhsd")
+        got = np.concatenate((got[..., 0::2], got[..., 1::2]), axis=-1)  # the _interleave variant's channel order
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-3, err_msg=str(given))
+
+
+@pytest.mark.parametrize("given,field", M4_FAILS, ids=["default", "proportional", "dict-partial"])
+def test_mistral4_widths_its_model_cannot_rotate_are_refused(given, field):
+    # transformers' RotaryEmbedding gives frequencies for a width other than qk_rope_head_dim (the default type spans
+    # qk_nope + qk_rope = 128): the model's forward fails, so no Spec describes it.
+    doc = {"model_type": "mistral4", **M4, **given}
+    with pytest.raises(RuntimeError, match="must match the size of tensor"):
+        with torch.no_grad():
+            _mistral4(doc)(torch.arange(4)[None])
+    with pytest.raises(ValueError, match=rf"\[rotary_config\] {re.escape(field)} must give the 64 qk_rope channels "
+                                         r"model_type mistral4 rotates"):
+        rotary.Spec.from_hf_config(doc)

@@ -17,6 +17,7 @@ namespace {
 
 using json = nlohmann::json;
 using detail::has_value;
+using detail::truthy;
 using detail::kConfigWhere;
 constexpr const char* kWhere = kConfigWhere;
 
@@ -268,19 +269,6 @@ std::string read_config_file(const std::string& path) {
   return text;
 }
 
-namespace {
-
-/// Python's truth value of a JSON value (None, False, 0, "", [] and {} are false).
-bool truthy(const json& v) {
-  if (v.is_null()) return false;
-  if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number()) return v.get<double>() != 0.0;
-  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
-  return true;
-}
-
-}  // namespace
-
 // The dict of a config without rope_parameters / rope_scaling. At namespace scope, not a function-local static:
 // the latter's init guard is a lock that fork() could hold.
 const json kEmptyRopeDict = json::object();
@@ -388,23 +376,27 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 || spec.partial_rotary_factor > 1)
     invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
 
-  if (sc.type == RopeType::kProportional) {
+  if (qk_rope && cls.qk_nope_head_dim != 0) {
+    // Mistral 4: frequencies over qk_nope + qk_rope (default, proportional) or the factor's share of it (qk_rope's
+    // unless the file's dict names one: its class never reads the top level's); its code rotates the qk_rope channels.
+    const int64_t qk_head = spec.head_dim + top.integer("qk_nope_head_dim").value_or(cls.qk_nope_head_dim);
+    const bool whole = sc.type == RopeType::kDefault || sc.type == RopeType::kProportional;
+    const bool named = rp.has_key("partial_rotary_factor");
+    const auto share = static_cast<int64_t>(static_cast<double>(qk_head) * spec.partial_rotary_factor);
+    if (const int64_t w = whole ? qk_head : named ? share : spec.head_dim; w != spec.head_dim)
+      invalid((whole ? type_field : rp.field("partial_rotary_factor")) +
+              " must give the " + std::to_string(spec.head_dim) + " qk_rope channels model_type mistral4 rotates, not " +
+              std::to_string(w) + " of qk_nope + qk_rope = " + std::to_string(qk_head) + " (transformers' model fails), got " +
+              (whole ? quote_value(type_name) : show(json(spec.partial_rotary_factor))));
+    spec.rotary_dim = spec.head_dim;
+    if (sc.type != RopeType::kProportional || !named) spec.partial_rotary_factor = 1.0;  // proportional keeps its own
+  } else if (sc.type == RopeType::kProportional) {
     spec.rotary_dim = spec.head_dim;  // proportional keeps head_dim/2 angles, zero beyond the rotated part
   } else if (sc.type == RopeType::kDefault && cls.default_ignores_partial) {
     spec.rotary_dim = spec.head_dim;  // the model's default frequencies span the whole head (Llama, Gemma 3...):
     spec.partial_rotary_factor = 1.0;  // transformers does not read the factor for them (model_defaults_partial.cc)
   } else if (auto rd = top.integer("rotary_dim"); rd && !cls.ignores_rotary_dim) {
     spec.rotary_dim = *rd;  // GPT-J
-  } else if (qk_rope && cls.qk_nope_head_dim != 0) {
-    // Mistral 4: the factor is a share of qk_nope + qk_rope (the class's head_dim), by default qk_rope's share.
-    const int64_t qk_head = spec.head_dim + top.integer("qk_nope_head_dim").value_or(cls.qk_nope_head_dim);
-    spec.rotary_dim = prf_named ? static_cast<int64_t>(static_cast<double>(qk_head) * spec.partial_rotary_factor)
-                                : spec.head_dim;
-    if (spec.rotary_dim > spec.head_dim)
-      invalid(top.field("partial_rotary_factor") + " " + show(json(spec.partial_rotary_factor)) +
-              " of qk_nope_head_dim + qk_rope_head_dim = " + std::to_string(qk_head) + " exceeds qk_rope_head_dim " +
-              std::to_string(spec.head_dim));
-    spec.partial_rotary_factor = static_cast<double>(spec.rotary_dim) / static_cast<double>(spec.head_dim);
   } else {
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
   }

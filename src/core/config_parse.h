@@ -42,6 +42,14 @@ std::string model_type_of(const ConfigRoot& r);
 inline bool has_value(const nlohmann::json& obj, const std::string& key) {
   return obj.contains(key) && !obj.at(key).is_null();
 }
+/// Python's truth value of a JSON value (None, False, 0, "", [] and {} are false).
+inline bool truthy(const nlohmann::json& v) {
+  if (v.is_null()) return false;
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number()) return v.get<double>() != 0.0;
+  if (v.is_string() || v.is_array() || v.is_object()) return !v.empty();
+  return true;
+}
 /// A short rendering of a JSON value for messages.
 std::string show_json(const nlohmann::json& v);
 
