@@ -360,3 +360,28 @@ def test_mistral4_widths_its_model_cannot_rotate_are_refused(given, field):
     with pytest.raises(ValueError, match=rf"\[rotary_config\] {re.escape(field)} must give the 64 qk_rope channels "
                                          r"model_type mistral4 rotates"):
         rotary.Spec.from_hf_config(doc)
+
+
+# Class head_dim / base / qk_rope_head_dim / partial defaults of model types rotary's table lacked (or had wrong:
+# blt_patcher's base is 1e4, qwen3_vl_moe's head_dim hidden_size / heads), found by scripts/survey_class_defaults.py
+# on transformers 5.25: a trimmed file (model type, hidden_size 768, 8 heads) against the live RotaryEmbedding.
+HEAD_AND_BASE = ["EvollaModel", "afmoe", "axk1", "axk2", "blt_patcher", "csm", "csm_depth_decoder_model",
+    "deepseek_v32", "dia_decoder", "dia_encoder", "emu3", "emu3_text_model", "evolla", "flex_olmo", "flint",
+    "glm4_moe", "glm4_moe_lite", "glm4v_moe", "glm4v_moe_text", "glm_moe_dsa", "glmasr_encoder", "gte", "hrm_text",
+    "hy_v3", "hy_v4", "jetmoe", "jina_embeddings_v3", "kolibri1", "lara_mini", "lfm2_moe", "llama4", "llama4_text",
+    "longcat_flash", "minicpm3", "minicpm5_moe", "minimax_m2", "minimax_m3_vl", "minimax_m3_vl_text", "mllama",
+    "mllama_text_model", "molmo2", "molmo2_text", "moonshine", "muse_glimmer", "muse_glimmer_assistant",
+    "muse_glimmer_text", "nemotron3_5_transcribe_asr_audio", "nemotron3_5_transcribe_word_timestamp", "neucodec",
+    "nomic_bert", "paddleocr_vl", "paddleocr_vl_text", "pe_audio_encoder", "pe_audio_video_encoder",
+    "pe_video_encoder", "qwen2_5_omni_dit", "qwen2_5_omni_talker", "qwen2_5_omni_text",
+    "qwen3_omni_moe_talker_code_predictor", "qwen3_omni_moe_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen4_exp",
+    "qwen4_exp_text", "solar_open", "t5_gemma_module", "timesfm2_5", "vaultgemma", "voxtral_realtime",
+    "voxtral_realtime_encoder", "xcodec2", "youtu"]
+
+
+@pytest.mark.parametrize("model_type", HEAD_AND_BASE)
+def test_a_trimmed_config_gets_the_class_head_dim_and_base(model_type):
+    fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
+    config, doc = trimmed_hf_config(model_type, fields)
+    emb = text_rotary_embedding_class(model_type)(config=config)
+    _check(rotary.Spec.from_hf_config(doc), emb, model_type)

@@ -59,7 +59,6 @@ KNOWN = {
     "muse_spark_text": (("top",), "its class dict's rope_theta (5e5) wins over a top-level one"),
     "moonshine_streaming": (("top",), "its class's partial factor (0.8) wins over a top-level one"),
     "gpt_neox_japanese": (("top",), "its class reads rotary_pct, not a top-level partial_rotary_factor"),
-    "zamba2": (ALL, "a file's head_dim sets attention_head_dim (attribute_map); rotary reads attention_head_dim only"),
     "eomt_dinov3": (ALL, "a 2-D vision RoPE (head_dim / 4 frequencies per axis), not a text one"),
     "nanochat": (ALL, "refused by rotary (its code rotates by minus the angle)"),
     **{m: (ALL, "composite config: the trimmed fields do not reach its text part") for m in

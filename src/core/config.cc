@@ -324,7 +324,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     spec.head_dim = *d;
   } else if (qk_rope) {
     spec.head_dim = cls.qk_rope_head_dim;
-  } else if (auto d2 = top.integer(head_key)) {
+  } else if (auto d2 = top.has(head_key) ? top.integer(head_key) : top.integer("head_dim")) {  // attribute_map'd
     spec.head_dim = *d2;
   } else if (cls.head_dim != 0 && !top.has_key(head_key)) {  // an explicit null is not omitted
     spec.head_dim = cls.head_dim;
