@@ -38,7 +38,8 @@ field, what was expected, and the offending value.
   `rotary_apply_cos_sin`, ONNX) is `kOutOfRange`. Growable tables (`apply_table`, `Rope` in `CosSinMode::kTable`)
   grow up to `TableOptions::max_positions` (default 2^22 rows) and fail with `kOutOfRange` past it; `Rope` in
   `CosSinMode::kAuto` computes cos/sin on the fly beyond the table (exact, the same values).
-- **Limits.** Positions are integers in [0, 2^31) (fractional positions: finite, in [0, 2^31)); seq_len is at most
+- **Limits.** Positions are integers in [0, 2^31) (fractional positions: finite, in [0, 2^31); with
+  `ggml_frequencies`, whose positions may be negative as in ggml, in (−2^31, 2^31)); seq_len is at most
   2^31; the helpers that produce positions (`cp_positions`, `cp_positions_packed`, `grid_positions`) refuse to
   produce any at or past 2^31; `head_dim` of a Spec (and ggml `n_dims`, vision and weight-permutation
   `head_dim`) is in [1, 65536]; tensor shapes, strides and byte sizes must fit in int64. Every sum or product

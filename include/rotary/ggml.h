@@ -52,6 +52,9 @@ struct GgmlRopeParams {
 /// exactly as ggml_mrope_cache_init does.
 /// ggml forms theta in float32 by repeated multiplication; rotary forms pos * theta_j in double, so results
 /// agree with ggml to ggml's float rounding for positions < 2^16 and are exact (vs fp64) beyond.
+/// Positions may be negative, as ggml takes them (llama.cpp's K-shift rotates the K cache by the shift delta):
+/// the result has signed_positions set, so apply_axes accepts ids in (-2^31, 2^31) and rotates by pos * theta_j
+/// (cos even, sin odd: exactly the inverse rotation by |pos|).
 /// Throws Error(kInvalidArgument) naming the bad parameter.
 ROTARY_API AxisFrequencies ggml_frequencies(const GgmlRopeParams& params);
 

@@ -423,7 +423,8 @@ ROTARY_API rotary_status_t rotary_axis_freqs_describe(const rotary_axis_freqs_t*
 ROTARY_API rotary_status_t rotary_axis_freqs_get(const rotary_axis_freqs_t* freqs, double* inv_freq,
                                                  uint8_t* axis_of_freq, int64_t capacity);
 ROTARY_API void rotary_axis_freqs_free(rotary_axis_freqs_t* freqs);
-/* Rotates on the fly with multi-axis frequencies; args->positions must be IDS [n_axes, ...] (n_axes > 1). */
+/* Rotates on the fly with multi-axis frequencies; args->positions must be IDS [n_axes, ...] (n_axes > 1). Ids must
+ * be >= 0, except with rotary_ggml_frequencies' result, which takes any sign as ggml does (|id| < 2^31). */
 ROTARY_API rotary_status_t rotary_apply_axes(const rotary_axis_freqs_t* freqs, const rotary_apply_args_t* args);
 
 /* Context parallel (TransformerEngine dual-chunk): global positions of a shard of local_len tokens of

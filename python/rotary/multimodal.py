@@ -48,6 +48,8 @@ class AxisFrequencies:
     Pair j rotates by positions[axis_of_freq[j]] * inv_freq[j]; cos/sin are multiplied by attention_factor.
     Positions for apply_axes have shape [n_axes, B, S] / [n_axes, S] (bshd/bhsd) or [n_axes, T] (thd).
     pairing ("half" or "interleaved") is the convention's pairing, used unless apply_axes(pairing=...) is given.
+    signed_positions: positions may be negative (ggml_frequencies only, as ggml takes them: a negative position
+    rotates by the inverse of its magnitude, e.g. llama.cpp's K-shift deltas); other conventions refuse them.
     """
 
     inv_freq: np.ndarray
@@ -55,6 +57,7 @@ class AxisFrequencies:
     n_axes: int
     pairing: str
     attention_factor: float
+    signed_positions: bool = False
 
     @property
     def rotary_dim(self) -> int:
@@ -62,8 +65,8 @@ class AxisFrequencies:
 
 
 def _wrap(t: tuple) -> AxisFrequencies:
-    inv, axis, n, pairing, af = t
-    return AxisFrequencies(inv, axis, int(n), str(pairing), float(af))
+    inv, axis, n, pairing, af, signed = t
+    return AxisFrequencies(inv, axis, int(n), str(pairing), float(af), bool(signed))
 
 
 def mrope_frequencies(spec: Any, seq_len: Optional[int] = None) -> AxisFrequencies:
@@ -93,6 +96,8 @@ def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq
     Multi-rope modes take 4 position rows (t, h, w, e) exactly as ggml; VISION needs n_dims = head_dim / 2 (ggml
     asserts it; rotary, given a wider head, rotates the first 2 * n_dims channels and passes the rest through).
     rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
+    Positions may be negative, as in ggml (llama.cpp's K-shift rotates the cache by a negative delta): the angle
+    is pos * theta, i.e. the inverse rotation by |pos|.
     """
     ff = [] if freq_factors is None else [float(v) for v in freq_factors]
     return _wrap(_rotary._ggml_frequencies(str(mode), int(n_dims), n_ctx_orig=int(n_ctx_orig),
@@ -108,7 +113,8 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
                backend: str = "auto") -> Any:
     """Rotates x (and k, returned as a tuple) with multi-axis frequencies, cos/sin computed exactly on the fly.
 
-    positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float.
+    positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float; >= 0 unless
+    freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted.
     """
     if not isinstance(freqs, AxisFrequencies):
@@ -120,6 +126,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     ids = _index_array(positions, "positions", allow_float=True)
     _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
                         n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
+                        signed_positions=bool(freqs.signed_positions),
                         q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
                         inverse=bool(inverse), threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
     return out if k is None else (out, k_out)

@@ -28,17 +28,19 @@ Out to_numpy(const std::vector<T>& v) {
   return Out(data, {v.size()}, owner);
 }
 
-/// (inv_freq, axis_of_freq, n_axes, pairing, attention_factor): the Python view of rotary::AxisFrequencies.
-using AxisTuple = std::tuple<F64Array, U8Array, int, std::string, double>;
+/// (inv_freq, axis_of_freq, n_axes, pairing, attention_factor, signed_positions): the Python view of
+/// rotary::AxisFrequencies.
+using AxisTuple = std::tuple<F64Array, U8Array, int, std::string, double, bool>;
 
 AxisTuple to_tuple(const rotary::AxisFrequencies& af) {
   return {to_numpy<double, F64Array>(af.freqs.inv_freq), to_numpy<uint8_t, U8Array>(af.axis_of_freq), af.n_axes,
-          rotary::pairing_name(af.pairing), af.freqs.attention_factor};
+          rotary::pairing_name(af.pairing), af.freqs.attention_factor, af.signed_positions};
 }
 
 rotary::AxisFrequencies from_parts(const std::vector<double>& inv_freq, const std::vector<int>& axis, int n_axes,
-                                   const std::string& pairing, double attention_factor) {
+                                   const std::string& pairing, double attention_factor, bool signed_positions) {
   rotary::AxisFrequencies af;
+  af.signed_positions = signed_positions;
   af.freqs.inv_freq = inv_freq;
   af.freqs.attention_factor = attention_factor;
   af.n_axes = n_axes;
@@ -103,10 +105,11 @@ void bind_multimodal(nb::module_& m) {
   m.def(
       "_apply_axes",
       [](std::vector<double> inv_freq, std::vector<int> axis, int n_axes, const std::string& default_pairing,
-         double attention_factor, InArray q, std::optional<OutArray> q_out, std::optional<InArray> k,
-         std::optional<OutArray> k_out, InArray ids, const std::string& layout, std::optional<std::string> pairing,
-         bool inverse, int threads, const std::string& backend, bool bf16_bits) {
-        const rotary::AxisFrequencies af = from_parts(inv_freq, axis, n_axes, default_pairing, attention_factor);
+         double attention_factor, bool signed_positions, InArray q, std::optional<OutArray> q_out,
+         std::optional<InArray> k, std::optional<OutArray> k_out, InArray ids, const std::string& layout,
+         std::optional<std::string> pairing, bool inverse, int threads, const std::string& backend, bool bf16_bits) {
+        const rotary::AxisFrequencies af =
+            from_parts(inv_freq, axis, n_axes, default_pairing, attention_factor, signed_positions);
         rotary::ApplyArgs a;
         a.q = to_view(q, "x", bf16_bits);
         if (q_out) a.q_out = to_view(*q_out, "out", bf16_bits);
@@ -122,7 +125,8 @@ void bind_multimodal(nb::module_& m) {
         rotary::apply_axes(af, a);
       },
       nb::kw_only(), nb::arg("inv_freq"), nb::arg("axis_of_freq"), nb::arg("n_axes"), nb::arg("default_pairing"),
-      nb::arg("attention_factor"), nb::arg("q"), nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
+      nb::arg("attention_factor"), nb::arg("signed_positions") = false, nb::arg("q"),
+      nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
       nb::arg("k_out").none() = nb::none(), nb::arg("ids"), nb::arg("layout") = "bshd",
       nb::arg("pairing").none() = nb::none(), nb::arg("inverse") = false, nb::arg("threads") = 0,
       nb::arg("backend") = "auto", nb::arg("bf16_bits") = false,

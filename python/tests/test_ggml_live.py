@@ -43,3 +43,32 @@ def test_ggml_frequencies_match_live_ggml(mode_name, mode, params):
     if n_dims < head_dim:  # the pass-through channels are copied exactly by both
         assert np.array_equal(got_q[..., n_dims:], q[..., n_dims:])
         assert np.array_equal(want_q[..., n_dims:], q[..., n_dims:])
+
+
+@pytest.mark.parametrize("mode_name,mode", [("neox", 2), ("normal", 0)])
+@pytest.mark.parametrize("params", CASES[:3], ids=["plain", "partial", "yarn"])
+def test_negative_positions_match_live_ggml(mode_name, mode, params):
+    """llama.cpp's K-shift calls ggml_rope_ext on the K cache with positions = the shift delta, often negative:
+    ggml rotates by pos * theta (the inverse rotation by |pos|), and so does rotary with ggml_frequencies."""
+    g = ggml_or_skip()
+    rng = np.random.default_rng(5)
+    tokens, head_dim, base = 64, 128, 10000.0
+    positions = rng.integers(-4096, 4096, tokens)
+    positions[:8] = [-1, -2, -4095, 0, 1, -100, -2048, -7]
+    q = rng.standard_normal((tokens, 4, head_dim)).astype(np.float32)
+    k = rng.standard_normal((tokens, 2, head_dim)).astype(np.float32)
+    rope = g.GgmlRope(q, k, 0, base, "f32", 1, positions=positions, mode=mode, **params)
+    got_q, got_k = rope()
+    freqs = multimodal.ggml_frequencies(mode_name, params.get("n_dims", head_dim), freq_base=base,
+                                        **{name: v for name, v in params.items() if name != "n_dims"})
+    want_q, want_k = multimodal.apply_axes(q, positions, freqs, k=k, layout="thd")
+    assert np.abs(got_q - want_q).max() < 4e-3
+    assert np.abs(got_k - want_k).max() < 4e-3
+    assert freqs.signed_positions
+    # The sign matters: the rotation by |pos| is far from ggml's result.
+    wrong = multimodal.apply_axes(q, np.abs(positions), freqs, layout="thd")
+    assert np.abs(got_q - wrong).max() > 1e-1
+    # Other conventions keep refusing negative positions.
+    vision = multimodal.vision_frequencies("qwen2vl", head_dim)
+    with pytest.raises(ValueError, match=r"must be >= 0 \(negative positions are invalid\)"):
+        multimodal.apply_axes(q, np.stack([positions, positions]), vision, layout="thd")

@@ -128,6 +128,7 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
   AxisFrequencies af;
   af.n_axes = is_multi ? 4 : 1;
   af.pairing = p.mode == GgmlRopeMode::kNormal ? Pairing::kInterleaved : Pairing::kHalfSplit;
+  af.signed_positions = true;  // ggml's positions are int32, any sign (K-shift deltas are negative)
   af.freqs.inv_freq.resize(static_cast<std::size_t>(half));
   af.axis_of_freq.assign(static_cast<std::size_t>(half), 0);
   af.freqs.attention_factor = yarn ? p.attn_factor * (1.0 + 0.1 * std::log(1.0 / p.freq_scale)) : p.attn_factor;

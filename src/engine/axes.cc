@@ -15,6 +15,7 @@ void apply_axes(const AxisFrequencies& af, const ApplyArgs& args) {
   req.allow_fractional = true;
   req.n_axes = af.n_axes;  // several axes: ids [n_axes,B,S] / [n_axes,S] / [n_axes,T], one row per axis
   req.axes_need_ids = true;
+  req.allow_negative = af.signed_positions;  // ggml's frequencies: angle = pos * theta for any sign of pos
   detail::PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
   detail::attach_on_the_fly(plan, af.freqs);

@@ -19,6 +19,9 @@ struct PlanRequest {
   bool no_rotation = false;
   Pairing default_pairing = Pairing::kHalfSplit;  ///< used when args.pairing is nullopt
   bool allow_fractional = false;                  ///< f32/f64 ids (on-the-fly sources only)
+  /// Negative ids (|pos| < 2^31; on-the-fly sources only: a table has no row for them). apply_axes with
+  /// ggml's frequencies (AxisFrequencies::signed_positions). Offsets and packed positions stay >= 0.
+  bool allow_negative = false;
   /// Position axes (1..kMaxPositionAxes). Above 1, ids are [n_axes,B,S] / [n_axes,S] / [n_axes,T], one
   /// row per axis (M-RoPE: 3, 2-D vision: 2, ggml multi-rope: 4); offset and packed positions give every
   /// axis the same position unless `axes_need_ids`.

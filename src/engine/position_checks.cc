@@ -143,14 +143,20 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
         if (frac) {
           const double v = load_index(ids.data, ids.dtype, idx);
           if (!std::isfinite(v)) invalid(label() + " must be a finite position, got " + num(v));
-          if (v < 0) invalid(label() + " must be >= 0 (negative positions are invalid), got " + num(v));
+          if (v < 0 && !req.allow_negative)
+            invalid(label() + " must be >= 0 (negative positions are invalid), got " + num(v));
           if (v >= 2147483648.0) out_of_range(label() + " must be < 2^31, got " + num(v));
+          if (v <= -2147483648.0) out_of_range(label() + " must be > -2^31, got " + num(v));
           range->any = true;
           range->max_f = std::max(range->max_f, v);
           range->max_int = std::max(range->max_int, static_cast<int64_t>(std::floor(v)));
         } else {
           const int64_t v = load_int_index(ids.data, ids.dtype, idx);
-          if (v < 0 || v > kMaxPosition) check_int_position(v, label());
+          if (v < 0 && req.allow_negative) {
+            if (v < -kMaxPosition) out_of_range(label() + " must be > -2^31, got " + str(v));
+          } else if (v < 0 || v > kMaxPosition) {
+            check_int_position(v, label());
+          }
           note_position(range, v);
         }
       }
