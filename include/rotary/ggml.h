@@ -37,7 +37,9 @@ struct GgmlRopeParams {
   double attn_factor = 1.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  std::array<int64_t, 4> sections = {0, 0, 0, 0};  ///< MROPE / IMROPE / VISION only
+  /// MROPE / IMROPE / VISION only. ggml bounds the sum by the head size (VISION: 2*n_dims; MROPE/IMROPE: any head
+  /// >= n_dims, here up to 65536). VISION sections that ggml's CPU and GPU kernels map differently are refused.
+  std::array<int64_t, 4> sections = {0, 0, 0, 0};
   std::vector<double> freq_factors;                ///< ggml's optional `c` tensor; empty = none, else >= pairs values
 };
 

@@ -95,6 +95,8 @@ def ggml_frequencies(mode: str, n_dims: int, *, freq_base: float = 10000.0, freq
     mode: "normal" (0), "neox" (2), "mrope" (8), "vision" (24), "imrope" (40) (names or numbers as strings).
     Multi-rope modes take 4 position rows (t, h, w, e) exactly as ggml; VISION needs n_dims = head_dim / 2 (ggml
     asserts it; rotary, given a wider head, rotates the first 2 * n_dims channels and passes the rest through).
+    sections: as ggml, sum <= the head size (VISION: 2 * n_dims; MROPE/IMROPE: up to 65536, for partial rotation);
+    VISION sections on which ggml's CPU and GPU kernels disagree are refused (docs/multimodal.md).
     rotary forms the angle in double: ggml's float32 results to rounding for positions < 2^16, exact beyond.
     Positions may be negative, as in ggml (llama.cpp's K-shift rotates the cache by a negative delta): the angle
     is pos * theta, i.e. the inverse rotation by |pos|.

@@ -1,10 +1,10 @@
-"""rotary.ggml_frequencies + apply_axes against live ggml_rope_ext (PyPI's libggml-python), both pairings."""
+"""rotary.ggml_frequencies + apply_axes against live ggml_rope_ext (both pairings) and ggml_rope_multi (PyPI's libggml-python)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ggml_live import ggml_or_skip
+from ggml_live import ggml_or_skip, rope_multi
 from rotary import multimodal
 
 # ggml_rope_ext parameters: plain, partial rotation, YaRN (extrapolation mix + attention factor),
@@ -72,3 +72,34 @@ def test_negative_positions_match_live_ggml(mode_name, mode, params):
     vision = multimodal.vision_frequencies("qwen2vl", head_dim)
     with pytest.raises(ValueError, match=r"must be >= 0 \(negative positions are invalid\)"):
         multimodal.apply_axes(q, np.stack([positions, positions]), vision, layout="thd")
+
+
+# ggml_rope_multi cases: (mode name, mode, n_dims, head_dim, sections). MROPE/IMROPE sections summing past n_dims are
+# valid in ggml when the head is wider (partial rotation; ggml asserts sum <= head_dim only); VISION with llama.cpp
+# clip's {D/4 x4} and with two sections that wrap (where ggml's CPU and GPU ropes agree).
+MULTI = [
+    ("mrope", 8, 64, 64, (8, 12, 12, 0)),
+    ("imrope", 40, 64, 64, (12, 10, 10, 0)),
+    ("mrope", 8, 32, 64, (10, 10, 24, 0)),
+    ("imrope", 40, 32, 64, (20, 4, 20, 0)),
+    ("vision", 24, 32, 64, (16, 16, 16, 16)),
+    ("vision", 24, 24, 48, (5, 4, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("mode_name,mode,n_dims,head_dim,sections", MULTI,
+                         ids=["mrope", "imrope", "mrope-sum-past-n_dims", "imrope-sum-past-n_dims", "vision-clip",
+                              "vision-wrap"])
+def test_multi_rope_matches_live_ggml(mode_name, mode, n_dims, head_dim, sections):
+    """ggml_rope_multi itself vs ggml_frequencies + apply_axes, positions of both signs on its 4 rows."""
+    ggml_or_skip()
+    rng = np.random.default_rng(7)
+    tokens = 48
+    x = rng.standard_normal((tokens, 3, head_dim)).astype(np.float32)
+    positions = rng.integers(-4096, 4096, (4, tokens))
+    got = rope_multi(x, positions, n_dims, sections, mode, 1e6)
+    freqs = multimodal.ggml_frequencies(mode_name, n_dims, freq_base=1e6, sections=sections)
+    want = multimodal.apply_axes(x, positions, freqs, layout="thd")
+    assert np.abs(got - want).max() < 4e-3
+    rotated = 2 * n_dims if mode_name == "vision" else n_dims
+    assert np.array_equal(want[..., rotated:], x[..., rotated:])

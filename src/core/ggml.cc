@@ -30,6 +30,24 @@ float corr_dim_f32(int64_t n_dims, int64_t n_ctx_orig, float n_rot, float base) 
          (2.0f * logf(base));
 }
 
+/// ggml's GPU ropes (CUDA, Metal, Vulkan, SYCL, OpenCL) compute VISION from sections[0..1] only: sector =
+/// j % (s0 + s1), row 0 with theta index `sector` below s0, else row 1 with index `sector - s0`. Its CPU rope
+/// (rotary's map: `axis`, `k`) uses all four sections. Refuses sections for which the two differ at pair j: ggml's
+/// result would depend on the backend.
+void check_vision_backends_agree(const GgmlRopeParams& p, const int64_t sect[4], int64_t j, int axis, int64_t k) {
+  const int64_t s01 = sect[0] + sect[1];
+  const int64_t sector = s01 > 0 ? j % s01 : 0;
+  const int gpu_axis = sector < sect[0] ? 0 : 1;
+  const int64_t gpu_k = gpu_axis == 0 ? sector : sector - sect[0];
+  if (s01 > 0 && gpu_axis == axis && gpu_k == k) return;
+  const std::string got = "{" + str(sect[0]) + ", " + str(sect[1]) + ", " + str(sect[2]) + ", " + str(sect[3]) + "}";
+  invalid("sections for mode vision must give the same rotation on ggml's CPU and GPU backends (its GPU ropes use "
+          "sections[0..1] only, wrapping every sections[0] + sections[1] pairs): let sections[0] + sections[1] cover "
+          "the n_dims = " + str(p.n_dims) + " pairs, or sections[2..3] be 0, got " + got + " (pair " + str(j) +
+          ": CPU row " + str(axis) + " theta index " + str(k) +
+          (s01 > 0 ? ", GPU row " + str(gpu_axis) + " theta index " + str(gpu_k) : ", GPU divides by 0") + ")");
+}
+
 }  // namespace
 
 const char* ggml_rope_mode_name(GgmlRopeMode m) {
@@ -95,18 +113,22 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
   int64_t sect[4] = {0, 0, 0, 0};
   int64_t sect_dims = 0;
   if (is_multi) {
-    // ggml asserts sect_dims <= ne0 (the head size: n_dims, or 2*n_dims for VISION). Each entry is
-    // bounded first, so the sum (and 3 * sect[i] below) cannot overflow.
-    const int64_t ne0 = vision ? 2 * p.n_dims : p.n_dims;
+    // ggml asserts sect_dims <= ne0, the head size: 2*n_dims for VISION (asserted), any head >= n_dims for
+    // MROPE/IMROPE (partial rotation), which is not known here: rotary takes sums up to its largest head, and
+    // maps pairs as ggml does for any sum (sector = j % sect_dims). Each entry is bounded first, so the sum
+    // (and 3 * sect[i] below) cannot overflow. ggml does not check sections >= 0; rotary refuses negative ones.
+    const int64_t ne0 = vision ? 2 * p.n_dims : kMaxDims;
+    const char* what =
+        vision ? " (2 * n_dims, the head size ggml's VISION asserts)" : " (rotary's largest head)";
     for (int i = 0; i < 4; ++i) {
       sect[i] = p.sections[static_cast<std::size_t>(i)];
       if (sect[i] < 0) invalid("sections[" + str(i) + "] must be >= 0, got " + str(sect[i]));
-      if (sect[i] > ne0) invalid("sections[" + str(i) + "] must be <= " + str(ne0) + " (the head size), got " + str(sect[i]));
+      if (sect[i] > ne0) invalid("sections[" + str(i) + "] must be <= " + str(ne0) + what + ", got " + str(sect[i]));
       sect_dims += sect[i];
     }
     if (sect[0] <= 0 && sect[1] <= 0 && sect[2] <= 0)
       invalid("sections[0..2] must not all be 0 for mode " + std::string(ggml_rope_mode_name(p.mode)));
-    if (sect_dims > ne0) invalid("sum(sections) must be <= " + str(ne0) + ", got " + str(sect_dims));
+    if (sect_dims > ne0) invalid("sum(sections) must be <= " + str(ne0) + what + ", got " + str(sect_dims));
   } else {
     for (int i = 0; i < 4; ++i)
       if (p.sections[static_cast<std::size_t>(i)] != 0)
@@ -159,6 +181,7 @@ AxisFrequencies ggml_frequencies(const GgmlRopeParams& p) {
       }
     }
     const int64_t k = j - reset_at[axis];  // index on the ladder base^(-2k/n_dims)
+    if (vision) check_vision_backends_agree(p, sect, j, axis, k);
     double theta = 1.0 / std::pow(p.freq_base, static_cast<double>(2 * k) / static_cast<double>(p.n_dims));
     if (!p.freq_factors.empty()) theta /= p.freq_factors[static_cast<std::size_t>(j)];
     double scale = p.freq_scale;
