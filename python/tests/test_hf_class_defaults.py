@@ -169,6 +169,42 @@ def test_an_mla_class_whose_rope_interleave_defaults_to_true_reads_interleaved(m
     assert rotary.Spec.from_hf_config({**doc, "rope_interleave": False}).pairing == "half"
 
 
+# MLA models whose attention always calls apply_rotary_pos_emb_interleave (no rope_interleave flag): interleaved
+# pairs (x[2i], x[2i+1]) rotated and written de-interleaved, so rotary's interleaved rotation gives the same
+# values, each pair's two results at 2i and 2i + 1 instead of i and i + R/2 (q and k permuted alike: the same scores).
+ALWAYS_INTERLEAVED = ["axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4", "longcat_flash",
+                      "mistral_large4_text"]
+
+
+@pytest.mark.parametrize("model_type", ALWAYS_INTERLEAVED)
+def test_an_mla_model_that_always_interleaves_reads_interleaved(model_type):
+    from hf_models import modeling_module
+
+    mod = modeling_module(model_type)
+    if mod is None or not hasattr(mod, "apply_rotary_pos_emb_interleave"):
+        pytest.skip(f"transformers has no {model_type} with apply_rotary_pos_emb_interleave")
+    src = inspect.getsource(mod)
+    assert "q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin" in src
+    assert "rope_interleave" not in src  # unconditional: no flag chooses the half-split variant
+    config = _hf_config(model_type, {})
+    emb = text_rotary_embedding_class(model_type)(config=config)
+    for doc in ({"model_type": model_type}, config.to_dict()):  # a trimmed file and a saved one
+        spec = rotary.Spec.from_hf_config(doc)
+        assert spec.pairing == "interleaved", doc.get("model_type")
+        r = spec.rotary_dim
+        g = torch.Generator().manual_seed(0)
+        q = torch.randn(1, 2, 5, r, generator=g, dtype=torch.float64)
+        k = torch.randn(1, 1, 5, r, generator=g, dtype=torch.float64)
+        pos = torch.arange(100, 105)[None]
+        with torch.no_grad():  # Mistral Large 4's embedding holds a learned per-frequency scale (1 at init)
+            cos, sin = emb(q, pos)
+        hq, hk = mod.apply_rotary_pos_emb_interleave(q, k, cos.double(), sin.double())
+        for x, h in ((q, hq), (k, hk)):
+            ours = rotary.apply(x.numpy().astype(np.float32), np.arange(100, 105), spec, layout="bhsd")
+            got = np.concatenate([ours[..., 0::2], ours[..., 1::2]], axis=-1)
+            np.testing.assert_allclose(got, h.numpy(), rtol=0, atol=2e-5, err_msg=model_type)
+
+
 def test_codegen_rotates_every_two_as_gpt_j():
     src = inspect.getsource(_hf_modeling("codegen").apply_rotary_pos_emb)
     assert "rotate_every_two" in src

@@ -107,7 +107,7 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus1p5").theta(12000000.0).dict(kApertusRope),  // its text part's class dict: Apertus's
     M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
     M("axk1").qk_rope_head(64).interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
-    M("axk2").qk_rope_head(32),
+    M("axk2").qk_rope_head(32).interleaved(),
     M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved(),  // head_dim is qk_rope_head_dim
     M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
     M("bitnet").theta(500000.0),
@@ -123,7 +123,7 @@ const std::vector<ModelDefaults> kTable = {
     M("csm").theta(500000.0),
     M("csm_depth_decoder_model").theta(500000.0),
     M("cwm").head(128).dict(kCwmRope),
-    M("deepseek_v32").qk_rope_head(64),
+    M("deepseek_v32").qk_rope_head(64).interleaved(),
     M("dia_decoder").head(128),
     M("dia_encoder").head(128),
     M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
@@ -152,7 +152,7 @@ const std::vector<ModelDefaults> kTable = {
     M("glm4v_moe").partial(0.5),
     M("glm4v_moe_text").partial(0.5),
     M("glm4v_text").interleaved(),
-    M("glm_moe_dsa").qk_rope_head(64),
+    M("glm_moe_dsa").qk_rope_head(64).interleaved(),
     M("glm_ocr").interleaved(),  // rotate_half_llm: the text model's pairs
     M("glm_ocr_text").interleaved(),
     M("glmasr_encoder").partial(0.5),
@@ -163,7 +163,7 @@ const std::vector<ModelDefaults> kTable = {
     M("higgs_audio_v2").theta(500000.0).head(128).dict(kHiggsAudioV2Rope),
     M("hrm_text").head(128),
     M("hy_v3").theta(11158840.0).head(128),
-    M("hy_v4").qk_rope_head(64),
+    M("hy_v4").qk_rope_head(64).interleaved(),
     M("jetmoe").head(128).head_key("kv_channels"),
     M("jina_embeddings_v3").theta(20000.0),
     M("kolibri1").head(128),
@@ -174,7 +174,7 @@ const std::vector<ModelDefaults> kTable = {
     M("lfm3").head(128).dict(kLfm3Rope).default_whole_head(),  // its layer types (conv among them) are not derived
     M("llama4").theta(500000.0).head(128),
     M("llama4_text").theta(500000.0).head(128),
-    M("longcat_flash").theta(10000000.0).qk_rope_head(64),
+    M("longcat_flash").theta(10000000.0).qk_rope_head(64).interleaved(),
     M("minicpm3").qk_rope_head(32),
     M("minicpm5_moe").theta(5000000.0).head(128),
     M("minimax").theta(1000000.0),
