@@ -10,10 +10,13 @@
 #include "multimodal/mm_testing.h"
 #include "rotary/ggml.h"
 #include "rotary/multimodal.h"
+#include "testing/shared.h"
 #include "testing/tolerances.h"
 
 namespace rotary {
 namespace {
+
+using testing::error_of;
 
 struct Mode {
   GgmlRopeMode mode;
@@ -46,15 +49,6 @@ void rotate(const AxisFrequencies& af, mmtest::Thd& q, std::vector<Id>& ids, DTy
   a.positions = af.n_axes == 1 ? Positions::from_ids(TensorView::contiguous(ids.data(), dtype, {q.T}))
                                : Positions::from_ids(TensorView::contiguous(ids.data(), dtype, {af.n_axes, q.T}));
   apply_axes(af, a);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // Every ggml mode, integer ids of both signs up to |2^24| (the accuracy contract's range): the fp64 rotation by

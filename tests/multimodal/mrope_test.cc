@@ -15,19 +15,13 @@
 #include "npy.h"
 #include "rotary/rotary.h"
 #include "rotary/rotary_c.h"
+#include "testing/shared.h"
 #include "testing/tolerances.h"
 
 namespace rotary {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::error_of;
 
 // ---------------------------------------------------------------- strict section validation
 

@@ -1,6 +1,8 @@
 // Implementation of the test helpers in shared.h.
 #include "testing/shared.h"
 
+#include "rotary/types.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -96,6 +98,15 @@ float f16_bits_to_f32(uint16_t bits) {
   _Float16 h;
   std::memcpy(&h, &bits, 2);
   return static_cast<float>(h);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace rotary::testing

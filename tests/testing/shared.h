@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ std::string cli_path();
 int run_command(const std::string& cmd, std::string* output, bool merge_stderr = false);
 /// Reads a whole file ("" + ADD_FAILURE if missing).
 std::string read_file(const std::string& path);
+
+/// What `fn` throws as rotary::Error (its what()), or "no error" when it returns.
+std::string error_of(const std::function<void()>& fn);
 
 /// Deterministic N(0,1) values.
 std::vector<float> randn(size_t n, uint64_t seed);
