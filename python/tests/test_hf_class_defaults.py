@@ -158,7 +158,12 @@ def test_a_real_interleaved_model_s_config_rotates_interleaved_pairs():
     for doc in (glm, cohere):
         spec = rotary.Spec.from_hf_config(doc)
         assert spec.pairing == _hf_pairing(doc["model_type"]) == "interleaved", doc["model_type"]
-    assert rotary.Spec.from_hf_config({**glm, "rope_interleave": False}).pairing == "half"  # the flag still wins
+    # GLM-4's code reads no rope_interleave, so a top-level one changes nothing (transformers ignores it); types
+    # not in rotary's table still follow it.
+    assert rotary.Spec.from_hf_config({**glm, "rope_interleave": False}).pairing == "interleaved"
+    plain = {k: v for k, v in glm.items() if k != "model_type"}
+    assert rotary.Spec.from_hf_config({**plain, "rope_interleave": True}).pairing == "interleaved"
+    assert rotary.Spec.from_hf_config({**plain, "rope_interleave": False}).pairing == "half"
 
 
 @pytest.mark.parametrize("model_type", ["glm4_moe_lite", "mistral4", "youtu", "axk1"])
@@ -188,7 +193,8 @@ def test_an_mla_model_that_always_interleaves_reads_interleaved(model_type):
     assert "rope_interleave" not in src  # unconditional: no flag chooses the half-split variant
     config = _hf_config(model_type, {})
     emb = text_rotary_embedding_class(model_type)(config=config)
-    for doc in ({"model_type": model_type}, config.to_dict()):  # a trimmed file and a saved one
+    # A trimmed file, a saved one, and one with a rope_interleave the model's code never reads.
+    for doc in ({"model_type": model_type}, config.to_dict(), {"model_type": model_type, "rope_interleave": False}):
         spec = rotary.Spec.from_hf_config(doc)
         assert spec.pairing == "interleaved", doc.get("model_type")
         r = spec.rotary_dim
@@ -420,4 +426,54 @@ def test_a_trimmed_config_gets_the_class_head_dim_and_base(model_type):
     fields = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "num_key_value_heads": HEADS}
     config, doc = trimmed_hf_config(model_type, fields)
     emb = text_rotary_embedding_class(model_type)(config=config)
-    _check(rotary.Spec.from_hf_config(doc), emb, model_type)
+    spec = rotary.Spec.from_hf_config(doc)
+    _check(spec, emb, model_type)
+    assert spec.pairing == _model_pairing(model_type, emb, config), model_type
+
+
+def _model_pairing(model_type: str, emb, config) -> str:
+    """The pairs the model's attention rotates, from its own functions run on its embedding's cos/sin: each
+    candidate rotation (fp64, by the embedding's inv_freq and scaling) against what the function returns."""
+    from hf_models import modeling_module
+
+    mod = modeling_module(model_type)
+    src = inspect.getsource(mod)
+    if "q_rot, k_rot = apply_rotary_pos_emb_interleave(q_rot, k_rot, cos, sin" in src and "rope_interleave" not in src:
+        return "interleaved"  # MLA attention that always interleaves (checked on its function above)
+    fn = getattr(mod, "apply_rotary_pos_emb", None)
+    if fn is None or getattr(config, "rope_interleave", False) or "mrope_section" in inspect.signature(fn).parameters:
+        return _hf_pairing(model_type, config)  # Llama 4's complex product, DeepSeek's flag, M-RoPE's sections
+    inv = emb.inv_freq.double().numpy()
+    r = 2 * inv.shape[0]
+    pos = np.arange(3, 8)
+    x = torch.randn(1, 1, 5, r, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ids = torch.from_numpy(pos)[None]
+    with torch.no_grad():
+        try:
+            cos, sin = emb(x, ids)
+        except RuntimeError:  # an M-RoPE embedding whose class sections do not fit this trimmed head: the code's
+            return _hf_pairing(model_type, config)  # rotate_half decides
+    got = fn(x, x, cos.double(), sin.double())[0].numpy()
+    ang = pos[:, None] * inv[None, :]
+    c, s_ = np.cos(ang) * float(emb.attention_scaling), np.sin(ang) * float(emb.attention_scaling)
+    xs = x.numpy()
+    out = {}
+    a, b = xs[..., : r // 2], xs[..., r // 2:]
+    out["half"] = np.concatenate([a * c - b * s_, b * c + a * s_], axis=-1)
+    a, b = xs[..., 0::2], xs[..., 1::2]
+    out["interleaved"] = np.stack([a * c - b * s_, b * c + a * s_], axis=-1).reshape(xs.shape)
+    match = [k for k, v in out.items() if np.max(np.abs(v - got)) < 1e-4]
+    assert len(match) == 1, f"{model_type}: its apply_rotary_pos_emb is neither pairing"
+    return match[0]
+
+
+def test_a_saved_moonshine_config_reads_its_decoder_heads_and_interleaved_pairs():
+    # Moonshine maps num_attention_heads to decoder_num_attention_heads (what save_pretrained writes), rotates 0.9
+    # of the head, and pairs x[0::2] with x[1::2] (its rotate_half).
+    config = _hf_config("moonshine", {"hidden_size": HIDDEN, "decoder_num_attention_heads": HEADS})
+    emb = text_rotary_embedding_class("moonshine")(config=config)
+    doc = config.to_dict()
+    assert "num_attention_heads" not in doc and doc["decoder_num_attention_heads"] == HEADS
+    spec = rotary.Spec.from_hf_config(doc)
+    _check(spec, emb, "moonshine")
+    assert spec.pairing == _model_pairing("moonshine", emb, config) == "interleaved"

@@ -333,6 +333,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
     if (!hidden) hidden = top.integer("n_embd");
     auto heads = top.integer("num_attention_heads");
     if (!heads) heads = top.integer("n_head");
+    if (!heads && !cls.heads_key.empty()) heads = top.integer(std::string(cls.heads_key));
     if (!hidden || !heads)
       invalid(top.field("head_dim") + " is missing: give head_dim, or hidden_size and num_attention_heads");
     if (*heads <= 0) invalid(top.field("num_attention_heads") + " must be > 0, got " + std::to_string(*heads));
@@ -403,7 +404,8 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
 
   // --- pairing: interleaved where the model's code rotates (x[2i], x[2i+1]) (model_defaults.cc).
   if (cls.interleaved_pairs) spec.pairing = Pairing::kInterleaved;
-  if (auto ri = top.boolean("rope_interleave")) spec.pairing = *ri ? Pairing::kInterleaved : Pairing::kHalfSplit;
+  if (auto ri = top.boolean("rope_interleave"); ri && !cls.pairing_fixed)
+    spec.pairing = *ri ? Pairing::kInterleaved : Pairing::kHalfSplit;
 
   // --- type-specific keys (only the ones HF reads for this type).
   const std::string& tn = type_name;

@@ -69,7 +69,9 @@ struct M : ModelDefaults {
     mrope_interleaved = interleave;
     return *this;
   }
-  M& interleaved() { interleaved_pairs = true; return *this; }
+  M& interleaved() { interleaved_pairs = pairing_fixed = true; return *this; }  // the code's pairs, whatever the flag
+  M& interleave_flag() { interleaved_pairs = true; return *this; }  // rope_interleave, read by the code, defaults to true
+  M& heads_from(std::string_view key) { heads_key = key; return *this; }
   M& head_key(std::string_view key) { head_dim_key = key; return *this; }
   M& qk_nope_head(int64_t v) { qk_nope_head_dim = v; return *this; }
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
@@ -106,7 +108,7 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
     M("apertus1p5").theta(12000000.0).dict(kApertusRope),  // its text part's class dict: Apertus's
     M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
-    M("axk1").qk_rope_head(64).interleaved(),  // rope_interleave defaults to true in this and the other MLA classes below
+    M("axk1").qk_rope_head(64).interleave_flag(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("axk2").qk_rope_head(32).interleaved(),
     M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved(),  // head_dim is qk_rope_head_dim
     M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
@@ -128,7 +130,7 @@ const std::vector<ModelDefaults> kTable = {
     M("dia_encoder").head(128),
     M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
     M("deepseek_v2").qk_rope_head(64).interleaved(),
-    M("deepseek_v3").qk_rope_head(64).interleaved(),
+    M("deepseek_v3").qk_rope_head(64).interleave_flag(),
     M("emu3").theta(1000000.0),
     M("emu3_text_model").theta(1000000.0),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
@@ -147,7 +149,7 @@ const std::vector<ModelDefaults> kTable = {
     M("glm").partial(0.5).head(128).interleaved(),
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe").partial(0.5),
-    M("glm4_moe_lite").qk_rope_head(64).interleaved(),
+    M("glm4_moe_lite").qk_rope_head(64).interleave_flag(),
     M("glm4v").interleaved(),  // rotate_half_llm on repeat_interleave'd M-RoPE cos/sin (glm4v_moe is half-split)
     M("glm4v_moe").partial(0.5),
     M("glm4v_moe_text").partial(0.5),
@@ -172,8 +174,8 @@ const std::vector<ModelDefaults> kTable = {
     M("lfm2").theta(1000000.0),
     M("lfm2_moe").theta(1000000.0),
     M("lfm3").head(128).dict(kLfm3Rope).default_whole_head(),  // its layer types (conv among them) are not derived
-    M("llama4").theta(500000.0).head(128),
-    M("llama4_text").theta(500000.0).head(128),
+    M("llama4").theta(500000.0).head(128).interleaved(),
+    M("llama4_text").theta(500000.0).head(128).interleaved(),
     M("longcat_flash").theta(10000000.0).qk_rope_head(64).interleaved(),
     M("minicpm3").qk_rope_head(32),
     M("minicpm5_moe").theta(5000000.0).head(128),
@@ -184,7 +186,7 @@ const std::vector<ModelDefaults> kTable = {
     M("minimax_m3_vl").theta(5000000.0).head(128).no_rotary_dim(),
     M("minimax_m3_vl_text").theta(5000000.0).head(128).no_rotary_dim(),
     M("ministral3").theta(1000000.0).head(128).dict(kMinistral3Rope),
-    M("mistral4").qk_rope_head(64).qk_nope_head(64).interleaved().dict(kMistral4Rope),
+    M("mistral4").qk_rope_head(64).qk_nope_head(64).interleave_flag().dict(kMistral4Rope),
     // head_dim is qk_rope_head_dim; its code always rotates interleaved pairs. LeRoPE's learned per-frequency scale
     // and its NoPE layers are checkpoint / per-layer matters a Spec does not hold (docs/scaling.md).
     M("mistral_large4").qk_rope_head(64).interleaved().dict(kMistralLarge4Rope),
@@ -194,7 +196,7 @@ const std::vector<ModelDefaults> kTable = {
     M("mllama_text_model").theta(500000.0),
     M("molmo2").head(128),
     M("molmo2_text").head(128),
-    M("moonshine").partial(0.9),
+    M("moonshine").partial(0.9).interleaved().heads_from("decoder_num_attention_heads"),  // x[0::2] with x[1::2]
     M("moonshine_streaming").interleaved(),  // its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1])
     M("muse_glimmer").head(128),
     M("muse_glimmer_assistant").theta(500000.0).head(128),
@@ -211,9 +213,9 @@ const std::vector<ModelDefaults> kTable = {
     M("openai_privacy_filter").theta(150000.0).head(64).dict(kGptOssRope).interleaved(),  // x[..., ::2] / x[..., 1::2]
     M("paddleocr_vl").theta(500000.0).head(128),
     M("paddleocr_vl_text").theta(500000.0).head(128),
-    M("pe_audio_encoder").theta(20000.0).head(128),
-    M("pe_audio_video_encoder").theta(20000.0).head(128),
-    M("pe_video_encoder").theta(20000.0).head(128),
+    M("pe_audio_encoder").theta(20000.0).head(128).interleaved(),
+    M("pe_audio_video_encoder").theta(20000.0).head(128).interleaved(),
+    M("pe_video_encoder").theta(20000.0).head(128).interleaved(),
     M("persimmon").partial(0.5),
     M("phi").partial(0.5),
     M("phimoe").theta(1000000.0),
@@ -252,7 +254,7 @@ const std::vector<ModelDefaults> kTable = {
     M("voxtral_realtime").theta(1000000.0).head(128),
     M("voxtral_realtime_encoder").head(64),
     M("xcodec2").head(64),
-    M("youtu").qk_rope_head(64).interleaved(),
+    M("youtu").qk_rope_head(64).interleave_flag(),
     M("zamba2").head_key("attention_head_dim").head_times_hidden_per_head(2),  // 2 * hidden_size / heads
     M("zaya").head(128).dict(kZayaRope),  // layer types hybrid / hybrid_sliding: every layer hybrid
 };

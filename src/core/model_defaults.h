@@ -29,9 +29,16 @@ struct ModelDefaults {
   /// (zeros: none), and whether its assignment is interleaved (Qwen3-VL's code always interleaves).
   std::array<int64_t, 3> mrope_section{};
   bool mrope_interleaved = false;
-  /// The model's code rotates interleaved pairs (x[2i], x[2i+1]): GPT-J, DeepSeek, GLM, Cohere, ERNIE 4.5; or
-  /// its class's rope_interleave defaults to true (MLA models such as Mistral 4). A top-level rope_interleave wins.
+  /// The model's code rotates interleaved pairs (x[2i], x[2i+1]): GPT-J, DeepSeek, GLM, Cohere, ERNIE 4.5, Llama 4; or
+  /// its class's rope_interleave defaults to true (MLA models such as Mistral 4), where a top-level rope_interleave wins.
   bool interleaved_pairs = false;
+  /// The model's code reads no rope_interleave: its pairs are fixed, and a top-level rope_interleave is ignored, as
+  /// transformers ignores it (DeepSeek-V3.2, GLM, Llama 4...). False: the flag wins (classes that read it, and types
+  /// not in the table).
+  bool pairing_fixed = false;
+  /// The file key transformers maps num_attention_heads to (attribute_map: Moonshine's decoder_num_attention_heads),
+  /// read when the file has no num_attention_heads; empty: none.
+  std::string_view heads_key;
   /// The file key transformers maps head_dim to (the config class's attribute_map: JetMoe's kv_channels, Zamba2's
   /// attention_head_dim); empty: head_dim itself.
   std::string_view head_dim_key;
