@@ -228,27 +228,41 @@ def _offset_arg(v: Any, what: str, where: str = "rotary_apply") -> int:
     return v
 
 
-def _threads_arg(threads: Any) -> int:
+def _threads_arg(threads: Any, where: str = "rotary_apply") -> int:
     """threads for the core (int32): counts above the usable cores are capped there, so any huge count is too."""
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
-        raise TypeError(f"[rotary_apply] threads must be an int, got {type(threads).__name__}")
+        raise TypeError(f"[{where}] threads must be an int, got {type(threads).__name__}")
     t = int(threads)
     if t < 0:
         if t < -_I32_MAX:
-            raise ValueError(f"[rotary_apply] threads must be >= 0 (0 = all usable cores), got {t}")
+            raise ValueError(f"[{where}] threads must be >= 0 (0 = all usable cores), got {t}")
         return t  # the core's message names the value
     return min(t, _I32_MAX)
 
 
-def _seq_len_arg(seq_len: Any) -> Any:
+def _seq_len_arg(seq_len: Any, where: str = "rotary_apply", name: str = "seq_len") -> Any:
+    """seq_len for the core (int64; the core checks the range and names the value); None stays None."""
     if seq_len is None:
         return None
-    v = int(seq_len)
+    try:
+        v = int(seq_len)
+    except (TypeError, ValueError):
+        raise TypeError(f"[{where}] {name} must be an int or None, got {type(seq_len).__name__}") from None
     if v > _I64_MAX:
-        raise ValueError(f"[rotary_apply] seq_len must be <= 2^31 (positions are < 2^31), got {v}")
+        raise ValueError(f"[{where}] {name} must be <= 2^31 (positions are < 2^31), got {v}")
     if v < _I64_MIN:
-        raise ValueError(f"[rotary_apply] seq_len must be > 0 when given, got {v}")
+        raise ValueError(f"[{where}] {name} must be > 0 when given, got {v}")
     return v
+
+
+def _float_arg(x: Any, where: str, name: str) -> float:
+    """A real number argument as a Python float, with values a float cannot hold refused naming the argument."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"[{where}] {name} must be a real number, got {type(x).__name__}")
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"[{where}] {name} must be a finite float, got {x!r:.60}") from None
 
 
 def _int64_checked(fn: Any, where: str, names: Sequence[str]) -> Any:

@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _has_broadcast_axis, _index_array, _is_torch, _mark_written,
-                      _torch_module)
+from ._arrays import (ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array, _is_torch,
+                      _mark_written, _seq_len_arg, _threads_arg, _torch_module)
 from ._positions import _split_positions
 from ._rotary import Spec
 
@@ -30,7 +30,7 @@ def _core(x: Any, what: str, readonly: bool = False):
         # ml_dtypes' types (float8_e5m2 reports kind "f", the others "V"): their raw bits
         code = _NUMPY_BITS.get(x.dtype.type.__name__)
         if code is None:
-            raise TypeError(f"[rotary_prologue] {what} has an unsupported dtype {x.dtype}")
+            raise TypeError(f"[rotary] {what} has an unsupported dtype {x.dtype}")
         if not readonly and not x.flags.writeable:
             raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
         if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
@@ -40,7 +40,7 @@ def _core(x: Any, what: str, readonly: bool = False):
         torch = _torch_module()
         f8 = {getattr(torch, "float8_e4m3fn", None): 7, getattr(torch, "float8_e5m2", None): 8}
         if x.dtype.is_floating_point and x.dtype.itemsize == 1 and x.dtype not in f8:
-            raise TypeError(f"[rotary_prologue] {what} has an unsupported dtype {x.dtype} (fp8 caches: "
+            raise TypeError(f"[rotary] {what} has an unsupported dtype {x.dtype} (fp8 caches: "
                             "torch.float8_e4m3fn or torch.float8_e5m2)")
         if x.dtype in f8:
             if x.device.type != "cpu":
@@ -84,13 +84,16 @@ def _scale(s: Any, what: str, written: bool):
             _mark_written(s)
         return s.detach() if s.device.type == "cpu" else s.detach().cpu()
     if isinstance(s, np.ndarray):
+        if not s.dtype.isnative:  # the binding reads (and for int8 writes) native float32
+            raise TypeError(f"[rotary] {what} must have the machine's byte order, got dtype {s.dtype.str} (convert "
+                            f"it with astype(np.float32))")
         if not s.flags.writeable:
             if written:
-                raise ValueError(f"[rotary_prologue] {what} must be writable (the int8 cache's scales are written), "
+                raise ValueError(f"[rotary] {what} must be writable (the int8 cache's scales are written), "
                                  f"got a read-only array (shape {s.shape})")
             return s.copy()  # only read (an fp8 per-tensor scale); the binding takes writable arrays
         return s
-    raise TypeError(f"[rotary_prologue] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
+    raise TypeError(f"[rotary] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
                     f"scales), got {type(s).__name__}")
 
 
@@ -130,7 +133,7 @@ def _specs(spec: Any, seq_len: Any, spec_index: Any):
                          f"got {seq_len!r}")
     if len(lens) != len(specs):
         raise ValueError(f"[rotary_prologue] seq_len must have one entry per spec ({len(specs)}), got {len(lens)}")
-    return specs, [None if n is None else int(n) for n in lens]
+    return specs, [_seq_len_arg(n, "rotary_prologue", "seq_len") for n in lens]
 
 
 def _indices(a: Any, what: str):
@@ -186,14 +189,16 @@ def prologue(
     Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
     """
     try:
+        eps, offset_w = _float_arg(norm_eps, "rotary_prologue", "norm_eps"), _float_arg(norm_offset, "rotary_prologue", "norm_offset")
+        threads = _threads_arg(threads, "rotary_prologue")
         if (type(spec) is Spec and seq_len is None and k_out is None and backend == "auto" and type(layout) is str
                 and type(cache_layout) is str
                 and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
                 and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
                 # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
                 and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
-                                            cache_positions, q_norm_weight, k_norm_weight, float(norm_eps),
-                                            float(norm_offset), layout, int(threads)) == 0):
+                                            cache_positions, q_norm_weight, k_norm_weight, eps, offset_w, layout,
+                                            threads) == 0):
             _mark_written(q_out if q_out is not None else q, k_cache, v_cache)  # it takes torch q, k, v and both caches
             return q_out if q_out is not None else q
         if k is None:  # the core's own words (its binding takes no None for k)
@@ -215,8 +220,8 @@ def prologue(
                           specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
                           k_cache=kcv, v_cache=vcv, slot_mapping=_indices(slot_mapping, "slot_mapping"),
                           cache_positions=_indices(cache_positions, "cache_positions"), k_scale=ks, v_scale=vs,
-                          q_norm_weight=wq, k_norm_weight=wk, norm_eps=float(norm_eps), norm_offset=float(norm_offset),
-                          layout=layout, threads=int(threads), backend=backend, act_bits=act, cache_bits=cache_bits,
+                          q_norm_weight=wq, k_norm_weight=wk, norm_eps=eps, norm_offset=offset_w,
+                          layout=layout, threads=threads, backend=backend, act_bits=act, cache_bits=cache_bits,
                           weight_bits=w_bits)
         return q_out if q_out is not None else q
     except (TypeError, ValueError, IndexError) as e:  # the shared converters' "[rotary] ...", in this call's words
@@ -278,8 +283,10 @@ def rerotate_cache(
         kcv, bits = _core(k_cache, "k_cache")
         _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
                                 _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
-                                from_seq_len=from_seq_len, to_seq_len=to_seq_len, cache_layout=cache_layout,
-                                k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)), threads=int(threads), backend=backend,
+                                from_seq_len=_seq_len_arg(from_seq_len, "rotary_rerotate_cache", "from_seq_len"),
+                                to_seq_len=_seq_len_arg(to_seq_len, "rotary_rerotate_cache", "to_seq_len"),
+                                cache_layout=cache_layout, k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)),
+                                threads=_threads_arg(threads, "rotary_rerotate_cache"), backend=backend,
                                 cache_bits=bits)
     except (TypeError, ValueError, IndexError) as e:
         raise _in_words_of(e, "rotary_rerotate_cache") from None

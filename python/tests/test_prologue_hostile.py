@@ -252,3 +252,89 @@ def test_torch_uint64_slots_are_read_by_value_and_refused_past_int64():
     with pytest.raises(ValueError, match=r"^\[rotary_prologue\] slot_mapping\[1\] must fit in int64"):
         rotary.prologue(q.clone(), k, v, 0, SPEC, k_cache=kc, v_cache=vc,
                         slot_mapping=torch.tensor([3, 2**63 + 5, 6], dtype=torch.uint64))
+
+
+def test_caches_as_disjoint_column_ranges_of_one_row_buffer_are_accepted():
+    # vLLM's MLA cache [blocks, block_size, 1, L + P]: the latent (v here) in [..., :L], the rope part (k) in
+    # [..., L:]. They share no byte; they were refused as sharing memory whenever L != P.
+    L, P, T = 16, 8, 3
+    rng = np.random.default_rng(0)
+    k = rng.standard_normal((T, 1, P)).astype(np.float32)
+    v = rng.standard_normal((T, 1, L)).astype(np.float32)
+    spec, slots = rotary.Spec(P), np.array([0, 5, 6])
+    for k_first in (False, True):
+        buf = rng.standard_normal((2, 4, 1, L + P + 2)).astype(np.float32)
+        want = buf.copy()
+        kc = buf[..., :P] if k_first else buf[..., L:L + P]
+        vc = buf[..., P:P + L] if k_first else buf[..., :L]
+        assert not np.shares_memory(kc, vc)
+        rotary.prologue(None, k, v, 10, spec, k_cache=kc, v_cache=vc, slot_mapping=slots)
+        ks, vs = np.zeros((2, 4, 1, P), np.float32), np.zeros((2, 4, 1, L), np.float32)
+        rotary.prologue(None, k, v, 10, spec, k_cache=ks, v_cache=vs, slot_mapping=slots)
+        wk = want[..., :P] if k_first else want[..., L:L + P]
+        wv = want[..., P:P + L] if k_first else want[..., :L]
+        for s in slots:
+            wk[s // 4, s % 4], wv[s // 4, s % 4] = ks[s // 4, s % 4], vs[s // 4, s % 4]
+        assert np.array_equal(buf, want)  # the padding columns and unaddressed rows kept too
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] k_cache must not share memory with v_cache"):
+        buf = np.zeros((2, 4, 1, 2 * P), np.float32)
+        rotary.prologue(None, k, k.copy(), 10, spec, k_cache=buf[..., P - 1:2 * P - 1], v_cache=buf[..., :P],
+                        slot_mapping=slots)
+
+
+def test_q_and_k_in_one_buffer_are_only_read_with_a_cache_and_q_out():
+    T, D = 3, 8
+    spec = rotary.Spec(D)
+    x = np.random.default_rng(1).standard_normal((T, 1, D)).astype(np.float32)
+    args = lambda: dict(k_cache=np.zeros((1, 4, 1, D), np.float32), v_cache=np.zeros((1, 4, 1, D), np.float32),
+                        slot_mapping=np.arange(T))
+    got, want = args(), args()
+    qo, qo2 = np.zeros_like(x), np.zeros_like(x)
+    rotary.prologue(x, x, x, 3, spec, q_out=qo, **got)  # refused before: "k (rotated in place) overlaps input q"
+    rotary.prologue(x.copy(), x.copy(), x.copy(), 3, spec, q_out=qo2, **want)
+    assert np.array_equal(qo, qo2) and np.array_equal(got["k_cache"], want["k_cache"])
+    x0 = x.copy()
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] q \(rotated in place\) overlaps input k"):
+        rotary.prologue(x, x, x, 3, spec, **args())
+    assert np.array_equal(x, x0)
+
+
+def test_re_rotation_errors_carry_its_own_prefix():
+    D = 8
+    spec, slots = rotary.Spec(D), np.arange(3)
+    kc = np.zeros((1, 4, 1, D), np.int8)
+    scale = np.zeros((1, 4, 1), np.float32)
+    scale.flags.writeable = False
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] k_scale must be writable"):
+        rotary.rerotate_cache(kc, slots, slots, slots + 1, spec, k_scale=scale)
+    with pytest.raises(TypeError, match=r"^\[rotary_rerotate_cache\] k_scale must be a float"):
+        rotary.rerotate_cache(kc, slots, slots, slots + 1, spec, k_scale="1")
+    fnuz = getattr(torch, "float8_e4m3fnuz", None)
+    if fnuz is not None:
+        with pytest.raises(TypeError, match=r"^\[rotary_rerotate_cache\] k_cache has an unsupported dtype"):
+            rotary.rerotate_cache(torch.zeros(1, 4, 1, D, dtype=fnuz), slots, slots, slots + 1, spec, k_scale=1.0)
+
+
+def test_scalars_out_of_the_binding_s_range_get_named_errors_or_are_capped():
+    T, D = 3, 8
+    spec, slots = rotary.Spec(D), np.arange(T)
+    k = np.ones((T, 1, D), np.float32)
+    caches = lambda lib=np: dict(k_cache=lib.zeros((1, 4, 1, D), dtype=lib.float32),
+                                 v_cache=lib.zeros((1, 4, 1, D), dtype=lib.float32))
+    # threads: as rotary.apply, counts above the cores are capped (nanobind's argument dump before)
+    rotary.prologue(None, k, k.copy(), 0, spec, **caches(), slot_mapping=slots, threads=2**31)
+    rotary.prologue(k.copy(), k, k.copy(), 0, spec, **caches(), slot_mapping=slots, threads=2**31)
+    t = torch.ones(T, 1, D)
+    rotary.prologue(t.clone(), t, t, 0, spec, **caches(torch), slot_mapping=torch.arange(T), threads=2**31)
+    rotary.rerotate_cache(np.zeros((1, 4, 1, D), np.float32), slots, slots, slots + 1, spec, threads=2**31)
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] seq_len must be <= 2\^31"):
+        rotary.prologue(None, k, k.copy(), 0, spec, **caches(), slot_mapping=slots, seq_len=2**63)
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] from_seq_len must be <= 2\^31"):
+        rotary.rerotate_cache(np.zeros((1, 4, 1, D), np.float32), slots, slots, slots + 1, spec, from_seq_len=2**63)
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] norm_eps must be a finite float"):
+        rotary.prologue(None, k, k.copy(), 0, spec, **caches(), slot_mapping=slots, norm_eps=10**400)
+    kc8 = np.zeros((1, 4, 1, D), np.int8)
+    with pytest.raises(TypeError, match=r"^\[rotary_prologue\] k_scale must have the machine's byte order"):
+        rotary.prologue(None, k, k.copy(), 0, spec, k_cache=kc8, v_cache=kc8.copy(), slot_mapping=slots,
+                        k_scale=np.zeros((1, 4, 1), ">f4"), v_scale=np.zeros((1, 4, 1), np.float32))
+    assert not kc8.any()

@@ -168,7 +168,7 @@ std::string byte_offset_str(const void* p, const void* ref) {
 
 }  // namespace
 
-void check_aliasing(const ApplyArgs& args, Layout layout) {
+void check_aliasing(const ApplyArgs& args, Layout layout, bool k_read_only) {
   const bool has_k = !absent(args.k);
   const TensorView& q_out = absent(args.q_out) ? args.q : args.q_out;
   const TensorView& k_out = absent(args.k_out) ? args.k : args.k_out;
@@ -180,7 +180,10 @@ void check_aliasing(const ApplyArgs& args, Layout layout) {
     invalid("q_out must either be q itself (same data and strides: in place) or not overlap q's memory, got q_out "
             "overlapping q, starting " + byte_offset_str(q_out.data, args.q.data) + " with strides " + strides_str(q_out) +
             " vs q's " + strides_str(args.q));
-  if (has_k) {
+  if (has_k && k_read_only) {  // k is an input only: q's output must not change it before it is read
+    if (elements_overlap(grid_of(args.k, layout), gqo))
+      invalid(std::string(q_inplace ? "q (rotated in place)" : "q_out") + " overlaps input k: writing q would change k before it is read");
+  } else if (has_k) {
     const bool k_inplace = same_view(k_out, args.k);
     check_no_self_overlap(k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out");
     const Grid gk = grid_of(args.k, layout);
@@ -220,7 +223,7 @@ int position_inputs(const Positions& p, NamedInput out[2]) {
 }
 
 void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool positions,
-                                std::initializer_list<NamedInput> extra) {
+                                std::initializer_list<NamedInput> extra, bool k_read_only) {
   NamedInput inputs[6];
   int n = positions ? position_inputs(args.positions, inputs) : 0;
   for (const NamedInput& e : extra)
@@ -230,7 +233,7 @@ void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool posit
   const Out outs[2] = {
       {absent(args.q_out) ? &args.q : &args.q_out, absent(args.q_out) ? "q (rotated in place)" : "q_out"},
       {absent(args.k_out) ? &args.k : &args.k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out"}};
-  for (int o = 0; o < (has_k ? 2 : 1); ++o) {
+  for (int o = 0; o < (has_k && !k_read_only ? 2 : 1); ++o) {
     if (!has_elements(*outs[o].v)) continue;
     const Grid go = grid_of(*outs[o].v, layout);  // passed check_no_self_overlap (check_aliasing)
     for (int i = 0; i < n; ++i) {

@@ -12,7 +12,8 @@ void check_no_self_overlap(const TensorView& v, const char* name);
 
 /// The aliasing rules of q, k and their outputs (checked shapes and dtypes): each output is its input
 /// (in place) or disjoint from it; the two outputs share no element; no output overlaps the other input.
-void check_aliasing(const ApplyArgs& args, Layout layout);
+/// `k_read_only`: k has no output (PlanRequest::k_read_only); only q's output is checked against it.
+void check_aliasing(const ApplyArgs& args, Layout layout, bool k_read_only = false);
 
 /// Exact test (rank <= 4 views, non-negative strides, checked extents): does any element of `input` share
 /// a byte with an element of `output`? Conservative (byte ranges) if `output` maps two elements to one address.
@@ -33,7 +34,7 @@ int position_inputs(const Positions& p, NamedInput out[2]);
 /// cos/sin): writing it would change that input before it is read. Throws naming both. Call after
 /// check_aliasing (outputs checked for self-overlap) and after the inputs' views are checked.
 void check_outputs_spare_inputs(const ApplyArgs& args, Layout layout, bool positions,
-                                std::initializer_list<NamedInput> extra = {});
+                                std::initializer_list<NamedInput> extra = {}, bool k_read_only = false);
 
 /// Exact test: does an element of activation `a` share a byte with an element of activation `out`
 /// (both of `layout`; `out` passed check_no_self_overlap)? Costs O(rows of a) when their ranges meet.

@@ -34,6 +34,9 @@ struct PlanRequest {
   /// Plan a device call even if args.backend is not kCuda (tests of the device planning without a GPU).
   /// Device calls (this, or backend kCuda) never read position values on the host.
   bool device = false;
+  /// k is only read (the prologue with a cache: its rotated rows go to the cache, not to k or k_out), so the
+  /// aliasing rules treat it as an input only: no self-overlap or output checks for it.
+  bool k_read_only = false;
 };
 
 /// Range of the positions of a validated call (over every axis for multi-axis ids).

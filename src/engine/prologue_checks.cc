@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "core/messages.h"
@@ -262,6 +263,30 @@ bool shifted_grid_hits(const int64_t* n, const int64_t* st, const int* order, in
   return false;
 }
 
+/// Whether a and b provably share no byte because their rows interleave: a view's row is the bytes its
+/// fastest dim (smallest stride among dims of size > 1) spans from one origin; every other stride of both
+/// views is a multiple of p (their gcd), so modulo p each view's rows start at its data address. Disjoint
+/// when, modulo p, b's rows [d, d + wb) lie in the gap after a's [0, wa). E.g. vLLM's MLA cache [..., L + P]
+/// as v = [..., :L] and k = [..., L:], or a cache row and its scale interleaved in one arena.
+bool rows_interleave(const TensorView& a, const TensorView& b) {
+  int64_t p = 0, w[2] = {0, 0};
+  const TensorView* v[2] = {&a, &b};
+  for (int t = 0; t < 2; ++t) {
+    const TensorView& x = *v[t];
+    const int64_t es = elem_size(x.dtype);
+    int fast = -1;
+    for (int i = 0; i < x.rank; ++i)
+      if (x.shape[i] > 1 && (fast < 0 || x.strides[i] < x.strides[fast])) fast = i;
+    w[t] = fast < 0 ? es : (x.shape[fast] - 1) * x.strides[fast] * es + es;
+    for (int i = 0; i < x.rank; ++i)
+      if (i != fast && x.shape[i] > 1) p = std::gcd(p, x.strides[i] * es);
+  }
+  if (p <= 0 || w[0] > p || w[1] > p) return false;
+  const auto delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));
+  const int64_t d = ((delta % p) + p) % p;
+  return d >= w[0] && d + w[1] <= p;
+}
+
 }  // namespace
 
 void check_disjoint(const TensorView& out, const char* out_name, const TensorView& other, const char* other_name,
@@ -297,6 +322,7 @@ void check_disjoint(const TensorView& out, const char* out_name, const TensorVie
     }
     if (nested && !shifted_grid_hits(n, st, order, 0, out.rank, delta, es)) return;
   }
+  if (rows_interleave(out, other)) return;
   invalid(where, std::string(out_name) + " must not share memory with " + other_name + " (it is written by the call), got " +
                      out_name + " at bytes [" + str(0) + ", " + str(static_cast<int64_t>(a1 - a0)) + ") overlapping " +
                      other_name + " at [" + str(static_cast<int64_t>(b0) - static_cast<int64_t>(a0)) + ", " +
