@@ -55,7 +55,8 @@ struct ApplyArgs {
   int threads = 0;                  ///< 0 = all usable cores, 1 = the calling thread; capped (docs/threading.md)
   Backend backend = Backend::kAuto;  ///< see rotary/types.h
   /// Backend kCuda: the cudaStream_t the call is enqueued on (nullptr = the default stream). The call
-  /// never synchronises the host; other backends ignore it.
+  /// does not synchronise the host, except when it grows the device copy of a table (once per growth per
+  /// device: it waits for the copy on this stream, docs/cuda.md); other backends ignore it.
   void* stream = nullptr;
   /// fp8 outputs (q_out / k_out of dtype kF8E4M3 / kF8E5M2; CPU backends): the per-tensor scale of each.
   /// The stored code is f32_to_fp8(fl32(y / scale)) of the f32 result y: round to nearest even,

@@ -33,8 +33,13 @@ __global__ void __launch_bounds__(kTargetBlockThreads) rope_kernel_otf(const __g
                                            cudaGetErrorString(err) + ")");
 }
 
+/// Throws for a failed runtime call. The error it reports is also the runtime's "last error": it is reset
+/// here (a non-sticky error would otherwise be returned by the caller's next cudaGetLastError, or taken for
+/// a later call's own failure).
 void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) cuda_fail(err, what);
+  if (err == cudaSuccess) return;
+  (void)cudaGetLastError();
+  cuda_fail(err, what);
 }
 
 /// Makes `device` current for the scope (the caller's stream belongs to it).
@@ -54,15 +59,19 @@ class DeviceScope {
   bool changed_ = false;
 };
 
+/// One kernel launch through cudaLaunchKernel, whose return value is this launch's own error (the runtime's
+/// last error may hold an earlier, unrelated one: the caller's, which is not rotary's to clear or report).
 struct Launch {
   const Job& job;
   const ParamFreqs* freqs;
   cudaStream_t stream;
+  cudaError_t err = cudaSuccess;
   template <ElemType E, bool kInter, bool kVec>
   void run() {
     const dim3 grid(job.geo.grid_x, job.geo.grid_y), block(job.geo.block_x, job.geo.block_y);
-    if (freqs) rope_kernel_otf<E, kInter, kVec><<<grid, block, 0, stream>>>(job, *freqs);
-    else rope_kernel<E, kInter, kVec><<<grid, block, 0, stream>>>(job);
+    void* args[2] = {const_cast<Job*>(&job), const_cast<ParamFreqs*>(freqs)};
+    err = freqs ? cudaLaunchKernel(reinterpret_cast<const void*>(&rope_kernel_otf<E, kInter, kVec>), grid, block, args, 0, stream)
+                : cudaLaunchKernel(reinterpret_cast<const void*>(&rope_kernel<E, kInter, kVec>), grid, block, args, 0, stream);
   }
 };
 
@@ -147,8 +156,7 @@ class CudaRuntime final : public DeviceRuntime {
     DeviceScope scope(device);
     Launch l{job, freqs, static_cast<cudaStream_t>(stream)};
     dispatch(job, l);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) cuda_fail(err, "the rotary kernel launch");
+    check(l.err, "the rotary kernel launch");
   }
 
  private:

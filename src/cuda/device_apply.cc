@@ -1,5 +1,6 @@
 // The CUDA backend's host half: device checks, per-device table copies, Job and geometry, launch (CUDA-free C++).
 #include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "cuda/device.h"
@@ -14,10 +15,34 @@ static_assert(kMaxParamFreqs == kDeviceOnTheFlyMaxPairs, "the engine's auto mode
 
 std::atomic<DeviceRuntime*> g_override{nullptr};
 
-/// Every pointer of the call on q's device.
+/// Every pointer of the call on q's device, and aligned to its element size: the kernels' scalar loads and
+/// stores of 2, 4 and 8 bytes fault on a GPU at a misaligned address (cudaErrorMisalignedAddress, which
+/// ends the CUDA context), where the CPU backends read any address. Strides count elements, so the base
+/// address decides.
 int check_devices(const Plan& plan, DeviceRuntime& rt) {
   static const char* const kIn[2] = {"q", "k"};
   static const char* const kOut[2] = {"q_out", "k_out"};
+  auto aligned = [](const void* p, DType dt, const char* what) {
+    const auto es = static_cast<uintptr_t>(dtype_size(dt)), a = reinterpret_cast<uintptr_t>(p);
+    if (p != nullptr && a % es != 0)
+      fail(Error::Kind::kInvalidArgument, kWhere,
+           std::string(what) + " must be aligned to its element size (" + std::to_string(es) + " bytes, " +
+               dtype_name(dt) + ") for backend cuda, got an address " + std::to_string(a % es) + " bytes past a multiple of " +
+               std::to_string(es));
+  };
+  for (int i = 0; i < plan.ntensors; ++i) {
+    aligned(plan.t[i].in, plan.dtype, kIn[i]);
+    if (!plan.t[i].inplace()) aligned(plan.t[i].out, plan.dtype, kOut[i]);
+  }
+  const PlanPositions& pp = plan.pos;
+  aligned(pp.batch_offsets, pp.batch_offsets_dtype, "positions.batch_offsets");
+  aligned(pp.ids, pp.ids_dtype, "positions.ids");
+  aligned(pp.cu_seqlens, pp.cu_seqlens_dtype, "positions.cu_seqlens");
+  aligned(pp.seq_offsets, pp.seq_offsets_dtype, "positions.seq_offsets");
+  if (plan.cs.kind == PlanCosSin::Kind::kCaller) {
+    aligned(plan.cs.cos.data, plan.cs.cos.dtype, "cos");
+    aligned(plan.cs.sin.data, plan.cs.sin.dtype, "sin");
+  }
   const int device = rt.device_of(plan.t[0].in, kIn[0]);
   auto same = [&](const void* p, const char* what) {
     if (p == nullptr) return;

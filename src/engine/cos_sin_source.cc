@@ -39,10 +39,17 @@ bool use_device_table_as_is(const CosSinTable* table, CosSinMode mode, const Pos
   return table != nullptr && mode == CosSinMode::kAuto && !range.fractional && half > kDeviceOnTheFlyMaxPairs;
 }
 
-void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len) {
+int64_t device_positions_rows(int64_t half, std::optional<int64_t> seq_len, bool auto_mode) {
+  const int64_t rows = std::max<int64_t>(0, seq_len.value_or(0));
+  if (!auto_mode || half <= 0) return rows;
+  return std::min(rows, kAutoTableBytes / (2 * half * static_cast<int64_t>(sizeof(float))));
+}
+
+void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len,
+                  bool auto_mode) {
   plan.cs.kind = PlanCosSin::Kind::kTable;
   if (range.unknown) {  // device positions: rows up to seq_len if given, the rest computed on the device
-    attach_device_table(plan, table, seq_len.value_or(0));
+    attach_device_table(plan, table, device_positions_rows(table.half(), seq_len, auto_mode));
     return;
   }
   if (!range.any) return;

@@ -36,10 +36,16 @@ inline constexpr int64_t kDeviceOnTheFlyMaxPairs = 256;
 /// chosen. Fractional positions and frequencies without a table stay on the fly.
 bool use_device_table_as_is(const CosSinTable* table, CosSinMode mode, const PositionRange& range, int64_t half);
 
+/// Rows a call with positions on the device grows a table of `half` pairs to: `seq_len` (none: 0, no growth),
+/// in kAuto (`auto_mode`) at most kAutoTableBytes of rows, as for host positions; the device computes the
+/// rows past them from the frequencies. kTable grows as asked.
+int64_t device_positions_rows(int64_t half, std::optional<int64_t> seq_len, bool auto_mode);
+
 /// Sets the plan's source to `table`'s rows, grown to cover the range (throws kOutOfRange past max_positions).
 /// Device calls: also names the table as the owner of the backend's device copy (attach_device_table);
-/// with positions on the device (range.unknown), rows up to `seq_len` when given.
-void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len);
+/// with positions on the device (range.unknown), rows up to device_positions_rows(seq_len, auto_mode).
+void attach_table(Plan& plan, CosSinTable& table, const PositionRange& range, std::optional<int64_t> seq_len,
+                  bool auto_mode = false);
 
 /// Device calls with a table source: makes `plan` read `table` as it is, or grown to `rows` rows first
 /// (capped at max_positions; 0 = no growth), names the table as the owner of the backend's device copy of

@@ -148,7 +148,7 @@ void Rope::apply(const ApplyArgs& args) {
              " spec when positions are device memory (backend cuda does not read them on the host), got none");
   Source src;  // outlives run_plan when the rows are computed on the fly
   im.choose(range, args.seq_len, plan.B * plan.S, &src, plan.device);
-  if (src.table) detail::attach_table(plan, *src.table, range, args.seq_len);
+  if (src.table) detail::attach_table(plan, *src.table, range, args.seq_len, im.options.mode == CosSinMode::kAuto);
   else if (src.device_table) detail::attach_device_table(plan, *src.device_table, 0);
   else detail::attach_on_the_fly(plan, *src.freqs);
   detail::run_plan(plan, args.backend);
@@ -235,7 +235,7 @@ void RopeAccess::attach(Rope& rope, const PositionRange& range, std::optional<in
   Source src;
   im.choose(range, seq_len, tokens, &src, plan.device);
   if (src.table) {
-    attach_table(plan, *src.table, range, seq_len);
+    attach_table(plan, *src.table, range, seq_len, im.options.mode == CosSinMode::kAuto);
   } else if (src.device_table) {
     attach_device_table(plan, *src.device_table, 0);
   } else if (src.freqs == &src.local) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "engine/cos_sin_source.h"
@@ -48,6 +49,17 @@ TEST(CosSinSource, AutoTablesAreCappedInBytesNotRows) {
   EXPECT_FALSE(detail::use_table(&llama, CosSinMode::kAuto, frac, 4));
   EXPECT_FALSE(detail::use_table(&llama, CosSinMode::kOnTheFly, range_to(3), 4));
   EXPECT_FALSE(detail::use_table(nullptr, CosSinMode::kTable, range_to(3), 4));
+}
+
+// Positions on the device: the engine cannot read them, so seq_len sizes the table; kAuto keeps the same
+// byte cap as for host positions (the device computes rows past it), kTable grows as asked.
+TEST(CosSinSource, DevicePositionsGrowAnAutoTableOnlyToTheByteCap) {
+  const int64_t cap_rows_128 = int64_t(1) << 20;  // 512 MiB of 512-byte rows (rotary_dim 128)
+  EXPECT_EQ(detail::device_positions_rows(64, int64_t(1200000), true), cap_rows_128);
+  EXPECT_EQ(detail::device_positions_rows(64, int64_t(1200000), false), 1200000);
+  EXPECT_EQ(detail::device_positions_rows(64, int64_t(131072), true), 131072);
+  EXPECT_EQ(detail::device_positions_rows(64, std::nullopt, true), 0);
+  EXPECT_EQ(detail::device_positions_rows(32768, int64_t(4096), true), 2048);  // 256 KiB rows
 }
 
 TEST(CosSinSource, OneWideTokenFarOutBuildsNoTable) {

@@ -1,0 +1,62 @@
+// CUDA backend on the host grid emulator: pointers not aligned to their element size are refused before any launch.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/emulator.h"
+#include "cuda/matrix.h"
+
+namespace rotary {
+namespace {
+
+using namespace rotary::testing;  // NOLINT: the matrix vocabulary
+
+void expect_refused(const std::function<void()>& call, const std::string& prefix, const EmulatedCuda& cuda) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()).rfind(prefix, 0), 0u) << e.what();
+  }
+  EXPECT_EQ(cuda.rt.launches, 0);
+}
+
+// A GPU's 2-, 4- and 8-byte loads fault at a misaligned address (a sticky error that ends the CUDA context);
+// the emulator, like x86, reads any address, so without the check these calls "worked" here.
+TEST(CudaEmulator, MisalignedTensorsAndPositionsAreRefusedBeforeAnyLaunch) {
+  EmulatedCuda cuda;
+  const int64_t S = 2, H = 2, D = 64;
+  std::vector<unsigned char> bytes(static_cast<size_t>(S * H * D) * 4 + 64, 0);
+  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16);  // 16-byte aligned
+  Frequencies f = freqs_for(D);
+
+  ApplyArgs a;
+  a.backend = Backend::kCuda;
+  a.positions = Positions::contiguous(3);
+  a.q = TensorView::contiguous(base + 1, DType::kBF16, {1, S, H, D});  // a bf16 q at an odd address
+  expect_refused([&] { apply_frequencies(f, a); },
+                 "[rotary_apply] q must be aligned to its element size (2 bytes, bf16) for backend cuda, got an address 1 "
+                 "bytes past a multiple of 2", cuda);
+
+  a.q = TensorView::contiguous(base + 2, DType::kF32, {1, S, H, D});  // an f32 q 2 bytes past a multiple of 4
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] q must be aligned to its element size (4 bytes, f32)", cuda);
+
+  std::vector<unsigned char> id_bytes(64, 0);
+  unsigned char* ids = id_bytes.data() + (16 - reinterpret_cast<uintptr_t>(id_bytes.data()) % 16) + 4;  // 4 past 8
+  a.q = TensorView::contiguous(base, DType::kF32, {1, S, H, D});
+  a.positions = Positions::from_ids(TensorView::contiguous(ids, DType::kI64, {1, S}));
+  a.seq_len = 16;
+  expect_refused([&] { apply_frequencies(f, a); },
+                 "[rotary_apply] positions.ids must be aligned to its element size (8 bytes, i64)", cuda);
+
+  a.positions = Positions::from_ids(TensorView::contiguous(ids, DType::kI32, {1, S}));  // 4-byte ids: aligned
+  EXPECT_NO_THROW(apply_frequencies(f, a));
+  EXPECT_EQ(cuda.rt.launches, 1);
+}
+
+}  // namespace
+}  // namespace rotary
