@@ -120,7 +120,7 @@ def _mrope_rows(spec, key: str, ids: torch.Tensor, seq_len: Optional[int]):
 
     base_key, axis = mrope_parts(spec)
     c, s = _spec_rows(_spec_from_key(base_key), base_key, ids, None, seq_len)  # [3, ..., h]
-    dev_key = (base_key, str(ids.device))
+    dev_key = (key, str(ids.device))  # the spec's own key: its sections and interleaving decide the axes
     if dev_key not in _AXES:  # copied once per device (a copy would break CUDA-graph capture)
         _AXES[dev_key] = axis.to(ids.device)
     idx = _AXES[dev_key].expand(c.shape[1:]).unsqueeze(0)

@@ -101,3 +101,18 @@ def test_cuda_tensors_and_graph_capture():  # pragma: no cover - runs where a GP
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(qs.cpu(), want[0], rtol=0, atol=TOL["float32"])
+
+
+def test_composite_mrope_axes_follow_each_specs_sections():
+    """The device path cached each frequency's axis per (head_dim, base): the first M-RoPE spec used decided the
+    sections of every later one (Qwen2-VL's then an interleaved Qwen3-VL's gave cos/sin off by ~2)."""
+    specs = [rotary.Spec(16, mrope_section=[2, 3, 3]), rotary.Spec(16, mrope_section=[4, 2, 2]),
+             rotary.Spec(16, mrope_section=[2, 3, 3], mrope_interleaved=True)]
+    p = torch.randint(0, 40, (3, 2, 5), generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, 5, 2, 16, generator=torch.Generator().manual_seed(1))
+    want = [(ops.cos_sin(p, rt.spec_key(s))[0], rt.apply(x, p, s)) for s in specs]
+    with _torch_composite.forced():
+        got = [(ops.cos_sin(p, rt.spec_key(s))[0], rt.apply(x, p, s)) for s in specs]
+    for (gc, gy), (wc, wy) in zip(got, want):
+        torch.testing.assert_close(gc, wc, rtol=0, atol=TOL["float32"])
+        torch.testing.assert_close(gy, wy, rtol=0, atol=TOL["float32"])
