@@ -114,6 +114,35 @@ def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_l
     return _gather(_table(spec, key, ids.device, need, seq_len), ids, checked)
 
 
+def _shape(dims) -> str:
+    return "[" + ",".join(str(int(d)) for d in dims) + "]"
+
+
+def _mrope_text_only(ids: torch.Tensor, layout: str, b: int, n: int) -> bool:
+    """M-RoPE ids by the CPU kernel's rules: [3, B or 1, S] / [3, S] / [3, T] (a row per axis: False) or text-only
+    [B or 1, S] / [S] / [T] / [1, T] (the same position on every axis: True); other shapes raise its errors."""
+    shape = list(ids.shape)
+    if ids.dim() > 3 or ids.dim() == 0:
+        raise ValueError(f"[rotary_apply] positions.ids must have rank 1, 2 or 3, got rank {ids.dim()}")
+    if layout == "thd":
+        if shape in ([3, n], [3, 1, n], [n], [1, n]):
+            return len(shape) == 1 or shape[0] == 1
+        raise ValueError(f"[rotary_apply] positions.ids must have shape [3,T] = [3,{n}] (t, h, w position per token "
+                         f"for an M-RoPE spec), or [T] = [{n}] for text-only positions (the same on every axis), "
+                         f"got {_shape(shape)}")
+    if shape == [3, n] and b == 3:
+        raise ValueError(f"[rotary_apply] positions.ids shape [3,{n}] is ambiguous with batch size 3 and 3 position "
+                         "axes: [3,S] (one row per axis, broadcast over batch) or [B,S] (text-only, the same position "
+                         f"on every axis); pass ids of shape [3,B,S] = [3,3,{n}]")
+    if shape in ([3, b, n], [3, 1, n], [3, n]):
+        return False
+    if shape in ([b, n], [1, n], [n]):
+        return True
+    raise ValueError(f"[rotary_apply] positions.ids must have shape [3,B,S] = [3,{b},{n}] or [3,S] = [3,{n}] (t, h, w "
+                     f"position per token for an M-RoPE spec), or [B,S] = [{b},{n}] or [S] = [{n}] for text-only "
+                     f"positions (the same on every axis), got {_shape(shape)}")
+
+
 def _mrope_rows(spec, key: str, ids: torch.Tensor, seq_len: Optional[int]):
     """M-RoPE: ids [3, ...] -> rows ids.shape[1:] + (R/2,), frequency j from axis axis_of_freq[j]."""
     from ._torch_ops import mrope_parts
@@ -170,9 +199,13 @@ def _rows_for_spec(x, positions, offset, key, layout, seq_len):
     spec = _spec_from_key(key)
     b, n = _grid(x, layout)
     ids = _token_ids(positions, offset, n, x.device)
-    if spec.mrope_section:
-        if positions is None:
-            ids = ids.expand(3, n)
+    if spec.mrope_section and (positions is None or _mrope_text_only(ids, layout, b, n)):
+        # text-only: the same position on every axis, i.e. the rows of the spec without its sections
+        from ._torch_ops import mrope_parts
+
+        base_key = mrope_parts(spec)[0]
+        c, s = _spec_rows(_spec_from_key(base_key), base_key, ids, offset + n if positions is None else None, seq_len)
+    elif spec.mrope_section:
         c, s = _mrope_rows(spec, key, ids, seq_len)
     else:
         c, s = _spec_rows(spec, key, ids, offset + n if positions is None else None, seq_len)
@@ -247,6 +280,8 @@ def _cos_sin(positions, spec, seq_len=None):
     s = _spec_from_key(spec)
     ids = _token_ids(positions, 0, 0, positions.device)
     if s.mrope_section:
+        if ids.dim() < 1 or ids.shape[0] != 3:  # the CPU kernel's error (text-only ids are not taken here)
+            raise ValueError(f"[rotary] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(ids.shape)}")
         return _mrope_rows(s, spec, ids, seq_len)
     return _spec_rows(s, spec, ids, None, seq_len)
 

@@ -116,3 +116,25 @@ def test_composite_mrope_axes_follow_each_specs_sections():
     for (gc, gy), (wc, wy) in zip(got, want):
         torch.testing.assert_close(gc, wc, rtol=0, atol=TOL["float32"])
         torch.testing.assert_close(gy, wy, rtol=0, atol=TOL["float32"])
+
+
+def test_composite_takes_text_only_mrope_ids_as_the_kernel_does():
+    """Text-only M-RoPE ids ([S], [B, S], [1, S], thd [T]: the same position on every axis) were read as [3, ...]
+    axis rows on the device path (wrong rotations, or an index error); its shape errors are the kernel's."""
+    mr = rotary.Spec(16, mrope_section=[2, 3, 3])
+    x, xt = torch.randn(2, 5, 2, 16), torch.randn(7, 2, 16)
+    s = torch.tensor([3, 4, 5, 6, 7])
+    cases = [(x, s, "bshd"), (x, torch.stack((s, s + 10)), "bshd"), (x, s[None], "bshd"),
+             (x.transpose(1, 2), torch.stack((s, s + 10)), "bhsd"), (xt, torch.arange(7) + 2, "thd"),
+             (x, torch.randint(0, 30, (3, 5)), "bshd")]
+    for t, p, layout in cases:
+        want = rt.apply(t, p, mr, layout=layout)
+        with _torch_composite.forced():
+            torch.testing.assert_close(rt.apply(t, p, mr, layout=layout), want, rtol=0, atol=TOL["float32"])
+    for t, p, layout in ((torch.randn(3, 3, 2, 16), torch.zeros(3, 3), "bshd"), (x, torch.zeros(2, 4), "bshd"),
+                         (xt, torch.zeros(2, 7), "thd")):
+        with pytest.raises(ValueError) as cpu:
+            rt.apply(t, p.long(), mr, layout=layout)
+        with _torch_composite.forced(), pytest.raises(ValueError) as dev:
+            rt.apply(t, p.long(), mr, layout=layout)
+        assert str(dev.value) == str(cpu.value)
