@@ -111,6 +111,7 @@ def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_l
     if seq_len is None and spec.length_dependent:
         # dynamic (and longrope with host-known positions): the length is max(position) + 1
         seq_len = host_end if from_offset else (int(ids.max()) + 1 if ids.numel() else 1)
+        need = max(need, seq_len)  # the table covers the positions it was read from (past max_position_embeddings)
     return _gather(_table(spec, key, ids.device, need, seq_len), ids, checked)
 
 

@@ -138,3 +138,14 @@ def test_composite_takes_text_only_mrope_ids_as_the_kernel_does():
         with _torch_composite.forced(), pytest.raises(ValueError) as dev:
             rt.apply(t, p.long(), mr, layout=layout)
         assert str(dev.value) == str(cpu.value)
+
+
+def test_composite_dynamic_ntk_past_max_position_embeddings():
+    """Dynamic NTK exists for positions past max_position_embeddings: the device path read the length from the ids
+    but sized its table before, so those positions failed the device assertion (the CPU kernel computes them)."""
+    spec = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=8)
+    x, pos = torch.randn(1, 12, 2, 16), torch.arange(12)[None]
+    want = rt.cos_sin(pos, spec), rt.apply(x, pos, spec), rt.apply(x, pos + 3, spec)
+    with _torch_composite.forced():
+        got = rt.cos_sin(pos, spec), rt.apply(x, pos, spec), rt.apply(x, pos + 3, spec)
+    torch.testing.assert_close(got, want, rtol=0, atol=TOL["float32"])
