@@ -299,13 +299,22 @@ def _loop(name, batch, in_dims, args):
     return torch.stack(results), 0
 
 
+def _own_lengths(name, in_dims, args) -> bool:
+    """Spec operators whose result depends on the length (dynamic, LongRoPE without seq_len) with batched positions:
+    each item's length is max(its own positions) + 1, which one merged call would take over every item."""
+    n = _N_ROTATED[name]
+    if in_dims[n] is None or args[n + 6] is not None:  # positions not batched, or seq_len given
+        return False
+    return spec_from_key(args[n + 2]).length_dependent
+
+
 def _vmap_rule(name: str):
     spec_op = "cos_sin" not in name
 
     def rule(info, in_dims, *args):
         args = full_args(name, args)
         in_dims = tuple(in_dims) + (None,) * (len(args) - len(in_dims))
-        if spec_op:
+        if spec_op and not _own_lengths(name, in_dims, args):
             merged = _merge_spec_call(name, info.batch_size, in_dims, args)
             if merged is not None:
                 return merged

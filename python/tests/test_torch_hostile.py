@@ -1,4 +1,4 @@
-"""rotary.torch at its edges: vmap of cos_sin, tables shared by a batch, positions that require grad, nested patch()."""
+"""rotary.torch at its edges: vmap (cos_sin, length-dependent specs), shared tables, positions requiring grad, patch()."""
 from __future__ import annotations
 
 import pytest
@@ -36,6 +36,28 @@ def test_vmap_of_cos_sin_equals_each_items_own_call(kind):
         # batched along another axis
         c2, _ = torch.func.vmap(lambda p: ops.cos_sin(p, key), in_dims=1)(ps.movedim(0, 1).contiguous())
         assert torch.equal(c2, c)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+def test_vmap_of_a_length_dependent_rotation_equals_each_items_own_call(kind):
+    # The items were merged into one call, so each was rotated with the longest item's length.
+    spec = (rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=8) if kind == "dynamic" else
+            rotary.Spec(16, rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                        long_factor=[2.0 + 0.3 * i for i in range(8)], original_max_position_embeddings=8,
+                        max_position_embeddings=64))
+    g = torch.Generator().manual_seed(0)
+    xs, ks = torch.randn(2, 1, 5, 2, 16, generator=g), torch.randn(2, 1, 5, 1, 16, generator=g)
+    ps = torch.stack((torch.arange(5), torch.arange(5) + 20))  # item 0 within the original length, item 1 past it
+    for f in (lambda x, k, p: rt.apply(x, p, spec), lambda x, k, p: rt.apply_qk(x, k, p, spec),
+              lambda x, k, p: ops.apply_qk(x, k, p, 0, rt.spec_key(spec))):
+        got = torch.func.vmap(f)(xs, ks, ps)
+        want = [f(xs[i], ks[i], ps[i]) for i in range(2)]
+        want = torch.stack(want) if isinstance(got, torch.Tensor) else tuple(torch.stack(w) for w in zip(*want))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    x0, x1 = xs[0].clone(), xs[1].clone()
+    xi = xs.clone()
+    torch.func.vmap(lambda x, p: (ops.apply_(x, p, 0, rt.spec_key(spec)), x)[1])(xi, ps)
+    torch.testing.assert_close(xi, torch.stack((rt.apply(x0, ps[0], spec), rt.apply(x1, ps[1], spec))), rtol=0, atol=0)
 
 
 def test_a_table_shared_by_the_batch_gets_the_sum_of_the_gradients():
