@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key
+from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key, write_all
 
 ops = torch.ops.rotary
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -205,9 +205,8 @@ def _inplace_autograd(name: str, n_mutated: int):
             outs = functional(*call)
             if n_mutated == 1:
                 args[0].copy_(outs)
-            else:
-                args[0].copy_(outs[0])
-                args[1].copy_(outs[1])
+            else:  # a write torch refuses (k a leaf requiring grad, ...) goes first: q is left as it was
+                write_all(args[:2], outs)
             return None
         below = keyset & _AFTER_AUTOGRAD
         direct = kernels.get(below.raw_repr())

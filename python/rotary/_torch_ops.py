@@ -122,6 +122,35 @@ def _positions_for_kernel(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
 
 
 _bump = torch._C._increment_version
+_DEFAULT_VIEW = getattr(getattr(torch._C._autograd, "CreationMeta", None), "DEFAULT", None)
+
+
+def refused_in_place(t: torch.Tensor, grad: bool) -> bool:
+    """Whether torch refuses an in-place write into t: an inference tensor outside inference mode, or (grad: the
+    written value requires grad, grad mode on) a leaf that requires grad, a view of one, or a view torch cannot
+    rebase (made in no-grad mode, one of several outputs, ...). Writes of several tensors check them all first."""
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        return True
+    if not grad:
+        return False
+    if t.is_leaf:
+        return t.requires_grad
+    if not t._is_view():
+        return False
+    if t.requires_grad and t._base.is_leaf:
+        return True
+    try:
+        return torch._C._autograd._get_creation_meta(t) != _DEFAULT_VIEW
+    except (AttributeError, RuntimeError):  # another torch, or a view without autograd metadata
+        return False
+
+
+def write_all(dsts, srcs) -> None:
+    """dst.copy_(src) for each pair, a write torch refuses first: its error then leaves every tensor unwritten."""
+    grad = torch.is_grad_enabled() and any(s.requires_grad for s in srcs)
+    order = sorted(range(len(dsts)), key=lambda i: not refused_in_place(dsts[i], grad))
+    for i in order:
+        dsts[i].copy_(srcs[i])
 
 
 def _threads(threads: int) -> int:

@@ -220,7 +220,10 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
     if _functorch_active():
         qy = _SpecRotation.apply(q, pos, offset, key, layout, p, inverse, seq_len, threads)
         ky = _SpecRotation.apply(k, pos, offset, key, layout, p, inverse, seq_len, threads)
-        return (q.copy_(qy), k.copy_(ky)) if inplace else (qy, ky)
+        if inplace:
+            _torch_ops.write_all((q, k), (qy, ky))  # a refused write first: q is not left rotated
+            return q, k
+        return qy, ky
     if _eager(q, k, pos):
         if inplace:
             _kernel["apply_qk_"](q, k, pos, offset, key, layout, p, inverse, seq_len, threads)

@@ -108,3 +108,21 @@ def test_a_rope_module_patched_through_another_module_is_not_patched_again():
     rt.patch(m)  # patchable again once undone
     rt.unpatch(m)
     assert "forward" not in rope.__dict__
+
+
+def test_a_refused_inplace_write_of_k_leaves_q_unwritten():
+    # q (not a leaf) was rotated in place, and its history rewritten, before torch refused the write to k (a leaf
+    # that requires grad): the failed call left q modified.
+    spec = rotary.Spec(16)
+    key = rt.spec_key(spec)
+    cos, sin = torch.randn(8, 8), torch.randn(8, 8)
+    calls = (lambda q, k: rt.apply_qk(q, k, 0, spec, inplace=True),
+             lambda q, k: ops.apply_qk_(q, k, None, 0, key),
+             lambda q, k: ops.apply_qk_cos_sin_(q, k, cos, sin, None, 0))
+    for call in calls:
+        a = torch.randn(1, 4, 2, 16, requires_grad=True)
+        q, k = a * 1, torch.randn(1, 4, 1, 16, requires_grad=True)
+        q0, k0 = q.detach().clone(), k.detach().clone()
+        with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+            call(q, k)
+        assert torch.equal(q, q0) and torch.equal(k.detach(), k0) and type(q.grad_fn).__name__ == "MulBackward0"
