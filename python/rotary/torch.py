@@ -201,19 +201,59 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
     return ops.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
 
 
+def _named(name: str, fn, *args, **kwargs):
+    """fn(*args, **kwargs), the kernel's errors about the tensor it rotates (which it calls q) naming it `name`."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as e:
+        head = "[rotary_apply] q "
+        if not str(e).startswith(head):
+            raise
+        raise type(e)(f"[rotary_apply] {name} {str(e)[len(head):]}") from None
+
+
+_RANKS = {"bshd": (4, "[B,S,H,D]"), "bhsd": (4, "[B,H,S,D]"), "thd": (3, "[T,H,D]")}
+
+
+def _check_k_like_q(q: torch.Tensor, k: torch.Tensor, layout: str) -> None:
+    """The joint kernel's checks of k against q (rank, batch, tokens, head_dim), for q and k of different dtypes."""
+    rank, dims = _RANKS.get(layout, (0, ""))
+    if q.dim() != rank:
+        return  # q's own call reports it
+    shape = "[" + ",".join(str(d) for d in k.shape) + "]"
+    if k.dim() != rank:
+        raise ValueError(f"[rotary_apply] k must have rank {rank} {dims} for layout {layout}, got rank {k.dim()} "
+                         f"(shape {shape})")
+    axes = ((0, "token count T"),) if layout == "thd" else ((0, "batch size"), (2 if layout == "bhsd" else 1,
+                                                                                "sequence length S"))
+    for axis, what in axes + ((-1, "head_dim"),):
+        if k.shape[axis] != q.shape[axis]:
+            raise ValueError(f"[rotary_apply] k {what} must equal q's {q.shape[axis]}, got {k.shape[axis]} "
+                             f"(k shape {shape})")
+
+
 def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str = "bshd",
              pairing: Optional[str] = None, inverse: bool = False, seq_len: Optional[int] = None, threads: int = 0,
              backend: str = "auto", inplace: bool = False, cu_seqlens: Any = None, seq_offsets: Any = None,
              batch_offsets: Any = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """apply() to q and k (own head counts: GQA) in one kernel call: torch.ops.rotary.apply_qk (apply_qk_ with
-    inplace=True). Returns (q, k)."""
+    inplace=True). Returns (q, k). q and k of different dtypes take one call each, k checked against q as the joint
+    call does before either is written."""
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         raise TypeError(f"[rotary] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
     _check_backend(backend)
-    if q.dtype != k.dtype:
-        kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, inplace=inplace,
+    if q.dtype != k.dtype:  # two calls, k checked against q and validated before either is written
+        _check_k_like_q(q, k, layout)
+        kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
                   cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-        return apply(q, positions, spec, **kw), apply(k, positions, spec, **kw)
+        if not inplace:
+            return apply(q, positions, spec, **kw), _named("k", apply, k, positions, spec, **kw)
+        grad = torch.is_grad_enabled() and k.requires_grad
+        if _torch_ops.refused_in_place(k, grad) or torch._debug_has_internal_overlap(k) == 1:
+            _named("k", apply, k, positions, spec, inplace=True, **kw)  # its refusal, q untouched
+        ky = _named("k", apply, k, positions, spec, **kw)
+        apply(q, positions, spec, inplace=True, **kw)
+        return q, k.copy_(ky)
     key = _key(spec)
     pos, offset = _positions(positions, q, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""

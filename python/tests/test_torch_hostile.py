@@ -1,4 +1,4 @@
-"""rotary.torch at its edges: vmap (cos_sin, length-dependent specs), shared tables, positions requiring grad, patch()."""
+"""rotary.torch at its edges: vmap (cos_sin, length-dependent specs), shared tables, in place, positions requiring grad."""
 from __future__ import annotations
 
 import pytest
@@ -126,3 +126,33 @@ def test_a_refused_inplace_write_of_k_leaves_q_unwritten():
         with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
             call(q, k)
         assert torch.equal(q, q0) and torch.equal(k.detach(), k0) and type(q.grad_fn).__name__ == "MulBackward0"
+
+
+def test_apply_qk_of_two_dtypes_checks_k_before_writing_q():
+    # q and k of different dtypes took two calls: q was rotated in place before k's call raised, and a k with
+    # another sequence length than q's was accepted (one dtype raises the joint kernel's error).
+    spec = rotary.Spec(16)
+    q = torch.randn(1, 4, 2, 16)
+    bad = {"k sequence length S must equal q's 4, got 5": torch.randn(1, 5, 1, 16, dtype=torch.bfloat16),
+           "k head_dim must equal q's 16, got 8": torch.randn(1, 4, 1, 8, dtype=torch.bfloat16),
+           "k batch size must equal q's 1, got 2": torch.randn(2, 4, 1, 16, dtype=torch.bfloat16),
+           r"\[rotary_apply\] k stride of dim 2 is 0": torch.randn(1, 4, 1, 16).bfloat16().expand(1, 4, 2, 16)}
+    for msg, k in bad.items():
+        for inplace in (False, True):
+            if "stride" in msg and not inplace:
+                continue
+            qi = q.clone()
+            with pytest.raises(ValueError, match=msg):
+                rt.apply_qk(qi, k, 0, spec, inplace=inplace)
+            assert torch.equal(qi, q), (msg, inplace)
+    k = torch.randn(1, 4, 1, 16, dtype=torch.bfloat16, requires_grad=True)
+    qi = q.clone()
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        rt.apply_qk(qi, k, 0, spec, inplace=True)
+    assert torch.equal(qi, q)
+    k = k.detach()
+    want = rt.apply(q, 3, spec), rt.apply(k, 3, spec)
+    qi, ki = q.clone(), k.clone()
+    out = rt.apply_qk(qi, ki, 3, spec, inplace=True)
+    assert out[0] is qi and out[1] is ki
+    torch.testing.assert_close((qi, ki), want, rtol=0, atol=0)
