@@ -9,7 +9,8 @@ The composite never reads a device tensor on the host (so a call can be captured
     Dynamic NTK without seq_len is the one exception: its frequencies depend on max(position) + 1 continuously,
     which is read on the host (a synchronisation, as transformers' own dynamic RoPE does); pass seq_len to avoid it.
   * Caller cos/sin operators gather rows of the caller's tables by the device positions.
-  * In-place operators write with copy_ (which bumps the version counters).
+  * In-place operators write with copy_ (which bumps the version counters); inference tensors outside inference
+    mode are refused first, as torch refuses them.
   * The rotation is computed in float32 (float64 for float64 tensors) and rounded once to the tensor's dtype.
 Tests run it on CPU tensors with `forced()`.
 """
@@ -51,6 +52,16 @@ def cuda_backend_available() -> bool:
 
 
 # ------------------------------------------------------------------------------------------- tables
+
+
+def check_writable(x: torch.Tensor, k: Optional[torch.Tensor] = None, name: str = "x") -> None:
+    """In-place kernels, before writing: torch refuses in-place updates to inference tensors outside inference mode
+    (the dispatcher does not check custom operators), and so do they."""
+    if (x.is_inference() or (k is not None and k.is_inference())) and not torch.is_inference_mode_enabled():
+        n = name if x.is_inference() else "k"
+        raise RuntimeError(f"[rotary_apply] {n} must not be an inference tensor for an in-place update outside "
+                           "InferenceMode (torch: \"Inplace update to inference tensor outside InferenceMode is not "
+                           "allowed\"; clone it first), got an inference tensor")
 
 
 def _spec_from_key(key: str):
@@ -244,6 +255,7 @@ def _apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False,
 
 
 def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_writable(x)
     x.copy_(_spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len))
 
 
@@ -253,6 +265,7 @@ def _apply_qk(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=
 
 
 def _apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    check_writable(q, k, "q")
     qr, kr = _apply_qk(q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
     q.copy_(qr)
     k.copy_(kr)
@@ -263,6 +276,7 @@ def _apply_cos_sin(x, cos, sin, positions=None, offset=0, layout="bshd", pairing
 
 
 def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    check_writable(x)
     x.copy_(_table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse))
 
 
@@ -272,6 +286,7 @@ def _apply_qk_cos_sin(q, k, cos, sin, positions=None, offset=0, layout="bshd", p
 
 
 def _apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    check_writable(q, k, "q")
     qr, kr = _apply_qk_cos_sin(q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
     q.copy_(qr)
     k.copy_(kr)

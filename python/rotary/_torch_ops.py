@@ -32,7 +32,8 @@ Registration style (follow it when adding an operator, e.g. torch.ops.rotary.pro
     composite of rotary._torch_composite), plus a fake kernel (torch.library.register_fake).
   * Functional operators: torch.library.register_autograd(backward, setup_context=...), the backward built from the
     operators themselves (differentiable again); positions are saved with save_for_backward (version-checked).
-  * In-place operators (name ending in "_", mutated arguments annotated `(a!)`, returning ()): their kernels bump
+  * In-place operators (name ending in "_", mutated arguments annotated `(a!)`, returning ()): their kernels refuse
+    inference tensors outside inference mode (check_writable; the dispatcher does not) and bump
     the mutated tensors' version counters (torch._C._increment_version); their Autograd kernel (_inplace_autograd) redispatches when no
     gradient is needed and otherwise runs the functional operator and copy_ so that torch records the op (and
     refuses a leaf that requires grad, with torch's own message).
@@ -48,6 +49,7 @@ import torch
 
 from . import _rotary as _native
 from . import _torch_composite as _composite
+from ._torch_composite import check_writable
 from ._rotary import Spec
 
 LIB = torch.library.Library("rotary", "DEF")  # noqa: TOR901 - the namespace's one definition library
@@ -192,6 +194,8 @@ def _apply_cpu(x, positions, offset, spec, layout="bshd", pairing="", inverse=Fa
 
 
 def _apply__cpu(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    if x.is_inference():
+        check_writable(x)
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_"](x, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
     _run(spec_from_key(spec), None, None, x, None, None, None, positions, offset, layout, pairing, inverse, seq_len,
@@ -208,6 +212,8 @@ def _apply_qk_cpu(q, k, positions, offset, spec, layout="bshd", pairing="", inve
 
 
 def _apply_qk__cpu(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
+    if q.is_inference() or k.is_inference():
+        check_writable(q, k, "q")
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_qk_"](q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
     _run(spec_from_key(spec), None, None, q, None, k, None, positions, offset, layout, pairing, inverse, seq_len,
@@ -233,6 +239,8 @@ def _apply_cos_sin_cpu(x, cos, sin, positions=None, offset=0, layout="bshd", pai
 
 
 def _apply_cos_sin__cpu(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    if x.is_inference():
+        check_writable(x)
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_cos_sin_"](x, cos, sin, positions, offset, layout, pairing, inverse, threads)
     if _f64_tables(cos, sin, x):
@@ -255,6 +263,8 @@ def _apply_qk_cos_sin_cpu(q, k, cos, sin, positions=None, offset=0, layout="bshd
 
 
 def _apply_qk_cos_sin__cpu(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
+    if q.is_inference() or k.is_inference():
+        check_writable(q, k, "q")
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_qk_cos_sin_"](q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
     if _f64_tables(cos, sin, q, k):
@@ -448,6 +458,7 @@ def _backend_kernel(name: str) -> Optional[Callable]:
         outs = [None] * n if inplace else [torch.empty_like(t) for t in ts]
         q, k = ts[0], ts[1] if n == 2 else None
         if inplace:
+            check_writable(q, k, "q" if n == 2 else "x")
             _bump(ts)
         stream = torch.cuda.current_stream(device).cuda_stream
         for _ in range(2):

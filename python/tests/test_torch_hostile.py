@@ -1,5 +1,7 @@
-"""rotary.torch at its edges: vmap (cos_sin, length-dependent specs), shared tables, in place, positions requiring grad."""
+"""rotary.torch at its edges: vmap (cos_sin, length-dependent specs), shared tables, in place, grad positions."""
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
@@ -156,3 +158,32 @@ def test_apply_qk_of_two_dtypes_checks_k_before_writing_q():
     out = rt.apply_qk(qi, ki, 3, spec, inplace=True)
     assert out[0] is qi and out[1] is ki
     torch.testing.assert_close((qi, ki), want, rtol=0, atol=0)
+
+
+def test_inplace_rotation_of_an_inference_tensor_outside_inference_mode_is_refused():
+    # torch refuses in-place updates to inference tensors outside inference_mode; rotary's in-place operators
+    # wrote them (the dispatcher does not check custom operators).
+    from rotary import _torch_composite
+
+    spec = rotary.Spec(16)
+    key = rt.spec_key(spec)
+    cos, sin = torch.randn(8, 8), torch.randn(8, 8)
+    with torch.inference_mode():
+        q, k = torch.randn(1, 3, 2, 16), torch.randn(1, 3, 1, 16)
+    calls = {"x": (lambda: rt.apply(q, 0, spec, inplace=True), lambda: ops.apply_(q, None, 0, key),
+                   lambda: rt.apply_rotary_emb(q, cos, sin, inplace=True),
+                   lambda: ops.apply_cos_sin_(q, cos, sin, None)),
+             "k": (lambda: rt.apply_qk(k.clone(), k, 0, spec, inplace=True),
+                   lambda: ops.apply_qk_(k.clone(), k, None, 0, key),
+                   lambda: ops.apply_qk_cos_sin_(k.clone(), k, cos, sin, None))}
+    q0, k0 = q.clone(), k.clone()
+    for forced in (False, True):
+        with _torch_composite.forced() if forced else contextlib.nullcontext():
+            for name, fs in calls.items():
+                for f in fs:
+                    with pytest.raises(RuntimeError, match=rf"\[rotary_apply\] {name} must not be an inference"):
+                        f()
+    assert torch.equal(q, q0) and torch.equal(k, k0)
+    with torch.inference_mode():
+        rt.apply(q, 0, spec, inplace=True)  # inside inference_mode: allowed, as for torch's ops
+    torch.testing.assert_close(q, rt.apply(q0, 0, spec), rtol=0, atol=0)
