@@ -33,6 +33,7 @@ import torch
 import rotary as _rotary
 from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
+from rotary._torch_checks import AS_K, AS_X, FLASH, check_k_like_q, dims, named, raise_named
 from rotary._torch_ops import spec_from_key, spec_key
 from rotary._torch_positions import _functorch_active, _peek_functorch, _positions
 
@@ -187,49 +188,22 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
     key = _key(spec)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""
-    if _functorch_active():  # in place too: the out-of-place Function, copied back (functorch records copy_)
-        y = _SpecRotation.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
-        return x.copy_(y) if inplace else y
-    if _eager(x, pos):
+    try:  # the kernel's errors name x as q
+        if _functorch_active():  # in place too: the out-of-place Function, copied back (functorch records copy_)
+            y = _SpecRotation.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
+            return x.copy_(y) if inplace else y
+        if _eager(x, pos):
+            if inplace:
+                _kernel["apply_"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
+                return x
+            return _kernel["apply"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
         if inplace:
-            _kernel["apply_"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
+            ops.apply_(x, pos, offset, key, layout, p, inverse, seq_len, threads)
             return x
-        return _kernel["apply"](x, pos, offset, key, layout, p, inverse, seq_len, threads)
-    if inplace:
-        ops.apply_(x, pos, offset, key, layout, p, inverse, seq_len, threads)
-        return x
-    return ops.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
-
-
-def _named(name: str, fn, *args, **kwargs):
-    """fn(*args, **kwargs), the kernel's errors about the tensor it rotates (which it calls q) naming it `name`."""
-    try:
-        return fn(*args, **kwargs)
+        return ops.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
     except (ValueError, TypeError) as e:
-        head = "[rotary_apply] q "
-        if not str(e).startswith(head):
-            raise
-        raise type(e)(f"[rotary_apply] {name} {str(e)[len(head):]}") from None
-
-
-_RANKS = {"bshd": (4, "[B,S,H,D]"), "bhsd": (4, "[B,H,S,D]"), "thd": (3, "[T,H,D]")}
-
-
-def _check_k_like_q(q: torch.Tensor, k: torch.Tensor, layout: str) -> None:
-    """The joint kernel's checks of k against q (rank, batch, tokens, head_dim), for q and k of different dtypes."""
-    rank, dims = _RANKS.get(layout, (0, ""))
-    if q.dim() != rank:
-        return  # q's own call reports it
-    shape = "[" + ",".join(str(d) for d in k.shape) + "]"
-    if k.dim() != rank:
-        raise ValueError(f"[rotary_apply] k must have rank {rank} {dims} for layout {layout}, got rank {k.dim()} "
-                         f"(shape {shape})")
-    axes = ((0, "token count T"),) if layout == "thd" else ((0, "batch size"), (2 if layout == "bhsd" else 1,
-                                                                                "sequence length S"))
-    for axis, what in axes + ((-1, "head_dim"),):
-        if k.shape[axis] != q.shape[axis]:
-            raise ValueError(f"[rotary_apply] k {what} must equal q's {q.shape[axis]}, got {k.shape[axis]} "
-                             f"(k shape {shape})")
+        raise_named(e, AS_X)
+        raise
 
 
 def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str = "bshd",
@@ -243,15 +217,15 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
         raise TypeError(f"[rotary] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
     _check_backend(backend)
     if q.dtype != k.dtype:  # two calls, k checked against q and validated before either is written
-        _check_k_like_q(q, k, layout)
+        check_k_like_q(q, k, layout)
         kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
                   cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         if not inplace:
-            return apply(q, positions, spec, **kw), _named("k", apply, k, positions, spec, **kw)
+            return apply(q, positions, spec, **kw), named(AS_K, apply, k, positions, spec, **kw)
         grad = torch.is_grad_enabled() and k.requires_grad
         if _torch_ops.refused_in_place(k, grad) or torch._debug_has_internal_overlap(k) == 1:
-            _named("k", apply, k, positions, spec, inplace=True, **kw)  # its refusal, q untouched
-        ky = _named("k", apply, k, positions, spec, **kw)
+            named(AS_K, apply, k, positions, spec, inplace=True, **kw)  # its refusal, q untouched
+        ky = named(AS_K, apply, k, positions, spec, **kw)
         apply(q, positions, spec, inplace=True, **kw)
         return q, k.copy_(ky)
     key = _key(spec)
@@ -285,20 +259,27 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
     or [B, S, R/2] ([1, T, R/2] for thd) already gathered per token. Channels R.. pass through. Differentiable in x
     and in cos/sin. A position outside the table raises ValueError (CPU) or fails a device assertion.
     """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
     _check_backend(backend)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
-    if _functorch_active():  # the Function saves x for the tables' gradients: in place, it reads a copy
-        y = _TableRotation.apply(x.clone() if inplace else x, cos, sin, pos, offset, layout, pairing, inverse, threads)
-        return x.copy_(y) if inplace else y
-    if _eager(x, cos, sin, pos):
+    try:  # the kernel's errors name x as q
+        if _functorch_active():  # the Function saves x for the tables' gradients: in place, it reads a copy
+            y = _TableRotation.apply(x.clone() if inplace else x, cos, sin, pos, offset, layout, pairing, inverse,
+                                     threads)
+            return x.copy_(y) if inplace else y
+        if _eager(x, cos, sin, pos):
+            if inplace:
+                _kernel["apply_cos_sin_"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+                return x
+            return _kernel["apply_cos_sin"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
         if inplace:
-            _kernel["apply_cos_sin_"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+            ops.apply_cos_sin_(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
             return x
-        return _kernel["apply_cos_sin"](x, cos, sin, pos, offset, layout, pairing, inverse, threads)
-    if inplace:
-        ops.apply_cos_sin_(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
-        return x
-    return ops.apply_cos_sin(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+        return ops.apply_cos_sin(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
+    except (ValueError, TypeError) as e:
+        raise_named(e, AS_X)
+        raise
 
 
 def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
@@ -314,6 +295,8 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     gradient, as flash-attn's does; float seqlen_offsets raise TypeError, as flash-attn asserts integer dtypes.
     """
     del max_seqlen  # rotary reads the sequence lengths from cu_seqlens
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"[rotary_apply] x must be a torch.Tensor, got {type(x).__name__}")
     pairing = "interleaved" if interleaved else "half"
     if isinstance(seqlen_offsets, (bool, np.bool_, float, np.floating)) or (
             isinstance(seqlen_offsets, torch.Tensor) and (seqlen_offsets.is_floating_point()
@@ -333,16 +316,20 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
         return y
     scalar = isinstance(seqlen_offsets, (int, np.integer)) or (
         isinstance(seqlen_offsets, torch.Tensor) and seqlen_offsets.dim() == 0)
-    if cu_seqlens is not None:
+    try:  # errors name flash-attn's arguments (seqlen_offsets, not positions.batch_offsets)
+        if cu_seqlens is not None:
+            if scalar:
+                return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="thd", pairing=pairing, inplace=inplace,
+                                     cu_seqlens=cu_seqlens)
+            return apply_cos_sin(x, cos, sin, None, layout="thd", pairing=pairing, inplace=inplace,
+                                 cu_seqlens=cu_seqlens, seq_offsets=seqlen_offsets)
         if scalar:
-            return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="thd", pairing=pairing, inplace=inplace,
-                                 cu_seqlens=cu_seqlens)
-        return apply_cos_sin(x, cos, sin, None, layout="thd", pairing=pairing, inplace=inplace,
-                             cu_seqlens=cu_seqlens, seq_offsets=seqlen_offsets)
-    if scalar:
-        return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="bshd", pairing=pairing, inplace=inplace)
-    return apply_cos_sin(x, cos, sin, None, layout="bshd", pairing=pairing, inplace=inplace,
-                         batch_offsets=seqlen_offsets)
+            return apply_cos_sin(x, cos, sin, int(seqlen_offsets), layout="bshd", pairing=pairing, inplace=inplace)
+        return apply_cos_sin(x, cos, sin, None, layout="bshd", pairing=pairing, inplace=inplace,
+                             batch_offsets=seqlen_offsets)
+    except (ValueError, TypeError) as e:
+        raise_named(e, FLASH)
+        raise
 
 
 def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = None
@@ -355,6 +342,8 @@ def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = No
     frequency from its section's axis.
     """
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
+        if positions < 0:
+            raise ValueError(f"[rotary] positions must be an int n >= 0 (positions 0..n-1) or a tensor, got {positions}")
         positions = torch.arange(int(positions))
     elif not isinstance(positions, torch.Tensor):
         positions = torch.as_tensor(np.asarray(positions))
@@ -375,6 +364,12 @@ class RoPE(torch.nn.Module):
 
     def __init__(self, n_embed: int, base: float = 10000):
         super().__init__()
+        try:
+            even = int(n_embed) == n_embed and n_embed > 0 and int(n_embed) % 2 == 0
+        except (TypeError, ValueError, OverflowError):
+            even = False
+        if not even:
+            raise ValueError(f"[rotary] n_embed must be a positive even int (channel pairs), got {n_embed!r}")
         self.base = base
         self.n_embed = n_embed
         self.spec = _rotary.Spec(int(n_embed), base=float(base), name="RoPE")
@@ -382,10 +377,11 @@ class RoPE(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2:
-            raise ValueError(f"[rotary] RoPE expects (..., T, C), got shape {tuple(x.shape)}")
+            raise ValueError(f"[rotary] x must have shape (..., T, C) for RoPE, got shape {dims(x.shape)}")
         T, C = x.shape[-2], x.shape[-1]
         if C != self.n_embed:
-            raise ValueError(f"[rotary] RoPE(n_embed={self.n_embed}) got last dimension {C}")
+            raise ValueError(f"[rotary] x must have last dimension C = n_embed = {self.n_embed}, got {C} "
+                             f"(shape {dims(x.shape)})")
         out_dtype = torch.promote_types(x.dtype, torch.float32)
         xx = x if x.dtype == out_dtype else x.to(out_dtype)
         x4 = xx.reshape(math.prod(xx.shape[:-2]), T, 1, C)  # T = 0 or an empty batch: an empty result

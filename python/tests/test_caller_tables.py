@@ -146,10 +146,10 @@ def test_torch_packed_and_per_batch_positions_are_checked_as_rotary_apply_checks
             with pytest.raises(ValueError, match=r"\[rotary_apply\] .*" + message):
                 call()
             assert torch.equal(x, before)
-    with pytest.raises(ValueError, match=r"seq_offsets must have shape \[N\] = \[2\], got \[3\]"):
+    with pytest.raises(ValueError, match=r"\[rotary_apply\] seqlen_offsets must have shape \[N\] = \[2\], got \[3\]"):
         rt.apply_rotary_emb(x, cos, sin, seqlen_offsets=torch.tensor([1, 2, 3]), cu_seqlens=torch.tensor([0, 4, 10]))
     xb = torch.randn(2, 5, 2, 8)
-    with pytest.raises(ValueError, match=r"batch_offsets must have shape \[B\] = \[2\] \(or \[1\]\), got \[3\]"):
+    with pytest.raises(ValueError, match=r"\[rotary_apply\] seqlen_offsets must have shape \[B\] = \[2\] \(or \[1\]\)"):
         rt.apply_rotary_emb(xb, cos, sin, seqlen_offsets=torch.tensor([1, 2, 3]))
     with pytest.raises(ValueError, match="layout \"thd\""):
         rt.apply_cos_sin(xb, cos, sin, None, layout="bshd", cu_seqlens=[0, 2])
@@ -293,7 +293,7 @@ def test_float_offsets_and_cu_seqlens_are_refused_not_truncated():
         with pytest.raises(TypeError, match=r"^\[rotary_apply\] seqlen_offsets must be an int or an integer tensor"):
             rt.apply_rotary_emb(x, cos, sin, seqlen_offsets=off)
     xt = torch.randn(5, 2, 8)
-    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.cu_seqlens must be an integer tensor"):
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] cu_seqlens must be an integer tensor"):
         rt.apply_rotary_emb(xt, cos, sin, cu_seqlens=torch.tensor([0.0, 2.5, 5.0]))
     with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.seq_offsets must be an integer tensor"):
         rt.apply_cos_sin(xt, cos, sin, layout="thd", cu_seqlens=[0, 2, 5], seq_offsets=[0.9, 3.99])
@@ -324,7 +324,7 @@ def test_float64_tables_are_used_as_given_and_gradcheck_holds_for_them(interleav
     with pytest.raises(ValueError, match=r"^\[rotary_apply\]"):  # the kernel's named error still comes first
         rt.apply_rotary_emb(x, cos[:4], sin[:4], seqlen_offsets=offs)
     # in place, the kernel's in-place checks too (a broadcast view, q and k sharing memory), before any write
-    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q stride of dim 0 is 0"):
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] x stride of dim 0 is 0"):
         rt.apply_cos_sin(x[:1].expand(2, -1, -1, -1), cos, sin, 0, inplace=True)
     buf = x.clone()
     with pytest.raises(ValueError, match=r"^\[rotary_apply\] the outputs for q and k overlap in memory"):

@@ -187,3 +187,31 @@ def test_inplace_rotation_of_an_inference_tensor_outside_inference_mode_is_refus
     with torch.inference_mode():
         rt.apply(q, 0, spec, inplace=True)  # inside inference_mode: allowed, as for torch's ops
     torch.testing.assert_close(q, rt.apply(q0, 0, spec), rtol=0, atol=0)
+
+
+def test_errors_name_the_arguments_of_the_function_called():
+    # The kernel calls the tensor it rotates q and the offsets positions.*: rotary.torch's functions named x as q,
+    # flash-attn's seqlen_offsets as positions.batch_offsets; a list x raised AttributeError, cos_sin(-3) torch's
+    # arange error, and RoPE's messages named no argument.
+    spec = rotary.Spec(16)
+    cos, sin = torch.randn(8, 8), torch.randn(8, 8)
+    cases = [(lambda: rt.apply_rotary_emb(torch.zeros(1, 4, 2, 16, dtype=torch.long), cos, sin), TypeError,
+              r"^\[rotary_apply\] x dtype must be floating"),
+             (lambda: rt.apply_rotary_emb(torch.randn(4, 2, 16), cos, sin), ValueError,
+              r"^\[rotary_apply\] x must have rank 4"),
+             (lambda: rt.apply_rotary_emb(torch.randn(2, 4, 2, 16), cos, sin, seqlen_offsets=torch.tensor([0, 1, 2])),
+              ValueError, r"^\[rotary_apply\] seqlen_offsets must have shape \[B\] = \[2\] \(or \[1\]\), got \[3\]"),
+             (lambda: rt.apply_rotary_emb([[0.0]], cos, sin), TypeError,
+              r"^\[rotary_apply\] x must be a torch.Tensor, got list"),
+             (lambda: rt.apply_cos_sin(torch.randn(1, 4, 1, 16).expand(1, 4, 2, 16), cos, sin, inplace=True),
+              ValueError, r"^\[rotary_apply\] x stride of dim 2 is 0"),
+             (lambda: rt.apply(torch.randn(1, 4, 1, 16).expand(1, 4, 2, 16), 0, spec, inplace=True), ValueError,
+              r"^\[rotary_apply\] x stride of dim 2 is 0"),
+             (lambda: rt.cos_sin(-3, spec), ValueError, r"^\[rotary\] positions must be an int n >= 0 .* got -3"),
+             (lambda: rt.RoPE(64)(torch.randn(2, 3, 32)), ValueError,
+              r"^\[rotary\] x must have last dimension C = n_embed = 64, got 32 \(shape \[2,3,32\]\)"),
+             (lambda: rt.RoPE(7), ValueError, r"^\[rotary\] n_embed must be a positive even int .*got 7")]
+    for f, kind, msg in cases:
+        with pytest.raises(kind, match=msg):
+            f()
+    torch.testing.assert_close(rt.RoPE(64.0)(torch.ones(1, 2, 64)), rt.RoPE(64)(torch.ones(1, 2, 64)))

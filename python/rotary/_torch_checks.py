@@ -1,0 +1,58 @@
+"""rotary.torch's checks around kernel calls: k against q where two calls rotate them, errors named as the caller's.
+
+The kernel calls the tensor it rotates q and the offsets positions.*; rotary.torch's functions re-raise its errors
+with their own argument names (x, k, flash-attn's seqlen_offsets / cu_seqlens)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+
+
+def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...]) -> None:
+    """Raises the kernel's error e with the argument it names renamed (old, new): the kernel calls the tensor it
+    rotates q and the offsets positions.*; returns if e names none of them."""
+    msg = str(e)
+    for old, new in names:
+        head = f"[rotary_apply] {old}"
+        if msg.startswith(head) and msg[len(head):len(head) + 1] in (" ", "["):
+            raise type(e)(f"[rotary_apply] {new}{msg[len(head):]}") from None
+
+
+AS_X = (("q", "x"),)
+AS_K = (("x", "k"),)  # apply's errors, which name x
+FLASH = (("positions.batch_offsets", "seqlen_offsets"), ("positions.seq_offsets", "seqlen_offsets"),
+          ("positions.offset", "seqlen_offsets"), ("positions.cu_seqlens", "cu_seqlens"))
+
+
+def named(names: Tuple[Tuple[str, str], ...], fn, *args, **kwargs):
+    """fn(*args, **kwargs), its errors naming the arguments as `names` says (see raise_named)."""
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as e:
+        raise_named(e, names)
+        raise
+
+
+def dims(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+RANKS = {"bshd": (4, "[B,S,H,D]"), "bhsd": (4, "[B,H,S,D]"), "thd": (3, "[T,H,D]")}
+
+
+def check_k_like_q(q: torch.Tensor, k: torch.Tensor, layout: str) -> None:
+    """The joint kernel's checks of k against q (rank, batch, tokens, head_dim), for q and k of different dtypes."""
+    rank, form = RANKS.get(layout, (0, ""))
+    if q.dim() != rank:
+        return  # q's own call reports it
+    shape = dims(k.shape)
+    if k.dim() != rank:
+        raise ValueError(f"[rotary_apply] k must have rank {rank} {form} for layout {layout}, got rank {k.dim()} "
+                         f"(shape {shape})")
+    axes = ((0, "token count T"),) if layout == "thd" else ((0, "batch size"), (2 if layout == "bhsd" else 1,
+                                                                                "sequence length S"))
+    for axis, what in axes + ((-1, "head_dim"),):
+        if k.shape[axis] != q.shape[axis]:
+            raise ValueError(f"[rotary_apply] k {what} must equal q's {q.shape[axis]}, got {k.shape[axis]} "
+                             f"(k shape {shape})")
