@@ -3,8 +3,8 @@
 The composite never reads a device tensor on the host (so a call can be captured in a CUDA graph):
   * Spec operators gather rows of a per-(spec, device) table of rotary's exact f32 cos/sin, computed on the host
     (rotary.cos_sin) once per growth and copied to the device. The table covers max(spec.max_position_embeddings
-    or 8192, every position the host has seen: offset + tokens, seq_len); a device position outside it fails a
-    device-side assertion (torch._assert_async) instead of reading a wrong row.
+    or 8192, every position the host has seen: offset + tokens, seq_len, cover()); a device position outside it
+    fails a device-side assertion (torch._assert_async) instead of reading a wrong row.
   * LongRoPE picks its short or long rows on the device from max(position) + 1 (two tables, torch.where).
     Dynamic NTK without seq_len is the one exception: its frequencies depend on max(position) + 1 continuously,
     which is read on the host (a synchronisation, as transformers' own dynamic RoPE does); pass seq_len to avoid it.
@@ -84,6 +84,27 @@ def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[in
     entry = (rows, torch.from_numpy(c).to(device), torch.from_numpy(s).to(device))
     _TABLES[tk] = entry
     return entry
+
+
+def cover(key: str, ids: torch.Tensor) -> None:
+    """Grows the device tables of spec `key` to cover integer ids, read on the host (a synchronisation): patched
+    transformers models, whose positions may pass max_position_embeddings as transformers' RoPE allows. Dynamic NTK
+    reads its length (and sizes its table) on every call anyway."""
+    spec = _spec_from_key(key)
+    if spec.mrope_section:
+        from ._torch_ops import mrope_parts
+
+        key = mrope_parts(spec)[0]
+        spec = _spec_from_key(key)
+    if not ids.numel() or ids.is_floating_point() or (spec.length_dependent and spec.rope_type != "longrope"):
+        return
+    need = int(ids.max()) + 1
+    if spec.rope_type == "longrope":  # its short and long tables, as _spec_rows reads them
+        orig = spec.original_max_position_embeddings or spec.max_position_embeddings
+        _table(spec, key, ids.device, need, orig)
+        _table(spec, key, ids.device, need, orig + 1)
+    else:
+        _table(spec, key, ids.device, need, None)
 
 
 def _gather(table: Tuple[int, torch.Tensor, torch.Tensor], ids: torch.Tensor, checked: bool,

@@ -268,3 +268,27 @@ def test_patched_model_compiles_without_graph_breaks():
             model.__dict__.pop("forward", None)
             rt.unpatch(model)
             torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("rope", ["default", "linear", "longrope", "dynamic"])
+def test_patched_model_on_the_device_path_generates_past_max_position_embeddings(rope):
+    """transformers' RoPE computes any position; the device path's table stopped at max_position_embeddings, so a
+    patched model failed "a position is outside the device table" once generate() passed it (dynamic NTK too)."""
+    from rotary import _torch_composite
+
+    kw = dict(BASE, head_dim=16, max_position_embeddings=16, rope_parameters=dict(LLAMA_ROPE[rope]))
+    cfg = transformers.LlamaConfig(**kw)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 97, (1, 20), generator=torch.Generator().manual_seed(1))
+    gen = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **gen)
+        rt.patch(model)
+        try:
+            with _torch_composite.forced():
+                got = model.generate(ids, **gen)
+        finally:
+            rt.unpatch(model)
+    assert torch.equal(got, want)
