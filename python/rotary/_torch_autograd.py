@@ -234,6 +234,8 @@ def _merge_spec_call(name, batch, in_dims, args):
     inplace = name.endswith("_")
     positions, offset, spec, layout = args[n], args[n + 1], args[n + 2], args[n + 3]
     pd = in_dims[n]
+    if spec_from_key(spec).mrope_section:
+        return None  # M-RoPE ids [3, ...] (or text-only ids of such a spec): one call per item
     if positions is not None and (positions.is_floating_point() or positions.dim() > (2 if pd is None else 3)):
         return None  # M-RoPE ids and others: one call per item
     if positions is not None and positions.dim() == (3 if pd is None else 4):

@@ -62,6 +62,19 @@ def test_vmap_of_a_length_dependent_rotation_equals_each_items_own_call(kind):
     torch.testing.assert_close(xi, torch.stack((rt.apply(x0, ps[0], spec), rt.apply(x1, ps[1], spec))), rtol=0, atol=0)
 
 
+def test_vmap_over_x_with_shared_mrope_ids_equals_each_items_own_call():
+    # Unbatched [3, S] M-RoPE ids were merged as if they were [B, S] ids: the call raised a shape error.
+    spec = rotary.Spec(16, mrope_section=[2, 3, 3])
+    g = torch.Generator().manual_seed(3)
+    xs, ks = torch.randn(4, 1, 5, 2, 16, generator=g), torch.randn(4, 1, 5, 1, 16, generator=g)
+    ids = torch.stack((torch.arange(5), torch.arange(5) + 3, 2 * torch.arange(5)))
+    for f in (lambda x, k: rt.apply(x, ids, spec), lambda x, k: rt.apply_qk(x, k, ids, spec)):
+        got = torch.func.vmap(f)(xs, ks)
+        want = [f(xs[i], ks[i]) for i in range(4)]
+        want = torch.stack(want) if isinstance(got, torch.Tensor) else tuple(torch.stack(w) for w in zip(*want))
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
 def test_a_table_shared_by_the_batch_gets_the_sum_of_the_gradients():
     # [1, S, R/2] tables broadcast over B = 2 in the forward; backward reshaped [2, S, R/2] into [1, S, R/2] and raised.
     g = torch.Generator().manual_seed(2)
