@@ -3,8 +3,11 @@
 The composite never reads a device tensor on the host (so a call can be captured in a CUDA graph):
   * Spec operators gather rows of a per-(spec, device) table of rotary's exact f32 cos/sin, computed on the host
     (rotary.cos_sin) once per growth and copied to the device. The table covers max(spec.max_position_embeddings
-    or 8192, every position the host has seen: offset + tokens, seq_len, cover()); a device position outside it
-    fails a device-side assertion (torch._assert_async) instead of reading a wrong row.
+    or 8192, every position the host has seen: offset + tokens, seq_len). A device position at or past its end gets
+    a row computed on the device from the table's float64 frequencies, as the CPU kernel computes one (angle,
+    cos/sin and attention factor in float64, rounded once to f32: within 1 ulp of rotary.cos_sin); both rows are
+    computed and torch.where picks, so no position is read on the host. A position outside [0, 2^31), which the
+    CPU kernel refuses, fails a device-side assertion (torch._assert_async).
   * LongRoPE picks its short or long rows on the device from max(position) + 1 (two tables, torch.where).
     Dynamic NTK without seq_len is the one exception: its frequencies depend on max(position) + 1 continuously,
     which is read on the host (a synchronisation, as transformers' own dynamic RoPE does); pass seq_len to avoid it.
@@ -25,9 +28,10 @@ import torch
 from . import _rotary as _native
 
 FORCED = [False]  # CPU kernels take the composite while True (tests)
-_TABLES: Dict[tuple, Tuple[int, torch.Tensor, torch.Tensor]] = {}
+_TABLES: Dict[tuple, tuple] = {}  # (key, device, seq_len) -> _table's entry
 _AXES: Dict[tuple, torch.Tensor] = {}
 _DEFAULT_ROWS = 8192
+_MAX_POSITION = (1 << 31) - 1  # the CPU kernel's largest position
 
 
 @contextlib.contextmanager
@@ -70,9 +74,9 @@ def _spec_from_key(key: str):
     return spec_from_key(key)
 
 
-def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[int]) -> Tuple[int, torch.Tensor,
-                                                                                              torch.Tensor]:
-    """(rows, cos, sin): f32 [rows, R/2] on `device` for positions [0, rows) at `seq_len` (None: the spec's own)."""
+def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[int]) -> tuple:
+    """(rows, cos, sin, inv_freq, attention_factor) on `device` at `seq_len` (None: the spec's own): f32 [rows, R/2]
+    rows for positions [0, rows), and the frequencies they were computed from (float64 [R/2] and a float64 scalar)."""
     tk = (key, str(device), seq_len)
     hit = _TABLES.get(tk)
     if hit is not None and hit[0] >= need:
@@ -81,40 +85,48 @@ def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[in
     if hit is not None:
         rows = max(rows, 2 * hit[0])
     c, s = _native._cos_sin(spec, np.arange(rows, dtype=np.int64), seq_len)
-    entry = (rows, torch.from_numpy(c).to(device), torch.from_numpy(s).to(device))
+    inv, attn = spec.frequencies(seq_len)
+    entry = (rows, torch.from_numpy(c).to(device), torch.from_numpy(s).to(device),
+             torch.from_numpy(np.asarray(inv, dtype=np.float64)).to(device),
+             torch.tensor(float(attn), dtype=torch.float64).to(device))
     _TABLES[tk] = entry
     return entry
 
 
-def cover(key: str, ids: torch.Tensor) -> None:
-    """Grows the device tables of spec `key` to cover integer ids, read on the host (a synchronisation): patched
-    transformers models, whose positions may pass max_position_embeddings as transformers' RoPE allows. Dynamic NTK
-    reads its length (and sizes its table) on every call anyway."""
-    spec = _spec_from_key(key)
-    if spec.mrope_section:
-        from ._torch_ops import mrope_parts
-
-        key = mrope_parts(spec)[0]
-        spec = _spec_from_key(key)
-    if not ids.numel() or ids.is_floating_point() or (spec.length_dependent and spec.rope_type != "longrope"):
-        return
-    need = int(ids.max()) + 1
-    if spec.rope_type == "longrope":  # its short and long tables, as _spec_rows reads them
-        orig = spec.original_max_position_embeddings or spec.max_position_embeddings
-        _table(spec, key, ids.device, need, orig)
-        _table(spec, key, ids.device, need, orig + 1)
-    else:
-        _table(spec, key, ids.device, need, None)
-
-
-def _gather(table: Tuple[int, torch.Tensor, torch.Tensor], ids: torch.Tensor, checked: bool,
-            what: str = "the device table", hint: str = " (pass seq_len=)"):
-    rows, c, s = table
+def _gather(table: tuple, ids: torch.Tensor, checked: bool, what: str = "the cos/sin rows"):
+    """Rows of `table` (rows, cos, sin, ...) by ids: a caller's table (checked on the device), or a spec's table
+    for offset positions (the host knows they are inside)."""
+    rows, c, s = table[:3]
     if checked:
         inside = ((ids >= 0) & (ids < rows)).all()
-        torch._assert_async(inside, f"[rotary] a position is outside {what} [0, {rows}){hint}")
+        torch._assert_async(inside, f"[rotary] a position is outside {what} [0, {rows})")
         ids = ids.clamp(0, rows - 1)
     return c[ids], s[ids]
+
+
+def _computed(ids: torch.Tensor, inv: torch.Tensor, attn: torch.Tensor):
+    """Rows computed on the device as the CPU kernel computes a row: angle = position * inv_freq, cos/sin and the
+    attention factor in float64, rounded once to f32 (within 1 ulp of rotary.cos_sin: libm vs torch's cos/sin)."""
+    angle = ids.to(torch.float64).unsqueeze(-1) * inv
+    return (torch.cos(angle) * attn).to(torch.float32), (torch.sin(angle) * attn).to(torch.float32)
+
+
+def _device_rows(tables: list, ids: torch.Tensor, use: Optional[torch.Tensor] = None):
+    """Rows for device ids: table rows for ids inside a table, rows computed on the device past it (no host read).
+    tables: one table, or LongRoPE's (short, long) with `use` (a device bool: the long ones)."""
+    torch._assert_async(((ids >= 0) & (ids <= _MAX_POSITION)).all(),
+                        "[rotary] a position is outside [0, 2^31) (positions must be >= 0 and < 2^31)")
+    rows, c, s, inv, attn = tables[0]
+    i = ids.clamp(0, rows - 1)
+    c, s, inside = c[i], s[i], ids < rows
+    if use is not None:
+        rows, lc, ls, linv, lattn = tables[1]
+        i = ids.clamp(0, rows - 1)
+        c, s, inside = torch.where(use, lc[i], c), torch.where(use, ls[i], s), torch.where(use, ids < rows, inside)
+        inv, attn = torch.where(use, linv, inv), torch.where(use, lattn, attn)
+    fc, fs = _computed(ids, inv, attn)
+    inside = inside.unsqueeze(-1)
+    return torch.where(inside, c, fc), torch.where(inside, s, fs)
 
 
 def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device) -> torch.Tensor:
@@ -129,22 +141,21 @@ def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, devic
 
 
 def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_len: Optional[int]):
-    """Exact f32 rows for integer ids of any shape: ids.shape + (R/2,). host_end: the ids' end (offset + tokens)
-    when the host knows it (offset positions), else None (device ids, checked on the device)."""
+    """f32 rows for integer ids of any shape: ids.shape + (R/2,). host_end: the ids' end (offset + tokens) when the
+    host knows it (offset positions: the table's exact rows cover them), else None (device ids: _device_rows)."""
     from_offset = host_end is not None
     need = max(host_end or 0, seq_len or 0)
-    checked = not from_offset
     if seq_len is None and spec.rope_type == "longrope" and not from_offset:
         orig = spec.original_max_position_embeddings or spec.max_position_embeddings
-        short = _gather(_table(spec, key, ids.device, need, orig), ids, checked)
-        long = _gather(_table(spec, key, ids.device, need, orig + 1), ids, checked)
+        tables = [_table(spec, key, ids.device, need, orig), _table(spec, key, ids.device, need, orig + 1)]
         use_long = ids.max() + 1 > orig if ids.numel() else torch.zeros((), dtype=torch.bool, device=ids.device)
-        return torch.where(use_long, long[0], short[0]), torch.where(use_long, long[1], short[1])
+        return _device_rows(tables, ids, use_long)
     if seq_len is None and spec.length_dependent:
         # dynamic (and longrope with host-known positions): the length is max(position) + 1
         seq_len = host_end if from_offset else (int(ids.max()) + 1 if ids.numel() else 1)
         need = max(need, seq_len)  # the table covers the positions it was read from (past max_position_embeddings)
-    return _gather(_table(spec, key, ids.device, need, seq_len), ids, checked)
+    table = _table(spec, key, ids.device, need, seq_len)
+    return _gather(table, ids, False) if from_offset else _device_rows([table], ids)
 
 
 def _shape(dims) -> str:
@@ -256,8 +267,8 @@ def _rows_for_tables(x, cos, sin, positions, offset, layout):
             raise ValueError(f"[rotary_apply] position {offset + n - 1} is out of range for cos/sin with {rows} rows "
                              f"(shape {list(cos.shape)}); positions must be < max_pos")
         return cos.to(x.device)[ids], sin.to(x.device)[ids]
-    # device ids: checked on the device (a negative id would wrap to the table's end), as _gather does
-    return _gather((rows, cos.to(x.device), sin.to(x.device)), ids, True, "the cos/sin rows", "")
+    # device ids: checked on the device (a negative id would wrap to the table's end)
+    return _gather((rows, cos.to(x.device), sin.to(x.device)), ids, True)
 
 
 def _spec_rotation(x, positions, offset, key, layout, pairing, inverse, seq_len):

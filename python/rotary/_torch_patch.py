@@ -19,7 +19,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 import rotary as _rotary
-from rotary import _torch_composite as _composite
 from rotary._torch_ops import spec_key
 
 ops = torch.ops.rotary
@@ -30,29 +29,15 @@ ops = torch.ops.rotary
 # Module-level functions bound to their Spec key with functools.partial (not closures), so that a patched model
 # pickles: torch.save(model) / torch.load give a model patched the same way (its _GlobalsHold re-swaps on load).
 
-def _cos_sin(position_ids, key: str):
-    """ops.cos_sin. On the device path (the torch composite) in eager code, the device table is first grown to cover
-    the positions, read on the host once per forward: a patched model's positions may pass max_position_embeddings,
-    as transformers' own RoPE allows. Not under torch.compile or CUDA-graph capture (no host reads there)."""
-    if torch.compiler.is_compiling():
-        return ops.cos_sin(position_ids, key)
-    dev = position_ids.device.type
-    if ((dev == "cuda" or (dev == "cpu" and _composite.FORCED[0])) and type(position_ids) is torch.Tensor
-            and not torch._C._len_torch_dispatch_stack()
-            and not (dev == "cuda" and torch.cuda.is_current_stream_capturing())):
-        _composite.cover(key, position_ids)
-    return ops.cos_sin(position_ids, key)
-
-
 def _dup_forward(key: str, x, position_ids, *args, **kwargs):
     """HF's usual RoPE module: cos/sin [B, S, R] with the angle values duplicated over both halves."""
-    c, s = _cos_sin(position_ids, key)
+    c, s = ops.cos_sin(position_ids, key)
     return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 
 def _halves_forward(key: str, x, position_ids, *args, **kwargs):
     """gpt-oss: cos/sin [B, S, R/2] (no duplication)."""
-    c, s = _cos_sin(position_ids, key)
+    c, s = ops.cos_sin(position_ids, key)
     return c.to(x.dtype), s.to(x.dtype)
 
 
@@ -60,7 +45,7 @@ def _layer_type_forward(keys: Dict[str, str], x, position_ids, layer_type=None, 
     """Gemma 3: one Spec per layer type, forward(x, position_ids, layer_type)."""
     if layer_type not in keys:
         raise ValueError(f"[rotary.patch] layer_type must be one of {sorted(keys)}, got {layer_type!r}")
-    c, s = _cos_sin(position_ids, keys[layer_type])
+    c, s = ops.cos_sin(position_ids, keys[layer_type])
     return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 
@@ -68,7 +53,7 @@ def _mrope_forward(key: str, x, position_ids, *args, **kwargs):
     """Qwen2-VL / Qwen2.5-VL text model: position_ids [3, B, S] (or [B, S]), sections merged as HF does."""
     if position_ids.dim() == 2:
         position_ids = position_ids.expand(3, -1, -1)
-    c, s = _cos_sin(position_ids, key)
+    c, s = ops.cos_sin(position_ids, key)
     return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)
 
 

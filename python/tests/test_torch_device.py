@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -64,7 +65,8 @@ def test_composite_device_path_matches_kernel(layout):
 
 def test_composite_device_path_refuses_positions_outside_the_table():
     """Negative positions used to wrap around to the table's last rows on the device path (torch indexing), where
-    the CPU kernel raises: host-known offsets raise its ValueError, device ids fail the device assertion."""
+    the CPU kernel raises: host-known offsets raise its ValueError, device ids outside [0, 2^31) fail the device
+    assertion."""
     x = torch.randn(1, 4, 2, 8)
     cos, sin = torch.rand(20, 4), torch.rand(20, 4)
     key = rt.spec_key(rotary.Spec(8))
@@ -78,8 +80,11 @@ def test_composite_device_path_refuses_positions_outside_the_table():
         for bad in (-1, 20):
             with pytest.raises(RuntimeError, match=r"a position is outside the cos/sin rows \[0, 20\)"):
                 ops.apply_cos_sin(x, cos, sin, torch.tensor([0, 1, bad, 2]), 0, "bshd")
-        with pytest.raises(RuntimeError, match=r"a position is outside the device table"):
-            ops.apply(x, torch.tensor([0, 1, -1, 2]), 0, key, "bshd")
+        for bad in (-1, 2**31):  # the CPU kernel refuses them; other positions past the table are computed
+            with pytest.raises(RuntimeError, match=r"a position is outside \[0, 2\^31\)"):
+                ops.apply(x, torch.tensor([0, 1, bad, 2]), 0, key, "bshd")
+            with pytest.raises(RuntimeError, match=r"a position is outside \[0, 2\^31\)"):
+                ops.cos_sin(torch.tensor([bad]), key)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -149,3 +154,93 @@ def test_composite_dynamic_ntk_past_max_position_embeddings():
     with _torch_composite.forced():
         got = rt.cos_sin(pos, spec), rt.apply(x, pos, spec), rt.apply(x, pos + 3, spec)
     torch.testing.assert_close(got, want, rtol=0, atol=TOL["float32"])
+
+
+FAR = [0, 3, 63, 64, 1000, 2**20 + 7, 2**24 - 3, 2**31 - 1]  # in the table (< 64), past it, up to the last position
+PAST_TABLE = [
+    ("default", rotary.Spec(16, max_position_embeddings=64), None),
+    ("linear", rotary.Spec(16, rope_type="linear", factor=4.0, max_position_embeddings=64), None),
+    ("yarn", rotary.Spec(16, base=1e4, pairing="interleaved", rope_type="yarn", factor=4.0,
+                         original_max_position_embeddings=16, max_position_embeddings=64), None),
+    ("llama3", rotary.Spec(16, base=5e5, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                           original_max_position_embeddings=16, max_position_embeddings=64), None),
+    ("longrope", rotary.Spec(16, base=1e4, rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                             long_factor=[2.0 + 0.5 * i for i in range(8)], original_max_position_embeddings=32,
+                             max_position_embeddings=64), None),  # long rows (max(position) + 1 > 32)
+    ("longrope-short", rotary.Spec(16, base=1e4, rope_type="longrope", short_factor=[1.0 + 0.1 * i for i in range(8)],
+                                   long_factor=[2.0 + 0.5 * i for i in range(8)], original_max_position_embeddings=32,
+                                   max_position_embeddings=64), 32),  # seq_len = 32: the short rows for any position
+    ("dynamic-seq_len", rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=64), 100),
+    ("mrope", rotary.Spec(16, mrope_section=[2, 3, 3], max_position_embeddings=64), None),
+    ("mrope-interleaved", rotary.Spec(16, mrope_section=[2, 3, 3], mrope_interleaved=True,
+                                      max_position_embeddings=64), None),
+]
+
+
+def _ids(spec, shape=None):
+    ids = torch.tensor(FAR)
+    if spec.mrope_section:  # a different position on each axis
+        ids = torch.stack((ids, ids.flip(0), ids.roll(3)))
+    return ids if shape is None else ids.reshape(shape)
+
+
+def _assert_within_one_ulp(got, want):
+    g, w = got.numpy(), want.numpy()
+    ulp = np.spacing(np.maximum(np.abs(g), np.abs(w)))
+    assert (np.abs(g - w) <= ulp).all(), np.abs(g - w).max()
+
+
+@pytest.mark.parametrize("name,spec,seq_len", PAST_TABLE, ids=[c[0] for c in PAST_TABLE])
+def test_composite_computes_positions_past_its_table(name, spec, seq_len):
+    """Device ids at or past the device table failed a device assertion on the device path (a poisoned CUDA context),
+    where the CPU kernel computes any position < 2^31: rows past the table are now computed on the device from the
+    spec's double frequencies (within 1 ulp of rotary.cos_sin), with no host read; rows inside stay bit-exact."""
+    key = rt.spec_key(spec)
+    ids = _ids(spec)
+    want = ops.cos_sin(ids, key, seq_len)
+    inside = (ids < 64) if not spec.mrope_section else (ids < 64).all(0)
+    with _torch_composite.forced():
+        got = ops.cos_sin(ids, key, seq_len)
+        with _NoHostRead():
+            again = ops.cos_sin(ids, key, seq_len)
+    for g, a, w in zip(got, again, want):
+        assert g.dtype == torch.float32 and g.shape == w.shape
+        assert torch.equal(g[inside], w[inside])
+        _assert_within_one_ulp(g, w)
+        assert torch.equal(a, g)
+    # the rotations: apply, apply_qk and apply_qk_ with these ids, and text-only ids for M-RoPE
+    gen = torch.Generator().manual_seed(2)
+    q, k = torch.randn(1, len(FAR), 4, 16, generator=gen), torch.randn(1, len(FAR), 2, 16, generator=gen)
+    for pos in (ids, torch.tensor(FAR)[None]) if spec.mrope_section else (ids, ids[None]):
+        args = (pos, 0, key, "bshd", "", False, seq_len)
+        want = [ops.apply(q, *args), *ops.apply_qk(q, k, *args)]
+        with _torch_composite.forced():
+            with _NoHostRead():
+                got = [ops.apply(q, *args), *ops.apply_qk(q, k, *args)]
+            qi, ki = q.clone(), k.clone()
+            ops.apply_qk_(qi, ki, *args)
+        for g, w in zip(got + [qi, ki], want + want[1:]):
+            torch.testing.assert_close(g, w, rtol=0, atol=TOL["float32"])
+
+
+def test_composite_positions_past_its_table_compile():
+    """A compiled function (fullgraph) calling the operators on the device path takes positions past the table."""
+    spec = PAST_TABLE[4][1]  # longrope: short or long rows chosen on the device
+    key = rt.spec_key(spec)
+    q = torch.randn(1, len(FAR), 2, 16, generator=torch.Generator().manual_seed(3))
+
+    def fn(p, t):
+        c, s = ops.cos_sin(p, key)
+        return c * 2, s, ops.apply(t, p, 0, key, "bshd")
+
+    ids = torch.tensor(FAR)
+    want = fn(ids, q)
+    torch._dynamo.reset()
+    try:
+        with _torch_composite.forced():
+            got = torch.compile(fn, fullgraph=True, backend="aot_eager")(ids, q)
+    finally:
+        torch._dynamo.reset()
+    for g, w in zip(got[:2], want[:2]):
+        _assert_within_one_ulp(g, w)
+    torch.testing.assert_close(got[2], want[2], rtol=0, atol=TOL["float32"])
