@@ -4,6 +4,8 @@ rotary/__init__.py and rotary/multimodal.py both import from it (no import cycle
 from __future__ import annotations
 
 import functools
+import math
+import operator
 import sys
 from typing import Any, Sequence, Tuple, Union
 
@@ -228,11 +230,29 @@ def _offset_arg(v: Any, what: str, where: str = "rotary_apply") -> int:
     return v
 
 
+def _whole(x: Any, where: str, name: str, what: str) -> int:
+    """An integer argument: ints and anything with __index__ (numpy integers, 0-d integer arrays and tensors), or
+    a finite whole float; not a bool. TypeError / ValueError naming the argument otherwise."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"[{where}] {name} must be {what}, got {type(x).__name__}")
+    try:
+        return operator.index(x)
+    except TypeError:
+        pass
+    try:
+        f = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"[{where}] {name} must be {what}, got {type(x).__name__}") from None
+    if not math.isfinite(f) or f != int(f):
+        raise ValueError(f"[{where}] {name} must be {what}, got {f!r}")
+    return int(f)
+
+
 def _threads_arg(threads: Any, where: str = "rotary_apply") -> int:
     """threads for the core (int32): counts above the usable cores are capped there, so any huge count is too."""
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+    if isinstance(threads, (bool, np.bool_, float, np.floating)):
         raise TypeError(f"[{where}] threads must be an int, got {type(threads).__name__}")
-    t = int(threads)
+    t = _whole(threads, where, "threads", "an int")
     if t < 0:
         if t < -_I32_MAX:
             raise ValueError(f"[{where}] threads must be >= 0 (0 = all usable cores), got {t}")
@@ -244,10 +264,7 @@ def _seq_len_arg(seq_len: Any, where: str = "rotary_apply", name: str = "seq_len
     """seq_len for the core (int64; the core checks the range and names the value); None stays None."""
     if seq_len is None:
         return None
-    try:
-        v = int(seq_len)
-    except (TypeError, ValueError):
-        raise TypeError(f"[{where}] {name} must be an int or None, got {type(seq_len).__name__}") from None
+    v = _whole(seq_len, where, name, "an int or None")
     if v > _I64_MAX:
         raise ValueError(f"[{where}] {name} must be <= 2^31 (positions are < 2^31), got {v}")
     if v < _I64_MIN:
@@ -256,13 +273,16 @@ def _seq_len_arg(seq_len: Any, where: str = "rotary_apply", name: str = "seq_len
 
 
 def _float_arg(x: Any, where: str, name: str) -> float:
-    """A real number argument as a Python float, with values a float cannot hold refused naming the argument."""
-    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+    """A real number argument as a Python float (anything float() takes but a bool or a string), with values a
+    float cannot hold refused naming the argument."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
         raise TypeError(f"[{where}] {name} must be a real number, got {type(x).__name__}")
     try:
         return float(x)
     except OverflowError:
         raise ValueError(f"[{where}] {name} must be a finite float, got {x!r:.60}") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"[{where}] {name} must be a real number, got {type(x).__name__}") from None
 
 
 def _int64_checked(fn: Any, where: str, names: Sequence[str]) -> Any:

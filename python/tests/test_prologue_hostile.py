@@ -338,3 +338,27 @@ def test_scalars_out_of_the_binding_s_range_get_named_errors_or_are_capped():
         rotary.prologue(None, k, k.copy(), 0, spec, k_cache=kc8, v_cache=kc8.copy(), slot_mapping=slots,
                         k_scale=np.zeros((1, 4, 1), ">f4"), v_scale=np.zeros((1, 4, 1), np.float32))
     assert not kc8.any()
+
+
+def test_scalar_arguments_take_numpy_and_torch_scalars_and_refuse_inexact_values_by_name():
+    T, D = 3, 8
+    spec, k = rotary.Spec(D), np.ones((T, 1, D), np.float32)
+    caches = lambda: dict(k_cache=np.zeros((1, 4, 1, D), np.float32), v_cache=np.zeros((1, 4, 1, D), np.float32),
+                          slot_mapping=np.arange(T))
+    want = caches()
+    rotary.prologue(None, k, k.copy(), 0, spec, **want, norm_eps=1e-6, threads=1, seq_len=8)
+    for kw in (dict(norm_eps=torch.tensor(1e-6, dtype=torch.float64), threads=torch.tensor(1), seq_len=torch.tensor(8)),
+               dict(norm_eps=np.array(1e-6), threads=np.array(1), seq_len=np.int64(8)), dict(seq_len=8.0)):
+        got = caches()
+        rotary.prologue(None, k, k.copy(), 0, spec, **got, **kw)
+        assert np.array_equal(got["k_cache"], want["k_cache"])
+    for kw, exc, needle in ((dict(seq_len=5.7), ValueError, "seq_len must be an int or None, got 5.7"),
+                            (dict(seq_len=float("inf")), ValueError, "seq_len must be an int or None, got inf"),
+                            (dict(seq_len="12"), TypeError, "seq_len must be an int or None, got str"),
+                            (dict(threads=1.0), TypeError, "threads must be an int, got float"),
+                            (dict(norm_eps="x"), TypeError, "norm_eps must be a real number, got str")):
+        with pytest.raises(exc, match=r"^\[rotary_prologue\] " + needle):
+            rotary.prologue(None, k, k.copy(), 0, spec, **caches(), **kw)
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] to_seq_len must be an int or None, got inf"):
+        rotary.rerotate_cache(np.zeros((1, 4, 1, D), np.float32), np.arange(T), np.arange(T), np.arange(T) + 1, spec,
+                              to_seq_len=float("inf"))

@@ -105,11 +105,11 @@ class CudaRuntime final : public DeviceRuntime {
     // use the same register count, nvcc -Xptxas -v: docs/performance.md).
     DeviceScope scope(device);
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, rope_kernel<ElemType::kBF16, false, true>,
-                                                      static_cast<int>(kTargetBlockThreads), 0) == cudaSuccess &&
-        blocks > 0)
+    const cudaError_t occ = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, rope_kernel<ElemType::kBF16, false, true>, static_cast<int>(kTargetBlockThreads), 0);
+    if (occ != cudaSuccess) (void)cudaGetLastError();  // its own error only: the bound is optional
+    else if (blocks > 0)
       l.max_threads_per_sm = std::min(l.max_threads_per_sm, blocks * static_cast<int>(kTargetBlockThreads));
-    (void)cudaGetLastError();
     limits_.emplace_back(device, l);
     return l;
   }
@@ -182,9 +182,9 @@ bool cuda_available() {
   if (cuda::runtime_override() != nullptr) return true;
   static const bool available = [] {
     int n = 0;
-    const bool ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-    (void)cudaGetLastError();
-    return ok;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) (void)cudaGetLastError();  // no driver / no device: not an error of the caller's
+    return err == cudaSuccess && n > 0;
   }();
   return available;
 }

@@ -83,7 +83,7 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   }
 
   // ---- aliasing
-  check_aliasing(args, layout, req.k_read_only);
+  if (!req.read_only) check_aliasing(args, layout, req.k_read_only);
 
   // ---- plan
   Plan plan;
@@ -115,7 +115,7 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   // ---- positions (an empty call is checked for shape only: its token grid may be huge and unbacked)
   const bool scan = plan.ntensors > 0 && plan.B > 0 && plan.S > 0;
   plan_positions(args, req, plan, range, scan);
-  check_outputs_spare_inputs(args, layout, /*positions=*/true, {}, req.k_read_only);  // after the position arrays' views are checked
+  if (!req.read_only) check_outputs_spare_inputs(args, layout, /*positions=*/true, {}, req.k_read_only);  // after the position arrays' views are checked
   if (args.seq_len && *args.seq_len <= 0) invalid("seq_len must be > 0 when given, got " + str(*args.seq_len));
   if (args.seq_len && *args.seq_len > kMaxPosition + 1)
     detail::out_of_range(kApplyWhere, "seq_len must be <= 2^31 (positions are < 2^31), got " + str(*args.seq_len));

@@ -37,6 +37,9 @@ struct PlanRequest {
   /// k is only read (the prologue with a cache: its rotated rows go to the cache, not to k or k_out), so the
   /// aliasing rules treat it as an input only: no self-overlap or output checks for it.
   bool k_read_only = false;
+  /// Nothing the plan names is written (the prologue with a cache and no q: k, passed as the plan's q, is only
+  /// read): no aliasing or output checks for it.
+  bool read_only = false;
 };
 
 /// Range of the positions of a validated call (over every axis for multi-axis ids).

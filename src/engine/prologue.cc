@@ -291,6 +291,7 @@ void rotation_request(const PrologueArgs& a, const SourceGeometry& geo, bool rot
   ap->layout = a.layout;
   ap->pairing = geo.pairing;
   req->k_read_only = has_q && has_cache;  // k's rotated rows go to the cache
+  req->read_only = !has_q && has_cache;
   ap->threads = a.threads;
   ap->backend = a.backend;
   req->rotary_dim = rotate ? geo.rotary_dim : 0;

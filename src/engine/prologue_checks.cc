@@ -264,27 +264,33 @@ bool shifted_grid_hits(const int64_t* n, const int64_t* st, const int* order, in
 }
 
 /// Whether a and b provably share no byte because their rows interleave: a view's row is the bytes its
-/// fastest dim (smallest stride among dims of size > 1) spans from one origin; every other stride of both
-/// views is a multiple of p (their gcd), so modulo p each view's rows start at its data address. Disjoint
-/// when, modulo p, b's rows [d, d + wb) lie in the gap after a's [0, wa). E.g. vLLM's MLA cache [..., L + P]
-/// as v = [..., :L] and k = [..., L:], or a cache row and its scale interleaved in one arena.
+/// fastest dim (smallest stride among dims of size > 1) spans from one origin, or a single element; every
+/// other stride of both views is a multiple of p (their gcd), so modulo p each view's rows start at its data
+/// address. Disjoint when, modulo p, b's rows [d, d + wb) lie in the gap after a's [0, wa). Each view is tried
+/// both ways (a sufficient condition either way). E.g. vLLM's MLA cache [..., L + P] as v = [..., :L] and
+/// k = [..., L:], or an int8 cache row and its f32 scale packed after it in one arena.
 bool rows_interleave(const TensorView& a, const TensorView& b) {
-  int64_t p = 0, w[2] = {0, 0};
   const TensorView* v[2] = {&a, &b};
-  for (int t = 0; t < 2; ++t) {
-    const TensorView& x = *v[t];
-    const int64_t es = elem_size(x.dtype);
-    int fast = -1;
-    for (int i = 0; i < x.rank; ++i)
-      if (x.shape[i] > 1 && (fast < 0 || x.strides[i] < x.strides[fast])) fast = i;
-    w[t] = fast < 0 ? es : (x.shape[fast] - 1) * x.strides[fast] * es + es;
-    for (int i = 0; i < x.rank; ++i)
-      if (i != fast && x.shape[i] > 1) p = std::gcd(p, x.strides[i] * es);
-  }
-  if (p <= 0 || w[0] > p || w[1] > p) return false;
+  int fast[2] = {-1, -1};
+  for (int t = 0; t < 2; ++t)
+    for (int i = 0; i < v[t]->rank; ++i)
+      if (v[t]->shape[i] > 1 && (fast[t] < 0 || v[t]->strides[i] < v[t]->strides[fast[t]])) fast[t] = i;
   const auto delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.data) - reinterpret_cast<uintptr_t>(a.data));
-  const int64_t d = ((delta % p) + p) % p;
-  return d >= w[0] && d + w[1] <= p;
+  for (int choice = 0; choice < 4; ++choice) {  // bit t: view t's row is one element
+    int64_t p = 0, w[2] = {0, 0};
+    for (int t = 0; t < 2; ++t) {
+      const TensorView& x = *v[t];
+      const int64_t es = elem_size(x.dtype);
+      const int row = (choice >> t) & 1 ? -1 : fast[t];
+      w[t] = row < 0 ? es : (x.shape[row] - 1) * x.strides[row] * es + es;
+      for (int i = 0; i < x.rank; ++i)
+        if (i != row && x.shape[i] > 1) p = std::gcd(p, x.strides[i] * es);
+    }
+    if (p <= 0 || w[0] > p || w[1] > p) continue;
+    const int64_t d = ((delta % p) + p) % p;
+    if (d >= w[0] && d + w[1] <= p) return true;
+  }
+  return false;
 }
 
 }  // namespace

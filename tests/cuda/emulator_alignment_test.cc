@@ -58,5 +58,38 @@ TEST(CudaEmulator, MisalignedTensorsAndPositionsAreRefusedBeforeAnyLaunch) {
   EXPECT_EQ(cuda.rt.launches, 1);
 }
 
+// Each pointer of the call is checked: k, the outputs, packed positions and a caller's cos/sin.
+TEST(CudaEmulator, EveryPointerOfTheCallIsCheckedForAlignment) {
+  EmulatedCuda cuda;
+  const int64_t S = 2, D = 64;
+  std::vector<unsigned char> bytes(8192, 0);
+  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16) % 16;
+  Frequencies f = freqs_for(D);
+  auto args = [&] {
+    ApplyArgs a;
+    a.backend = Backend::kCuda;
+    a.positions = Positions::contiguous(3);
+    a.q = TensorView::contiguous(base, DType::kF32, {1, S, 2, D});
+    return a;
+  };
+  ApplyArgs a = args();
+  a.k = TensorView::contiguous(base + 1024 + 2, DType::kF32, {1, S, 1, D});
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] k must be aligned to its element size (4 bytes, f32)", cuda);
+  a = args();
+  a.q_out = TensorView::contiguous(base + 2048 + 1, DType::kF32, {1, S, 2, D});
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] q_out must be aligned to its element size", cuda);
+  a = args();
+  a.q = TensorView::contiguous(base, DType::kF32, {S, 2, D});
+  a.layout = Layout::kTHD;
+  a.positions = Positions::packed(TensorView::contiguous(base + 3072 + 4, DType::kI64, {2}));
+  a.seq_len = 16;
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] positions.cu_seqlens must be aligned to its element size (8 bytes, i64)", cuda);
+  a = args();
+  a.positions = Positions::contiguous(0);
+  const TensorView cos = TensorView::contiguous(base + 3584 + 2, DType::kF32, {8, D / 2});
+  const TensorView sin = TensorView::contiguous(base + 3200, DType::kF32, {8, D / 2});
+  expect_refused([&] { apply_cos_sin(cos, sin, a); }, "[rotary_apply] cos must be aligned to its element size (4 bytes, f32)", cuda);
+}
+
 }  // namespace
 }  // namespace rotary

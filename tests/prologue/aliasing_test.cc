@@ -67,6 +67,81 @@ TEST(PrologueAliasing, CachesAsDisjointColumnsOfOneRowBufferAreWrittenAsSeparate
       }
 }
 
+// An int8 cache row and its f32 scale packed after it in one arena ([..., P int8 | 4-byte scale] per row), and
+// a cache one element wide: one element per row, so each view's "row" is a single element.
+TEST(PrologueAliasing, AnInt8RowAndItsScaleInOneArenaAndOneElementWideCachesAreAccepted) {
+  const int64_t T = 3, NB = 2, BS = 4, P = 8, pitch = P + 4;
+  Spec spec;
+  spec.head_dim = P;
+  Rope rope(spec);
+  std::vector<int64_t> slots = {0, 5, 6};
+  Buf k(DType::kF32, T * P, 21), v(DType::kF32, T * P, 22);
+  std::vector<unsigned char> arena(static_cast<size_t>(NB * BS * pitch) + 16, 0x5A);
+  unsigned char* base = arena.data() + (16 - reinterpret_cast<uintptr_t>(arena.data()) % 16) % 16;
+  Buf vc(DType::kI8, NB * BS * P), vs(DType::kF32, NB * BS), kc2(DType::kI8, NB * BS * P), ks2(DType::kF32, NB * BS),
+      vc2(DType::kI8, NB * BS * P), vs2(DType::kF32, NB * BS);
+  PrologueArgs a;
+  a.k = k.view({T, 1, P});
+  a.v = v.view({T, 1, P});
+  a.positions = Positions::contiguous(4);
+  a.sources = {{&rope, std::nullopt}};
+  a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+  a.threads = 1;
+  a.k_cache = TensorView::contiguous(base, DType::kI8, {NB, BS, 1, P});
+  a.k_cache.strides[0] = BS * pitch;
+  a.k_cache.strides[1] = pitch;
+  a.k_cache.strides[2] = pitch;
+  a.k_scale = TensorView::contiguous(base + P, DType::kF32, {NB, BS, 1});
+  a.k_scale.strides[0] = BS * pitch / 4;
+  a.k_scale.strides[1] = pitch / 4;
+  a.k_scale.strides[2] = pitch / 4;
+  a.v_cache = vc.view({NB, BS, 1, P});
+  a.v_scale = vs.view({NB, BS, 1});
+  prologue(a);  // refused before: "k_cache must not share memory with k_scale"
+  PrologueArgs b = a;
+  b.k_cache = kc2.view({NB, BS, 1, P});
+  b.k_scale = ks2.view({NB, BS, 1});
+  b.v_cache = vc2.view({NB, BS, 1, P});
+  b.v_scale = vs2.view({NB, BS, 1});
+  prologue(b);
+  for (int64_t row = 0; row < NB * BS; ++row) {
+    const bool written = row == 0 || row == 5 || row == 6;
+    for (int64_t c = 0; c < P; ++c)
+      EXPECT_EQ(base[row * pitch + c], written ? kc2.bytes[static_cast<size_t>(row * P + c)] : 0x5A) << row << " " << c;
+    float scale;
+    std::memcpy(&scale, base + row * pitch + P, 4);
+    if (written) EXPECT_EQ(scale, static_cast<float>(ks2.at(row)));
+  }
+
+  // v one element wide beside a k of P: [..., P | 1] rows
+  Buf shared(DType::kF32, NB * BS * (P + 1)), ks(DType::kF32, NB * BS * P), vs1(DType::kF32, NB * BS), v1(DType::kF32, T, 23);
+  PrologueArgs c;
+  c.k = k.view({T, 1, P});
+  c.v = v1.view({T, 1, 1});
+  c.positions = a.positions;
+  c.sources = a.sources;
+  c.slot_mapping = a.slot_mapping;
+  c.threads = 1;
+  auto cols = [&](int64_t first, int64_t width) {
+    TensorView t = TensorView::contiguous(static_cast<float*>(shared.data()) + first, DType::kF32, {NB, BS, 1, width});
+    t.strides[0] = BS * (P + 1);
+    t.strides[1] = P + 1;
+    t.strides[2] = P + 1;
+    return t;
+  };
+  c.k_cache = cols(0, P);
+  c.v_cache = cols(P, 1);
+  prologue(c);  // refused before: the one-element v rows were taken as one row wider than the pitch
+  PrologueArgs e = c;
+  e.k_cache = ks.view({NB, BS, 1, P});
+  e.v_cache = vs1.view({NB, BS, 1, 1});
+  prologue(e);
+  for (int64_t s : slots) {
+    for (int64_t j = 0; j < P; ++j) EXPECT_EQ(shared.at(s * (P + 1) + j), ks.at(s * P + j));
+    EXPECT_EQ(shared.at(s * (P + 1) + P), vs1.at(s));
+  }
+}
+
 TEST(PrologueAliasing, CachesWhoseColumnsMeetAreStillRefused) {
   const int64_t T = 3, P = 8, L = 8, pitch = 16;
   Spec spec;
@@ -134,6 +209,41 @@ TEST(PrologueAliasing, QAndKMayShareMemoryWhenNeitherIsWritten) {
     EXPECT_NE(std::string(e.what()).find("[rotary_prologue] q (rotated in place) overlaps input k"), std::string::npos) << e.what();
   }
   EXPECT_EQ(x.bytes, before.bytes);
+}
+
+// Without q, with a cache: k is the apply plan's only tensor and is only read, so what else is only read (here
+// the position ids, stored inside k's buffer) may share its memory.
+TEST(PrologueAliasing, WithoutQKAndWhatIsOnlyReadMayShareMemory) {
+  const int64_t T = 3, D = 8;
+  Spec spec;
+  spec.head_dim = D;
+  Rope rope(spec);
+  std::vector<int64_t> slots = {0, 1, 2};
+  Buf buf(DType::kF32, T * D, 31), v(DType::kF32, T * D, 32), kc(DType::kF32, 4 * D), vc(DType::kF32, 4 * D),
+      kc2(DType::kF32, 4 * D), vc2(DType::kF32, 4 * D);
+  const int32_t ids[T] = {2, 7, 1};
+  std::memcpy(buf.data(), ids, sizeof ids);  // the first three floats of k hold the ids' bits
+  Buf kcopy = buf;
+  std::vector<int32_t> ids_copy(ids, ids + T);
+  PrologueArgs a;
+  a.k = buf.view({T, 1, D});
+  a.v = v.view({T, 1, D});
+  a.positions = Positions::from_ids(TensorView::contiguous(buf.data(), DType::kI32, {T}));
+  a.sources = {{&rope, std::nullopt}};
+  a.k_cache = kc.view({4, 1, 1, D});
+  a.v_cache = vc.view({4, 1, 1, D});
+  a.slot_mapping = TensorView::contiguous(slots.data(), DType::kI64, {T});
+  a.threads = 1;
+  prologue(a);  // refused before: "k (rotated in place) overlaps positions.ids"
+  PrologueArgs b = a;
+  b.k = kcopy.view({T, 1, D});
+  b.positions = Positions::from_ids(TensorView::contiguous(ids_copy.data(), DType::kI32, {T}));
+  b.k_cache = kc2.view({4, 1, 1, D});
+  b.v_cache = vc2.view({4, 1, 1, D});
+  prologue(b);
+  EXPECT_EQ(kc.bytes, kc2.bytes);
+  EXPECT_EQ(vc.bytes, vc2.bytes);
+  EXPECT_EQ(buf.bytes, kcopy.bytes);  // k is not written
 }
 
 }  // namespace
