@@ -1,16 +1,19 @@
 """Device kernels of rotary's torch operators: rotary's CUDA backend when built in, else a torch composite.
 
 The composite never reads a device tensor on the host (so a call can be captured in a CUDA graph):
-  * Spec operators gather rows of a per-(spec, device) table of rotary's exact f32 cos/sin, computed on the host
-    (rotary.cos_sin) once per growth and copied to the device. The table covers max(spec.max_position_embeddings
-    or 8192, every position the host has seen: offset + tokens, seq_len). A device position at or past its end gets
-    a row computed on the device from the table's float64 frequencies, as the CPU kernel computes one (angle,
-    cos/sin and attention factor in float64, rounded once to f32: within 1 ulp of rotary.cos_sin); both rows are
-    computed and torch.where picks, so no position is read on the host. A position outside [0, 2^31), which the
-    CPU kernel refuses, fails a device-side assertion (torch._assert_async).
+  * Spec operators gather rows of a per-(spec, frequency set, device) table of rotary's exact f32 cos/sin, computed
+    on the host (rotary.cos_sin) once per growth and copied to the device. The table covers
+    max(spec.max_position_embeddings or 8192, every offset position the host has seen: offset + tokens), capped at
+    512 MiB of rows (the C++ auto mode's kAutoTableBytes). A position at or past its end gets a row computed on the
+    device from the table's float64 frequencies, as the CPU kernel computes one (angle, cos/sin and attention factor
+    in float64, rounded once to f32: within 1 ulp of rotary.cos_sin); for device positions both rows are computed
+    and torch.where picks, so no position is read on the host. A position outside [0, 2^31), which the CPU kernel
+    refuses, fails a device-side assertion (torch._assert_async).
   * LongRoPE picks its short or long rows on the device from max(position) + 1 (two tables, torch.where).
     Dynamic NTK without seq_len is the one exception: its frequencies depend on max(position) + 1 continuously,
     which is read on the host (a synchronisation, as transformers' own dynamic RoPE does); pass seq_len to avoid it.
+    Lengths whose frequencies equal the spec's own share its table; the others (past max_position_embeddings) have
+    none: every row is computed on the device.
   * Caller cos/sin operators gather rows of the caller's tables by the device positions.
   * In-place operators write with copy_ (which bumps the version counters); inference tensors outside inference
     mode are refused first, as torch refuses them.
@@ -28,7 +31,9 @@ import torch
 from . import _rotary as _native
 
 FORCED = [False]  # CPU kernels take the composite while True (tests)
-_TABLES: Dict[tuple, tuple] = {}  # (key, device, seq_len) -> _table's entry
+_TABLES: Dict[tuple, tuple] = {}  # (key, device, frequency set) -> _table's entry
+_FREQS: Dict[tuple, tuple] = {}  # the same for frequency sets without a table (dynamic NTK past its length)
+_TABLE_BYTES = 512 << 20  # a table's cos and sin rows hold at most this (the C++ auto mode's kAutoTableBytes)
 _AXES: Dict[tuple, torch.Tensor] = {}
 _DEFAULT_ROWS = 8192
 _MAX_POSITION = (1 << 31) - 1  # the CPU kernel's largest position
@@ -75,22 +80,39 @@ def _spec_from_key(key: str):
 
 
 def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[int]) -> tuple:
-    """(rows, cos, sin, inv_freq, attention_factor) on `device` at `seq_len` (None: the spec's own): f32 [rows, R/2]
-    rows for positions [0, rows), and the frequencies they were computed from (float64 [R/2] and a float64 scalar)."""
-    tk = (key, str(device), seq_len)
+    """(rows, cos, sin, inv_freq, attention_factor) on `device` for the frequencies at `seq_len` (None: the spec's
+    own): f32 [rows, R/2] rows for positions [0, rows), and the frequencies (float64 [R/2] and a float64 scalar).
+    One table per distinct frequency set (lengths with equal frequencies share it), of at most _TABLE_BYTES; rows = 0
+    (no table: every row computed) for dynamic NTK lengths whose frequencies differ from the spec's own."""
+    inv, attn = spec.frequencies(seq_len)
+    inv = np.asarray(inv, dtype=np.float64)
+    tk = (key, str(device), inv.tobytes(), float(attn))
     hit = _TABLES.get(tk)
+    cap = max(1, _TABLE_BYTES // (8 * inv.size)) if inv.size else _DEFAULT_ROWS
+    need = need if need <= cap else 0  # positions past the cap are computed: the table does not grow for them
     if hit is not None and hit[0] >= need:
         return hit
-    rows = max(need, spec.max_position_embeddings or _DEFAULT_ROWS)
-    if hit is not None:
-        rows = max(rows, 2 * hit[0])
+    if hit is None and spec.length_dependent and spec.rope_type != "longrope":
+        base_inv, base_attn = spec.frequencies(None)
+        if float(base_attn) != float(attn) or not np.array_equal(np.asarray(base_inv, dtype=np.float64), inv):
+            return _freqs(tk, device, inv, attn)  # a continuum of lengths: a table each would grow without bound
+    rows = min(max(need, spec.max_position_embeddings or _DEFAULT_ROWS, 2 * hit[0] if hit is not None else 0), cap)
     c, s = _native._cos_sin(spec, np.arange(rows, dtype=np.int64), seq_len)
-    inv, attn = spec.frequencies(seq_len)
     entry = (rows, torch.from_numpy(c).to(device), torch.from_numpy(s).to(device),
-             torch.from_numpy(np.asarray(inv, dtype=np.float64)).to(device),
-             torch.tensor(float(attn), dtype=torch.float64).to(device))
+             torch.from_numpy(inv).to(device), torch.tensor(float(attn), dtype=torch.float64).to(device))
     _TABLES[tk] = entry
     return entry
+
+
+def _freqs(tk: tuple, device: torch.device, inv: np.ndarray, attn: float) -> tuple:
+    """A table with no rows (every row computed on the device) for frequencies `inv`, `attn`; the last few are kept."""
+    hit = _FREQS.get(tk)
+    if hit is None:
+        if len(_FREQS) >= 64:
+            _FREQS.pop(next(iter(_FREQS)))
+        hit = (0, None, None, torch.from_numpy(inv).to(device), torch.tensor(float(attn), dtype=torch.float64).to(device))
+        _FREQS[tk] = hit
+    return hit
 
 
 def _gather(table: tuple, ids: torch.Tensor, checked: bool, what: str = "the cos/sin rows"):
@@ -117,6 +139,8 @@ def _device_rows(tables: list, ids: torch.Tensor, use: Optional[torch.Tensor] = 
     torch._assert_async(((ids >= 0) & (ids <= _MAX_POSITION)).all(),
                         "[rotary] a position is outside [0, 2^31) (positions must be >= 0 and < 2^31)")
     rows, c, s, inv, attn = tables[0]
+    if rows == 0:  # no table (dynamic NTK: LongRoPE always has both)
+        return _computed(ids, inv, attn)
     i = ids.clamp(0, rows - 1)
     c, s, inside = c[i], s[i], ids < rows
     if use is not None:
@@ -144,7 +168,7 @@ def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_l
     """f32 rows for integer ids of any shape: ids.shape + (R/2,). host_end: the ids' end (offset + tokens) when the
     host knows it (offset positions: the table's exact rows cover them), else None (device ids: _device_rows)."""
     from_offset = host_end is not None
-    need = max(host_end or 0, seq_len or 0)
+    need = host_end or 0
     if seq_len is None and spec.rope_type == "longrope" and not from_offset:
         orig = spec.original_max_position_embeddings or spec.max_position_embeddings
         tables = [_table(spec, key, ids.device, need, orig), _table(spec, key, ids.device, need, orig + 1)]
@@ -153,9 +177,10 @@ def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_l
     if seq_len is None and spec.length_dependent:
         # dynamic (and longrope with host-known positions): the length is max(position) + 1
         seq_len = host_end if from_offset else (int(ids.max()) + 1 if ids.numel() else 1)
-        need = max(need, seq_len)  # the table covers the positions it was read from (past max_position_embeddings)
     table = _table(spec, key, ids.device, need, seq_len)
-    return _gather(table, ids, False) if from_offset else _device_rows([table], ids)
+    if from_offset and host_end <= table[0]:  # the host knows every offset position is inside: exact rows
+        return _gather(table, ids, False)
+    return _device_rows([table], ids)
 
 
 def _shape(dims) -> str:

@@ -244,3 +244,52 @@ def test_composite_positions_past_its_table_compile():
     for g, w in zip(got[:2], want[:2]):
         _assert_within_one_ulp(g, w)
     torch.testing.assert_close(got[2], want[2], rtol=0, atol=TOL["float32"])
+
+
+def _tables(key):
+    return [e for k, e in _torch_composite._TABLES.items() if k[0] == key]
+
+
+def test_composite_keeps_one_table_per_frequency_set():
+    """Dynamic NTK (device ids) and LongRoPE (offset positions) keyed a new table by every call's length, so each
+    decode step built and kept one: now lengths with the spec's own frequencies share its table, dynamic lengths past
+    max_position_embeddings have none (rows computed) and LongRoPE keeps its short and long tables only."""
+    dyn = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=64)
+    lr = PAST_TABLE[4][1]
+    q = torch.randn(1, 1, 2, 16, generator=torch.Generator().manual_seed(4))
+    for spec, steps in ((dyn, range(50, 90)), (lr, range(20, 50))):
+        key = rt.spec_key(spec)
+        for step in steps:
+            for pos, off in ((torch.tensor([[step]]), 0), (None, step)):
+                want = ops.apply(q, pos, off, key, "bshd", "", False, None)
+                with _torch_composite.forced():
+                    got = ops.apply(q, pos, off, key, "bshd", "", False, None)
+                torch.testing.assert_close(got, want, rtol=0, atol=TOL["float32"])
+        assert len(_tables(key)) <= (2 if spec is lr else 1)
+
+
+def test_composite_tables_are_capped(monkeypatch):
+    """A far dynamic position (2^31 - 1) or a large seq_len (2^31) made the device path build a table of that many
+    rows (MemoryError; 200000 rows for one call at 200000): tables now hold max(max_position_embeddings or 8192, the
+    offset positions seen) rows, at most 512 MiB, and positions past them are computed, offset positions included."""
+    dyn = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=64)
+    plain = rotary.Spec(16, max_position_embeddings=64)
+    for spec, ids, seq_len in ((dyn, [0, 200_000], None), (dyn, [0, 2**31 - 1], None), (plain, [0, 5], 300_000),
+                               (plain, [0, 5, 2**31 - 1], 2**31)):
+        key = rt.spec_key(spec)
+        want = ops.cos_sin(torch.tensor(ids), key, seq_len)
+        with _torch_composite.forced():
+            got = ops.cos_sin(torch.tensor(ids), key, seq_len)
+        for g, w in zip(got, want):
+            _assert_within_one_ulp(g, w)
+        assert max(e[0] for e in _tables(key)) <= 64
+    monkeypatch.setattr(_torch_composite, "_TABLE_BYTES", 100 * 64)  # 100 rows of R = 16
+    spec = rotary.Spec(16, max_position_embeddings=1000)  # capped below max_position_embeddings
+    key = rt.spec_key(spec)
+    x = torch.randn(1, 4, 2, 16, generator=torch.Generator().manual_seed(5))
+    for off in (0, 98, 5000, 2**31 - 4):
+        want = ops.apply(x, None, off, key, "bshd", "", False, None)
+        with _torch_composite.forced():
+            got = ops.apply(x, None, off, key, "bshd", "", False, None)
+        torch.testing.assert_close(got, want, rtol=0, atol=TOL["float32"])
+    assert max(e[0] for e in _tables(key)) == 100
