@@ -21,6 +21,7 @@ def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...]) -> None:
 
 AS_X = (("q", "x"),)
 AS_K = (("x", "k"),)  # apply's errors, which name x
+AS_Q = (("x", "q"),)  # apply's errors for q (apply_qk of two dtypes)
 FLASH = (("positions.batch_offsets", "seqlen_offsets"), ("positions.seq_offsets", "seqlen_offsets"),
           ("positions.offset", "seqlen_offsets"), ("positions.cu_seqlens", "cu_seqlens"))
 

@@ -33,7 +33,7 @@ import torch
 import rotary as _rotary
 from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
-from rotary._torch_checks import AS_K, AS_X, FLASH, check_k_like_q, dims, named, raise_named
+from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, named, raise_named
 from rotary._torch_ops import spec_from_key, spec_key
 from rotary._torch_positions import _functorch_active, _peek_functorch, _positions
 
@@ -221,12 +221,15 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
         kw = dict(layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
                   cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         if not inplace:
-            return apply(q, positions, spec, **kw), named(AS_K, apply, k, positions, spec, **kw)
-        grad = torch.is_grad_enabled() and k.requires_grad
-        if _torch_ops.refused_in_place(k, grad) or torch._debug_has_internal_overlap(k) == 1:
+            return named(AS_Q, apply, q, positions, spec, **kw), named(AS_K, apply, k, positions, spec, **kw)
+        # eager: a refused write of k raises first, q untouched (torch.compile and torch.func transforms cannot run
+        # these checks: there the writes are functionalised)
+        if not torch.compiler.is_compiling() and not _functorch_active() and (
+                _torch_ops.refused_in_place(k, torch.is_grad_enabled() and k.requires_grad)
+                or torch._debug_has_internal_overlap(k) == 1):
             named(AS_K, apply, k, positions, spec, inplace=True, **kw)  # its refusal, q untouched
         ky = named(AS_K, apply, k, positions, spec, **kw)
-        apply(q, positions, spec, inplace=True, **kw)
+        named(AS_Q, apply, q, positions, spec, inplace=True, **kw)
         return q, k.copy_(ky)
     key = _key(spec)
     pos, offset = _positions(positions, q, layout, cu_seqlens, seq_offsets, batch_offsets)

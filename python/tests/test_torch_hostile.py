@@ -223,8 +223,38 @@ def test_errors_name_the_arguments_of_the_function_called():
              (lambda: rt.cos_sin(-3, spec), ValueError, r"^\[rotary\] positions must be an int n >= 0 .* got -3"),
              (lambda: rt.RoPE(64)(torch.randn(2, 3, 32)), ValueError,
               r"^\[rotary\] x must have last dimension C = n_embed = 64, got 32 \(shape \[2,3,32\]\)"),
-             (lambda: rt.RoPE(7), ValueError, r"^\[rotary\] n_embed must be a positive even int .*got 7")]
+             (lambda: rt.RoPE(7), ValueError, r"^\[rotary\] n_embed must be a positive even int .*got 7"),
+             # apply_qk of two dtypes: q's call named it x
+             (lambda: rt.apply_qk(torch.randn(4, 2, 16, dtype=torch.bfloat16), torch.randn(1, 4, 1, 16), 0, spec),
+              ValueError, r"^\[rotary_apply\] q must have rank 4"),
+             (lambda: rt.apply_qk(torch.zeros(1, 4, 2, 16, dtype=torch.long), torch.randn(1, 4, 1, 16), 0, spec,
+                                  inplace=True), TypeError, r"^\[rotary_apply\] q dtype must be floating")]
     for f, kind, msg in cases:
         with pytest.raises(kind, match=msg):
             f()
     torch.testing.assert_close(rt.RoPE(64.0)(torch.ones(1, 2, 64)), rt.RoPE(64)(torch.ones(1, 2, 64)))
+
+
+def test_apply_qk_of_two_dtypes_in_place_under_compile_and_vmap():
+    # The eager pre-checks of k's write (is_inference, _debug_has_internal_overlap) failed torch.compile(fullgraph)
+    # ("Encountered tensor.is_inference() during tracing") and vmap ("Batching rule not implemented").
+    spec = rotary.Spec(16)
+    pos = torch.arange(4)[None]
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(3, 1, 4, 2, 16, generator=g).bfloat16(), torch.randn(3, 1, 4, 1, 16, generator=g)
+
+    def fn(q, k):
+        qq, kk = q.clone(), k.clone()
+        rt.apply_qk(qq, kk, pos, spec, inplace=True)
+        return qq, kk
+
+    want = [fn(q[i], k[i]) for i in range(3)]
+    torch.testing.assert_close(want[0], (rt.apply(q[0], pos, spec), rt.apply(k[0], pos, spec)), rtol=0, atol=0)
+    got = torch.func.vmap(fn)(q, k)
+    torch.testing.assert_close(got, tuple(torch.stack(w) for w in zip(*want)), rtol=0, atol=0)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(fn, fullgraph=True, backend="aot_eager")(q[0], k[0])
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, want[0], rtol=0, atol=0)
