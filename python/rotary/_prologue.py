@@ -188,6 +188,9 @@ def prologue(
       scale per row and head); fp8 caches, a float (the per-tensor scale). q_out: None writes q in place.
     Errors name the argument ("[rotary_prologue] ...") and are raised before anything is written.
     """
+    _refuse_inference((q if q_out is None else None, q_out, k_out,
+                       k if k_cache is None and v_cache is None and k_out is None else None,
+                       k_cache, v_cache, k_scale, v_scale), _WRITTEN)
     try:
         eps, offset_w = _float_arg(norm_eps, "rotary_prologue", "norm_eps"), _float_arg(norm_offset, "rotary_prologue", "norm_offset")
         threads = _threads_arg(threads, "rotary_prologue")
@@ -252,6 +255,31 @@ def _refuse_autograd(named: Sequence[Any], where: str = "rotary_prologue") -> No
             raise RuntimeError(f"[{where}] {name} requires grad, but {_NOT_DIFFERENTIABLE[where]}")
 
 
+_WRITTEN = ("q", "q_out", "k_out", "k", "k_cache", "v_cache", "k_scale", "v_scale")  # _refuse_inference's names
+
+
+def _refuse_inference(written: Sequence[Any], names: Sequence[str], where: str = "rotary_prologue") -> None:
+    """RuntimeError before anything is written when a torch tensor the call writes (`written`, named by `names`; None
+    where not written) is an inference tensor outside torch.inference_mode(): torch refuses such in-place updates
+    (rotary's in-place kernels do too). About 1 us per call (a decode step's prologue takes ~9 us)."""
+    torch = _torch_module()
+    if torch is None:
+        return
+    tensor = torch.Tensor
+    for x in written:
+        if x is not None and isinstance(x, tensor) and x.is_inference():
+            break
+    else:
+        return
+    if torch.is_inference_mode_enabled():
+        return
+    for name, x in zip(names, written):
+        if isinstance(x, tensor) and x.is_inference():
+            raise RuntimeError(f"[{where}] {name} must not be an inference tensor for an in-place update outside "
+                               "InferenceMode (torch: \"Inplace update to inference tensor outside InferenceMode is "
+                               "not allowed\"; clone it first), got an inference tensor")
+
+
 def rerotate_cache(
     k_cache: ArrayLike,
     slots: ArrayLike,
@@ -280,6 +308,7 @@ def rerotate_cache(
         raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")
     try:
         _refuse_autograd([("k_cache", k_cache), ("k_scale", k_scale)], "rotary_rerotate_cache")
+        _refuse_inference((k_cache, k_scale), ("k_cache", "k_scale"), "rotary_rerotate_cache")
         kcv, bits = _core(k_cache, "k_cache")
         _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
                                 _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,

@@ -201,6 +201,45 @@ def test_rerotate_op_equals_rotating_at_the_new_positions():
         np.testing.assert_allclose(kc[0, s].numpy(), rotate(k[i].double().numpy(), (p * inv)[None, :]), atol=3e-5)
 
 
+def test_the_prologue_and_rerotation_refuse_inference_tensors_outside_inference_mode():
+    # torch refuses in-place updates to inference tensors outside torch.inference_mode(); rotary.prologue (its direct
+    # torch entry and the generic path), the op and rerotate_cache wrote the caches, q and the int8 scales.
+    spec = rotary.Spec(64)
+    key = prologue_torch.spec_key(spec)
+    g = torch.Generator().manual_seed(4)
+    k, v = torch.randn((3, 2, 64), generator=g), torch.randn((3, 2, 64), generator=g)
+    with torch.inference_mode():
+        q_inf, kc_inf, sc_inf = torch.randn((3, 4, 64), generator=g), torch.zeros((2, 4, 2, 64)), torch.ones(2, 4, 2)
+    plain = dict(q=torch.randn((3, 4, 64), generator=g), k_cache=torch.zeros((2, 4, 2, 64)),
+                 v_cache=torch.zeros((2, 4, 2, 64)))
+    cases = [("q", dict(plain, q=q_inf)), ("k_cache", dict(plain, k_cache=kc_inf)),
+             ("v_cache", dict(plain, v_cache=kc_inf)),
+             ("k_scale", dict(plain, k_cache=torch.zeros((2, 4, 2, 64), dtype=torch.int8), k_scale=sc_inf))]
+    for name, a in cases:
+        before = {n: t.clone() for n, t in a.items()}
+        msg = rf"^\[rotary_prologue\] {name} must not be an inference tensor for an in-place update outside"
+        args = _op_args(a["q"], k, v, a["k_cache"], a["v_cache"], key, k_scale=a.get("k_scale"))
+        for call in (lambda: rotary.prologue(a["q"], k, v, args[3], spec, k_cache=a["k_cache"], v_cache=a["v_cache"],
+                                             slot_mapping=args[7], k_scale=a.get("k_scale")),
+                     lambda: torch.ops.rotary.prologue(*args), lambda: prologue_torch._call_prologue(*args)):
+            with pytest.raises(RuntimeError, match=msg):
+                call()
+            assert all(torch.equal(a[n], t) for n, t in before.items()), name
+    for cache, scale, name in ((kc_inf, None, "k_cache"), (torch.zeros((2, 4, 2, 64), dtype=torch.int8), sc_inf,
+                                                           "k_scale")):
+        msg = rf"^\[rotary_rerotate_cache\] {name} must not be an inference tensor"
+        ids = torch.tensor([5, 2]), torch.tensor([10, 12]), torch.tensor([3, 4])
+        for call in (lambda: rotary.rerotate_cache(cache, *ids, spec, k_scale=scale),
+                     lambda: torch.ops.rotary.rerotate_cache(cache, *ids, key, None, "nhd", scale, 1.0, 1)):
+            with pytest.raises(RuntimeError, match=msg):
+                call()
+    assert not kc_inf.any() and torch.equal(sc_inf, torch.ones(2, 4, 2))
+    with torch.inference_mode():  # inside inference_mode: allowed, as for torch's ops
+        rotary.prologue(q_inf, k, v, 10, spec, k_cache=kc_inf, v_cache=kc_inf.clone(), slot_mapping=args[7])
+        rotary.rerotate_cache(kc_inf, *ids, spec)
+    assert kc_inf.any()
+
+
 def _tiny(kind: str, **extra):
     torch.manual_seed(0)
     common = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
