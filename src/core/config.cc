@@ -410,8 +410,12 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // --- type-specific keys (only the ones HF reads for this type).
   const std::string& tn = type_name;
   auto read_orig = [&] {
-    // Phi-3 exception (HF standardize_rope_params): a top-level value overrides the dict.
-    if (auto o = top.integer("original_max_position_embeddings")) sc.original_max_position_embeddings = *o;
+    // HF standardize_rope_params: Phi-3 and Phi-4-multimodal's classes hold the value as an attribute (default
+    // 4096) that replaces the dict's; other classes read only the dict (a file without model_type: top level first).
+    const bool phi3 = model_type == "phi3" || model_type == "phi4_multimodal";
+    if (auto o = top.integer("original_max_position_embeddings"); o && (phi3 || model_type.empty()))
+      sc.original_max_position_embeddings = *o;
+    else if (phi3) sc.original_max_position_embeddings = 4096;
     else if (auto o2 = rp.integer("original_max_position_embeddings")) sc.original_max_position_embeddings = *o2;
     if (sc.original_max_position_embeddings < 0)
       invalid(rp.field("original_max_position_embeddings") + " must be > 0, got " +

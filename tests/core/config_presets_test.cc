@@ -220,6 +220,21 @@ TEST(Config, Phi3TopLevelOriginalMaxOverridesDict) {
   EXPECT_DOUBLE_EQ(rotary::compute_frequencies(s).attention_factor, std::sqrt(1.0 + 5.0 / 12.0));
 }
 
+TEST(Config, OriginalMaxIsReadAsTheModelClassReadsIt) {
+  // phi3 / phi4_multimodal: a class attribute (default 4096) replaces the dict's; other classes read only the dict.
+  const std::string dict = R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2], "long_factor": [3, 4],
+                                                "original_max_position_embeddings": 8192}})";
+  const std::string head = R"({"head_dim": 4, "max_position_embeddings": 131072, )";
+  for (const char* mt : {"phi3", "phi4_multimodal"}) {
+    const std::string t = std::string(R"("model_type": ")") + mt + R"(", )";
+    EXPECT_EQ(parse(head + t + dict).scaling.original_max_position_embeddings, 4096) << mt;
+    EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": 2048, )" + dict)
+                  .scaling.original_max_position_embeddings, 2048) << mt;
+  }
+  const std::string moe = R"("model_type": "phimoe", "original_max_position_embeddings": 2048, )";
+  EXPECT_EQ(parse(head + moe + dict).scaling.original_max_position_embeddings, 8192);
+}
+
 TEST(Config, YarnOriginalDefaultsToMaxPositions) {
   const Spec s = parse(R"({"head_dim": 128, "max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})");
   EXPECT_EQ(s.scaling.original_max_position_embeddings, 4096);
