@@ -397,3 +397,38 @@ def test_mlx_lm_rope_classes(name, extra, tokens, expected):
                      positions=np.arange(tokens))
     assert codes(r) == expected, r.text
     assert r.agree == (not expected)
+
+
+def _cli_check(tmp_path, *args):
+    """`rotary check ... --json` through the built CLI (env ROTARY_CLI), as a dict."""
+    import json
+    import os
+    import subprocess
+    cli = os.environ.get("ROTARY_CLI")
+    if not cli or not os.path.exists(cli):
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    out = subprocess.run([cli, "check", *map(str, args), "--json"], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode in (0, 1), out.stderr  # 1: the verdict is DISAGREE
+    return json.loads(out.stdout)
+
+
+def test_transformers_own_llama3_blend_agrees_where_f32_smooth_is_magnified(tmp_path):
+    # A narrow blend (low 1, high 2) and factor 32: HF's f32 smooth factor is off by ~3e-7, which the blend
+    # multiplies by up to factor - 1 (5.4e-6 relative in band 26).
+    import json
+    from safetensors.torch import save_file
+    params = {"rope_type": "llama3", "rope_theta": 150000.0, "factor": 32.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 2.0, "original_max_position_embeddings": 4096}
+    doc = {"model_type": "llama", "hidden_size": 768, "num_attention_heads": 8, "head_dim": 96,
+           "max_position_embeddings": 131072, "rope_scaling": params}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    config = LlamaConfig(hidden_size=768, num_attention_heads=8, head_dim=96, max_position_embeddings=131072,
+                         rope_parameters=params)
+    rope = LlamaRotaryEmbedding(config)
+    save_file({"inv_freq": rope.inv_freq.contiguous()}, str(tmp_path / "inv.safetensors"))
+    r = _cli_check(tmp_path, "--config", "config.json", "--layout", "hf", "--inv-freq", "inv.safetensors")
+    assert r["verdict"] == "agree" and r["diagnoses"] == [], r
+    cos, sin = rope(torch.zeros(1, 3000, 96), torch.arange(3000)[None])
+    save_file({"cos": cos[0].contiguous(), "sin": sin[0].contiguous()}, str(tmp_path / "cs.safetensors"))
+    r = _cli_check(tmp_path, "--config", "config.json", "--layout", "hf", "--cos-sin", "cs.safetensors")
+    assert r["verdict"] == "agree" and r["diagnoses"] == [], r

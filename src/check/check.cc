@@ -131,10 +131,12 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   std::vector<double> found, sigma;
   estimate_bands(d, res.attention_factor_found.value_or(truth.attention_factor), found, sigma);
   Hypotheses hyp = make_hypotheses(spec, seq_len, truth, d, af_testable, found, sigma);
-  const double truth_score = score(d, {truth.inv_freq, truth.attention_factor, std::nullopt}, rows);
+  const std::vector<double> slack = engine_blend_slack(spec);  // HF's f32 llama3 blend
+  const double truth_score = score(d, {truth.inv_freq, truth.attention_factor, std::nullopt, slack}, rows);
   // Bands judge the frequencies alone: at the attention factor found in the data (reported on its own line).
   std::vector<double> truth_bands;
-  score(d, {truth.inv_freq, res.attention_factor_found.value_or(truth.attention_factor), std::nullopt}, rows, &truth_bands);
+  score(d, {truth.inv_freq, res.attention_factor_found.value_or(truth.attention_factor), std::nullopt, slack}, rows,
+        &truth_bands);
   const bool truth_explains = truth_score <= 1.0;
   std::set<std::string> seen;
   auto declare = [&](const std::string& code, const std::string& msg) {
@@ -149,7 +151,7 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
         for (const auto& fv : hyp.freqs)
           for (const auto& av : hyp.factors) {
             if ((fv.code.empty() ? 0 : 1) + (av.code.empty() ? 0 : 1) != mistakes || fv.fitted != allow_fitted) continue;
-            if (score(d, {fv.inv_freq, av.af, fv.low_precision_angles}, rows) > 1.0) continue;
+            if (score(d, {fv.inv_freq, av.af, fv.low_precision_angles, slack}, rows) > 1.0) continue;
             if (!fv.code.empty()) declare(fv.code, fv.message);
             if (!av.code.empty()) declare(av.code, av.message);
           }

@@ -31,6 +31,26 @@ double low_precision_envelope(DType d, double p, double theta) {
 
 }  // namespace
 
+std::vector<double> engine_blend_slack(const Spec& spec) {
+  std::vector<double> out(static_cast<size_t>(spec.rotary_dim / 2), 0.0);
+  const Scaling& sc = spec.scaling;
+  if (sc.type != RopeType::kLlama3 || !sc.factor) return out;
+  const double eps = 0x1p-24, f = *sc.factor, L = static_cast<double>(sc.original_max_position_embeddings);
+  const double lo = sc.low_freq_factor, hi = sc.high_freq_factor, R = static_cast<double>(spec.rotary_dim);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double x = 2.0 * static_cast<double>(i) / R;
+    const double ratio = L * std::pow(spec.base, -x) / (2 * M_PI);  // L / wavelen, in [lo, hi] in the blend
+    if (!(ratio >= lo * (1 - 1e-6) && ratio <= hi * (1 + 1e-6))) continue;
+    const double smooth = std::clamp((ratio - lo) / (hi - lo), 0.0, 1.0);
+    // f32 θ: pow of an f32 exponent (|ln base|·x roundings) and 3 more; 2π / θ and L / wavelen: 2; the subtraction
+    // and division: 2 of smooth. The result's relative change per unit of smooth is (1 - 1/f) / ((1 - s)/f + s).
+    const double theta_rel = (std::fabs(std::log(spec.base)) * x + 3) * eps;
+    const double d_smooth = ratio / (hi - lo) * (theta_rel + 2 * eps) + 2 * eps;
+    out[i] = d_smooth * (1 - 1 / f) / ((1 - smooth) / f + smooth);
+  }
+  return out;
+}
+
 double score(const Canonical& data, const Model& m, const std::vector<int64_t>& rows, std::vector<double>* per_band) {
   const int64_t hm = static_cast<int64_t>(m.inv_freq.size());
   const int64_t h = std::max(data.half, hm);
@@ -42,6 +62,7 @@ double score(const Canonical& data, const Model& m, const std::vector<int64_t>& 
     if (per_band) (*per_band)[static_cast<size_t>(j)] = std::max((*per_band)[static_cast<size_t>(j)], ratio);
   };
   auto theta_of = [&](int64_t j) { return j < hm ? m.inv_freq[static_cast<size_t>(j)] : 0.0; };
+  auto slack_of = [&](int64_t j) { return j < static_cast<int64_t>(m.band_rel.size()) ? m.band_rel[static_cast<size_t>(j)] : 0.0; };
   // Bands the model rotates but the data does not have.
   for (int64_t j = data.half; j < hm; ++j)
     if (m.inv_freq[static_cast<size_t>(j)] != 0.0) note(j, inf);
@@ -49,7 +70,7 @@ double score(const Canonical& data, const Model& m, const std::vector<int64_t>& 
   if (data.form == Form::kFreqs) {
     for (int64_t j = 0; j < data.half; ++j) {
       const double t = theta_of(j), d = data.inv_freq[static_cast<size_t>(j)];
-      const double tol = 2 * half_ulp(data.dtype, t) + kFreqRel * std::fabs(t) + kFreqAbs;
+      const double tol = 2 * half_ulp(data.dtype, t) + (kFreqRel + slack_of(j)) * std::fabs(t) + kFreqAbs;
       note(j, std::fabs(d - t) / tol);
     }
     if (data.attention_factor) {
@@ -63,7 +84,7 @@ double score(const Canonical& data, const Model& m, const std::vector<int64_t>& 
     const double p = data.positions[static_cast<size_t>(r)];
     for (int64_t j = 0; j < data.half; ++j) {
       const double theta = theta_of(j), angle = p * theta;
-      double angle_tol = kAngleAbs + kAngleRel * std::fabs(angle);
+      double angle_tol = kAngleAbs + (kAngleRel + slack_of(j)) * std::fabs(angle);
       if (m.low_precision_angles) angle_tol += low_precision_envelope(*m.low_precision_angles, p, theta);
       const size_t k = static_cast<size_t>(r * data.half + j);
       if (data.form == Form::kAngles) {
