@@ -432,3 +432,18 @@ def test_transformers_own_llama3_blend_agrees_where_f32_smooth_is_magnified(tmp_
     save_file({"cos": cos[0].contiguous(), "sin": sin[0].contiguous()}, str(tmp_path / "cs.safetensors"))
     r = _cli_check(tmp_path, "--config", "config.json", "--layout", "hf", "--cos-sin", "cs.safetensors")
     assert r["verdict"] == "agree" and r["diagnoses"] == [], r
+
+
+def test_a_wrong_base_is_one_diagnosis(tmp_path):
+    # Fits of the base on 1, 2, 4, 8 and all bands found 9999.96 and 10000: one mistake, one diagnosis.
+    import json
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+    doc = json.loads(rotary.preset_config_json("llama-3.1-8b"))
+    model_type = doc.pop("model_type")
+    doc.pop("architectures", None)
+    rope = LlamaRotaryEmbedding(AutoConfig.for_model(model_type, **dict(doc, rope_theta=10000.0)))
+    cos, sin = rope(torch.zeros(1, 8192, 8), torch.arange(8192)[None])
+    save_file({"cos": cos[0].contiguous(), "sin": sin[0].contiguous()}, str(tmp_path / "b.safetensors"))
+    r = _cli_check(tmp_path, "--preset", "llama-3.1-8b", "--layout", "hf", "--cos-sin", "b.safetensors")
+    assert [d["code"] for d in r["diagnoses"]] == ["base_mismatch"], r["diagnoses"]

@@ -1,6 +1,7 @@
 // `rotary check`: decode an engine's data, test the config and each suspected mistake against it, report.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numbers>
 #include <set>
 
@@ -148,13 +149,25 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
     for (int mistakes = 1; mistakes <= 2 && res.diagnoses.empty(); ++mistakes)
       for (bool allow_fitted : {false, true}) {
         if (!res.diagnoses.empty()) break;
+        // Fits of one base on different bands are one mistake: only the best-scoring fit per code is declared.
+        std::map<std::string, std::pair<double, std::pair<const FreqVariant*, const FactorVariant*>>> best_fit;
         for (const auto& fv : hyp.freqs)
           for (const auto& av : hyp.factors) {
             if ((fv.code.empty() ? 0 : 1) + (av.code.empty() ? 0 : 1) != mistakes || fv.fitted != allow_fitted) continue;
-            if (score(d, {fv.inv_freq, av.af, fv.low_precision_angles, slack}, rows) > 1.0) continue;
+            const double sc = score(d, {fv.inv_freq, av.af, fv.low_precision_angles, slack}, rows);
+            if (sc > 1.0) continue;
+            if (fv.fitted) {
+              auto [it, fresh] = best_fit.try_emplace(fv.code + '\n' + av.code, sc, std::pair{&fv, &av});
+              if (!fresh && sc < it->second.first) it->second = {sc, {&fv, &av}};
+              continue;
+            }
             if (!fv.code.empty()) declare(fv.code, fv.message);
             if (!av.code.empty()) declare(av.code, av.message);
           }
+        for (const auto& [key, best] : best_fit) {
+          declare(best.second.first->code, best.second.first->message);
+          if (!best.second.second->code.empty()) declare(best.second.second->code, best.second.second->message);
+        }
       }
   }
   for (const auto& s : hyp.structural) declare(s.code, s.message);
