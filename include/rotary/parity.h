@@ -95,7 +95,7 @@ struct CheckResult {
   int64_t positions = 0;                        ///< rows of the table / tokens / positions examined
   std::optional<int64_t> seq_len;               ///< the length the expected frequencies were computed for
   int64_t rotary_dim_expected = 0, rotary_dim_found = 0;
-  double max_rel_err_inv_freq = 0;              ///< over bands the data resolves
+  std::optional<double> max_rel_err_inv_freq;   ///< over bands the data resolves (nullopt: it resolves none)
   double attention_factor_expected = 1.0;
   std::optional<double> attention_factor_found; ///< nullopt when the layout has none (te, inv_freq)
   std::vector<BandParity> bands;

@@ -447,3 +447,19 @@ def test_a_wrong_base_is_one_diagnosis(tmp_path):
     save_file({"cos": cos[0].contiguous(), "sin": sin[0].contiguous()}, str(tmp_path / "b.safetensors"))
     r = _cli_check(tmp_path, "--preset", "llama-3.1-8b", "--layout", "hf", "--cos-sin", "b.safetensors")
     assert [d["code"] for d in r["diagnoses"]] == ["base_mismatch"], r["diagnoses"]
+
+
+def test_no_resolved_band_gives_no_max_error(tmp_path):
+    # A bf16 inv_freq resolves no band: its largest relative error is unknown (null), not 0.
+    import os
+    import subprocess
+    cli = os.environ.get("ROTARY_CLI")
+    if not cli or not os.path.exists(cli):
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    subprocess.run([cli, "export", "--preset", "llama-2-7b", "--layout", "hf", "--what", "inv-freq", "--dtype", "bf16",
+                    "--out", "inv.safetensors"], check=True, capture_output=True, cwd=tmp_path)
+    r = _cli_check(tmp_path, "--preset", "llama-2-7b", "--layout", "hf", "--inv-freq", "inv.safetensors")
+    assert r["max_rel_err_inv_freq"] is None, r["max_rel_err_inv_freq"]
+    text = subprocess.run([cli, "check", "--preset", "llama-2-7b", "--layout", "hf", "--inv-freq", "inv.safetensors"],
+                          capture_output=True, text=True, cwd=tmp_path).stdout
+    assert "resolved inv_freq n/a" in text, text

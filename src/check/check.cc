@@ -183,7 +183,7 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
     const double sg = j < d.half ? sigma[static_cast<size_t>(j)] : NAN;
     const bool resolved = std::isfinite(b.found) && (b.expected == 0 ? sg < 1e-6 : sg <= 1e-3 * b.expected);
     b.rel_err = !resolved ? NAN : b.expected == 0 ? std::fabs(b.found) : std::fabs(b.found / b.expected - 1);
-    if (resolved) res.max_rel_err_inv_freq = std::max(res.max_rel_err_inv_freq, b.rel_err);
+    if (resolved) res.max_rel_err_inv_freq = std::max(res.max_rel_err_inv_freq.value_or(0.0), b.rel_err);
     b.ok = truth_bands[static_cast<size_t>(j)] <= 1.0;
     res.bands.push_back(b);
   }

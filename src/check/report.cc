@@ -103,7 +103,7 @@ std::string check_result_json(const CheckResult& r) {
             {"rotary_dim_expected", r.rotary_dim_expected},
             {"rotary_dim_found", r.rotary_dim_found},
             {"pairing_found", r.pairing_found.empty() ? Json(nullptr) : Json(r.pairing_found)},
-            {"max_rel_err_inv_freq", r.max_rel_err_inv_freq},
+            {"max_rel_err_inv_freq", opt(r.max_rel_err_inv_freq)},
             {"attention_factor_expected", r.attention_factor_expected},
             {"attention_factor_found", opt(r.attention_factor_found)},
             {"diagnoses", diags},
@@ -132,7 +132,8 @@ std::string check_result_text(const CheckResult& r) {
   int64_t bad = 0;
   for (const auto& b : r.bands) bad += b.ok ? 0 : 1;
   o += "bands            " + std::to_string(r.bands.size() - static_cast<size_t>(bad)) + " agree, " + std::to_string(bad) +
-       " disagree; max relative error of the resolved inv_freq " + g(r.max_rel_err_inv_freq, 3) + "\n";
+       " disagree; max relative error of the resolved inv_freq " +
+       (r.max_rel_err_inv_freq ? g(*r.max_rel_err_inv_freq, 3) : std::string("n/a (no band resolved)")) + "\n";
   int shown = 0;
   for (const auto& b : r.bands) {
     if (b.ok) continue;
