@@ -252,3 +252,22 @@ def test_plot_command_draws_every_layer_type_of_a_per_layer_type_report(tmp_path
             _check_png(d / t / name, want_red=red)
     res = subprocess.run([cli, "plot", str(tmp_path / "nothing")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "report.json not found" in res.stderr
+
+
+def test_speed_counts_the_bytes_a_partial_rotary_call_moves(tmp_path):
+    """GPT-J rotates 64 of its 256 channels in place: the GB/s and the limit count those bytes, not whole heads."""
+    cli = _find_cli()
+    if not cli:
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    d = tmp_path / "gptj"
+    res = subprocess.run([cli, "report", "--preset", "gpt-j-6b", "--out", str(d), "--no-plots", "--quick"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    sp = json.loads((d / "report.json").read_text())["speed"]
+    assert sp["rotated_channels"] == 64
+    pre = sp["prefill"]
+    tokens, q_heads = pre["q_shape"][:2]
+    moved = 2 * 4 * tokens * (q_heads + pre["k_shape"][1]) * 64  # read and written, f32
+    assert pre["gb_per_s"] * pre["seconds"] * 1e9 == pytest.approx(moved, rel=1e-9)
+    assert pre["streaming_limit_gb_per_s"] * pre["streaming_limit_seconds"] * 1e9 == pytest.approx(moved, rel=1e-9)
+    assert "64 rotated of each head's 256 channels" in res.stdout

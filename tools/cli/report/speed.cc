@@ -16,7 +16,7 @@ namespace rotary::cli::report {
 namespace {
 
 struct SpeedResult {
-  int64_t tokens = 0, q_heads = 32, kv_heads = 8, head_dim = 0;
+  int64_t tokens = 0, q_heads = 32, kv_heads = 8, head_dim = 0, rotated = 0;  ///< rotated: channels per head moved
   int threads = 1;
   double prefill_s = 0, prefill_limit_s = 0, prefill_bytes = 0;  ///< medians, seconds per call
   double decode_s = 0, decode_limit_s = 0, decode_bytes = 0;
@@ -26,12 +26,15 @@ SpeedResult measure_speed(const ModelView& mv, int64_t D, bool quick) {
   SpeedResult r;
   r.tokens = quick ? 512 : 4096;
   r.head_dim = D;
+  // The in-place call reads and writes only the rotated channels of each head (R of D for partial rotary): the
+  // work and its limit count those bytes.
+  r.rotated = std::clamp<int64_t>(mv.spec.rotary_dim, 1, D);
   r.threads = std::max(1, int(std::thread::hardware_concurrency()));
   Rope rope(mv.spec);
   Progress progress("report: speed", 2);
   auto q = random_normal(size_t(r.tokens * r.q_heads * D), 51);
   auto k = random_normal(size_t(r.tokens * r.kv_heads * D), 52);
-  const size_t prefill_bytes = sizeof(float) * (q.size() + k.size());
+  const size_t prefill_bytes = sizeof(float) * size_t(r.tokens * (r.q_heads + r.kv_heads) * r.rotated);
   Limits limits(prefill_bytes);
   // Alternating directions keeps the magnitudes bounded.
   bool forward = true;
@@ -53,7 +56,7 @@ SpeedResult measure_speed(const ModelView& mv, int64_t D, bool quick) {
 
   // Decode: one new token at the next position; the kernel runs it on the calling thread, so does the limit.
   std::vector<float> dq(q.begin(), q.begin() + r.q_heads * D), dk(k.begin(), k.begin() + r.kv_heads * D);
-  const size_t decode_bytes = sizeof(float) * (dq.size() + dk.size());
+  const size_t decode_bytes = sizeof(float) * size_t((r.q_heads + r.kv_heads) * r.rotated);
   ApplyArgs d;
   d.q = TensorView::contiguous(dq.data(), DType::kF32, {1, r.q_heads, D});
   d.k = TensorView::contiguous(dk.data(), DType::kF32, {1, r.kv_heads, D});
@@ -73,6 +76,9 @@ void report_speed(const ModelView& mv, int64_t D, bool quick, Json& rep) {
   const SpeedResult sp = measure_speed(mv, D, quick);
   const double gbs = 1e-9 * sp.prefill_bytes / sp.prefill_s, lim = 1e-9 * sp.prefill_bytes / sp.prefill_limit_s;
   std::printf("\nspeed (%d threads, f32, in place; timings are noisy on shared machines)\n", sp.threads);
+  if (sp.rotated < D)
+    std::printf("  (partial rotary: the call moves the %lld rotated of each head's %lld channels; bytes and limits count "
+                "those)\n", (long long)sp.rotated, (long long)D);
   std::printf("  prefill q[%lld,%lld,%lld]+k[%lld,%lld,%lld]: %.3f ms (%.1f GB/s) vs streaming read-modify-write "
               "%.3f ms (%.1f GB/s): %.0f%% of the limit\n",
               (long long)sp.tokens, (long long)sp.q_heads, (long long)D, (long long)sp.tokens, (long long)sp.kv_heads,
@@ -83,6 +89,7 @@ void report_speed(const ModelView& mv, int64_t D, bool quick, Json& rep) {
               sp.decode_limit_s * 1e6);
   rep["speed"] = {{"threads", sp.threads},
                   {"quick", quick},
+                  {"rotated_channels", sp.rotated},
                   {"prefill", {{"q_shape", {sp.tokens, sp.q_heads, D}},
                                {"k_shape", {sp.tokens, sp.kv_heads, D}},
                                {"seconds", sp.prefill_s},
