@@ -237,6 +237,12 @@ def plot_score(plt, data, out):
     plt.close(fig)
 
 
+def _largest_binade(top):
+    """k of the binade [2^k, 2^(k+1)) that holds the largest values below `top` (af·cos, af·sin: |value| <= af; an
+    exact power of two such as 1 is itself exact); half an f32 ulp there is 2^(k - 24)."""
+    return math.ceil(math.log2(top)) - 1
+
+
 def plot_phase_error(plt, data, out):
     report, pe = data["report"], data["phase_error"]
     p = pe["position"]
@@ -249,9 +255,9 @@ def plot_phase_error(plt, data, out):
     ax.plot(p, clip(pe["rotary_cos_err"]), color="tab:green", linewidth=1.6, label="rotary: max |cos error|")
     ax.plot(p, clip(pe["rotary_sin_err"]), color="tab:blue", linewidth=1.0, linestyle="--",
             label="rotary: max |sin error|")
-    af = report.get("attention_factor", 1.0)
-    ax.axhline(2.0 ** -25 * max(1.0, af), color="gray", linestyle=":", linewidth=1.0,
-               label="half an f32 ulp below 1 (2^-25): the floor for any f32 table")
+    exp = _largest_binade(max(1.0, abs(report.get("attention_factor", 1.0))))
+    ax.axhline(2.0 ** (exp - 24), color="gray", linestyle=":", linewidth=1.0,
+               label=f"half an f32 ulp of the largest |value| (2^{exp - 24}): the floor for any f32 table")
     _context_lines(ax, report, axis="x")
     ax.set_xscale("log")
     ax.set_yscale("log")

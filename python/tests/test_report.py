@@ -271,3 +271,26 @@ def test_speed_counts_the_bytes_a_partial_rotary_call_moves(tmp_path):
     assert pre["gb_per_s"] * pre["seconds"] * 1e9 == pytest.approx(moved, rel=1e-9)
     assert pre["streaming_limit_gb_per_s"] * pre["streaming_limit_seconds"] * 1e9 == pytest.approx(moved, rel=1e-9)
     assert "64 rotated of each head's 256 channels" in res.stdout
+
+
+def _drawn_figure(plot, synthetic, monkeypatch):
+    """Runs one plot function of the standalone plotter on `synthetic` and returns its figure (not closed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    mod = _load_standalone()
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    getattr(mod, plot)(plt, mod.load(str(synthetic)), str(synthetic / "out.png"))
+    return figs[0]
+
+
+@pytest.mark.parametrize("af,exp", [(1.0, -25), (1.6, -24), (0.9, -25)])
+def test_phase_error_floor_is_half_an_ulp_of_the_largest_value(synthetic, monkeypatch, af, exp):
+    # af·cos reaches af: values in [1, af) round to half of 2^-23, not 2^-25 · af (gpt-oss: af 1.35).
+    rep = json.loads((synthetic / "report.json").read_text())
+    (synthetic / "report.json").write_text(json.dumps(dict(rep, attention_factor=af)))
+    fig = _drawn_figure("plot_phase_error", synthetic, monkeypatch)
+    floor = [ln for ln in fig.axes[0].lines if "ulp" in ln.get_label()]
+    assert len(floor) == 1 and floor[0].get_ydata()[0] == 2.0 ** exp, [ln.get_label() for ln in floor]
+    assert f"2^{exp}" in floor[0].get_label()
