@@ -220,9 +220,13 @@ def plot_score(plt, data, out):
             if key not in ("model", "unscaled"):
                 style["linestyle"] = "--"
             ax.plot(x, _from(score, col + "_mean", keep), label=label + " (bin mean)", **style)
-        if suffix == "_pair" and "model_pair_kernel" in score:
+        if suffix == "_pair" and "model_pair_kernel" in score and "model_pair" in score:
+            # The kernel's values are at each bin start: compare them with the fp64 value there, not the bin mean.
+            ax.plot(x, _from(score, "model_pair", keep), linestyle="none", marker="o", markersize=4.5,
+                    markerfacecolor="none", markeredgewidth=0.6, color="tab:red", zorder=6,
+                    label="model at each bin start, fp64 (rings)")
             ax.plot(x, _from(score, "model_pair_kernel", keep), linestyle="none", marker="o", markersize=1.6,
-                    color="tab:blue", label="model at each bin start, through rotary's f32 kernel", zorder=6)
+                    color="tab:blue", label="model at each bin start, through rotary's f32 kernel (dots)", zorder=7)
         _context_lines(ax, report, axis="x")
         ax.axhline(0.0, color="gray", linewidth=0.6)
         ax.set_xscale("log")

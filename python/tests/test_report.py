@@ -294,3 +294,20 @@ def test_phase_error_floor_is_half_an_ulp_of_the_largest_value(synthetic, monkey
     floor = [ln for ln in fig.axes[0].lines if "ulp" in ln.get_label()]
     assert len(floor) == 1 and floor[0].get_ydata()[0] == 2.0 ** exp, [ln.get_label() for ln in floor]
     assert f"2^{exp}" in floor[0].get_label()
+
+
+def test_score_kernel_dots_sit_on_fp64_values_at_the_same_distances(synthetic, monkeypatch):
+    # The kernel is evaluated at each bin start: it must be drawn against the fp64 bin-start value, not the bin mean.
+    rows = list(csv.reader(open(synthetic / "score.csv")))
+    head = rows[0]
+    col = head.index("model_pair_mean")
+    for row in rows[1:]:
+        row[col] = str(float(row[col]) + 0.2)  # a bin mean away from the bin start, as in a wide oscillating bin
+    _write_csv(synthetic / "score.csv", head, rows[1:])
+    fig = _drawn_figure("plot_score", synthetic, monkeypatch)
+    lines = {ln.get_label(): ln for ln in fig.axes[1].lines}
+    dots = [ln for lb, ln in lines.items() if "f32 kernel" in lb]
+    fp64 = [ln for lb, ln in lines.items() if "bin start" in lb and "fp64" in lb]
+    assert len(dots) == 1 and len(fp64) == 1, list(lines)
+    np.testing.assert_allclose(fp64[0].get_ydata(), dots[0].get_ydata(), atol=1e-9)
+    np.testing.assert_array_equal(fp64[0].get_xdata(), dots[0].get_xdata())
