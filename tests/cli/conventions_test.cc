@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -72,6 +73,33 @@ TEST_F(CliConventions, HelpOnEveryCommandDescribesEveryOptionWithItsDefault) {
     }
     std::string out;
     EXPECT_EQ(run("help " + c, &out), 0);
+  }
+}
+
+TEST_F(CliConventions, UsageLineListsTheChoicesTheOptionTableAccepts) {
+  // `rotary apply`'s usage once listed --backend auto|cpu|reference while the option accepted cuda too.
+  const std::regex choice(R"((--[a-z0-9-]+) ([A-Za-z0-9_.-]+(\|[A-Za-z0-9_.-]+)+))");
+  for (const std::string& c : commands()) {
+    std::string out;
+    ASSERT_EQ(run(c + " --help", &out), 0) << c;
+    const size_t split = out.find("\n\n");
+    std::map<std::string, std::string> table;
+    std::istringstream in(out.substr(split));
+    std::smatch m;
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("  --", 0) == 0 && std::regex_search(line, m, choice) && m.position(0) == 2) table[m[1]] = m[2];
+    // Every choice the table accepts appears where the usage names the option (bench's two forms: the union).
+    const std::string usage = out.substr(0, split);
+    std::map<std::string, std::string> named;
+    for (auto it = std::sregex_iterator(usage.begin(), usage.end(), choice); it != std::sregex_iterator(); ++it)
+      named[(*it)[1]] += "|" + (*it)[2].str() + "|";
+    for (const auto& [opt, choices] : named) {
+      auto t = table.find(opt);
+      if (t == table.end()) continue;
+      std::istringstream each(t->second);
+      for (std::string one; std::getline(each, one, '|');)
+        EXPECT_NE(choices.find("|" + one + "|"), std::string::npos) << c << " usage: " << opt << " lacks " << one;
+    }
   }
 }
 

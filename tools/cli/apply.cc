@@ -14,7 +14,7 @@ namespace {
 constexpr const char* kUsage =
     "rotary apply (--config FILE [--layer-type NAME] | --preset NAME) --input X.npy --positions P.npy --output Y.npy "
     "[--layout bshd|bhsd|thd] [--pairing half|interleaved] [--inverse] [--seq-len N] "
-    "[--mrope-section T,H,W] [--mrope-interleaved] [--backend auto|cpu|reference] [--threads N]\n"
+    "[--mrope-section T,H,W] [--mrope-interleaved] [--backend auto|cpu|reference|cuda] [--threads N]\n"
     "       rotary apply --vision qwen2vl|ggml-vision|pixtral [--base B] --input X.npy --positions P.npy "
     "--output Y.npy [--layout ...] [--pairing ...] [--inverse]   (2-D vision RoPE, P = (row, col) ids (2, ...))";
 
