@@ -311,3 +311,21 @@ def test_score_kernel_dots_sit_on_fp64_values_at_the_same_distances(synthetic, m
     assert len(dots) == 1 and len(fp64) == 1, list(lines)
     np.testing.assert_allclose(fp64[0].get_ydata(), dots[0].get_ydata(), atol=1e-9)
     np.testing.assert_array_equal(fp64[0].get_xdata(), dots[0].get_xdata())
+
+
+def test_linear_scaling_context_is_max_position_embeddings(tmp_path):
+    """Linear scaling names no original context: max_position_embeddings (Gemma 3's ×8: 131072) is the scaled one."""
+    cli = _find_cli()
+    if not cli:
+        pytest.skip("rotary CLI not built (set ROTARY_CLI)")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 8, "head_dim": 128,
+                               "max_position_embeddings": 131072, "rope_theta": 1e6,
+                               "rope_scaling": {"rope_type": "linear", "factor": 8.0}}))
+    d = tmp_path / "rep"
+    res = subprocess.run([cli, "report", "--config", str(cfg), "--out", str(d), "--no-plots", "--quick"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    ctx = json.loads((d / "report.json").read_text())["context"]
+    assert (ctx["original"], ctx["extended"]) == (16384, 131072), ctx
+    assert "L = 16384 tokens = original context, max_position_embeddings / factor" in res.stdout

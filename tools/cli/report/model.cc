@@ -82,6 +82,13 @@ ModelView make_model_view(Spec spec) {
   m.max_pos = s.max_position_embeddings;
   m.L = s.scaling.original_max_position_embeddings > 0 ? s.scaling.original_max_position_embeddings : s.max_position_embeddings;
   if (m.L <= 0) m.L = 4096;  // unknown context: a conventional value, reported as such
+  // Linear scaling names no original context: max_position_embeddings is already the scaled one (transformers reads
+  // no original_max for it; Gemma 3's ×8 full attention serves 131072), so L is max_position_embeddings / factor.
+  if (s.scaling.type == RopeType::kLinear && s.scaling.original_max_position_embeddings <= 0 && s.scaling.factor &&
+      *s.scaling.factor > 1 && m.max_pos > 0) {
+    m.L = std::max<int64_t>(1, std::llround(double(m.max_pos) / *s.scaling.factor));
+    m.L_from_factor = true;
+  }
   if (s.scaling.factor) m.nominal_factor = *s.scaling.factor;
   else if (m.max_pos > m.L) m.nominal_factor = double(m.max_pos) / double(m.L);
   m.extended = std::max<int64_t>(m.max_pos, int64_t(std::llround(m.nominal_factor * double(m.L))));

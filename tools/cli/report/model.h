@@ -18,6 +18,7 @@ constexpr int64_t kMaxExactPosition = (int64_t(1) << 24) - 1;
 struct ModelView {
   Spec spec;                       ///< normalized (text-only copy for M-RoPE specs)
   int64_t L = 0;                   ///< original context
+  bool L_from_factor = false;      ///< linear without original_max: L = max_position_embeddings / factor
   int64_t max_pos = 0;             ///< max_position_embeddings
   int64_t extended = 0;            ///< context the scaling is meant for: max(max_pos, factor * L)
   double nominal_factor = 1.0;     ///< the spec's scaling factor (HF default where unset)

@@ -63,7 +63,9 @@ void write_bands_csv(const std::vector<Band>& bands, const std::filesystem::path
 void print_bands(const ModelView& m, const std::vector<Band>& bands) {
   std::printf("\nbands (L = %lld tokens = %s; wavelength = 2*pi/theta in tokens; ratio = theta_default/theta)\n",
               (long long)m.L,
-              m.spec.scaling.type == RopeType::kDefault ? "max_position_embeddings" : "original context");
+              m.spec.scaling.type == RopeType::kDefault ? "max_position_embeddings"
+              : m.L_from_factor ? "original context, max_position_embeddings / factor"
+                                : "original context");
   std::printf("  %s\n", type_explanation(m).c_str());
   std::printf("  %4s  %-12s %-12s %12s %12s %9s  %s\n", "pair", "theta", "theta_dflt", "wavelength", "wl_default",
               "ratio", "class");
