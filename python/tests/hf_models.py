@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import contextlib
 import logging
 import warnings
 from types import ModuleType
@@ -37,6 +38,26 @@ def text_rotary_embedding_class(model_type: str) -> Optional[type]:
     names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n
                    and isinstance(getattr(mod, n), type) and getattr(mod, n).__module__ == mod.__name__)
     return getattr(mod, names[0]) if names else None
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' warnings and log messages silenced for the block (config classes warn about unused fields)."""
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def load_hf_config(directory) -> object:
+    """transformers.AutoConfig.from_pretrained(directory), quietly."""
+    import transformers
+
+    with quiet_transformers():
+        return transformers.AutoConfig.from_pretrained(str(directory))
 
 
 def trimmed_hf_config(model_type: str, fields: dict):

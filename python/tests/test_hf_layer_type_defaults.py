@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import json
-import logging
-import warnings
 
 import numpy as np
 import pytest
 
 import rotary
-from hf_models import hf_model_modules
+from hf_models import hf_model_modules, load_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,13 +20,7 @@ def _hf(doc: dict, tmp_path, module: str):
     """transformers' reading of `doc` as a config.json: its (text) config and that model's RotaryEmbedding."""
     (tmp_path / "config.json").write_text(json.dumps(doc))
     _, mod = hf_model_modules(module)
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = transformers.AutoConfig.from_pretrained(str(tmp_path))
-    finally:
-        logging.disable(logging.NOTSET)
+    config = load_hf_config(tmp_path)
     config = getattr(config, "text_config", config)
     names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n)
     return config, getattr(mod, names[0])(config=config)

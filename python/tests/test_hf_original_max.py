@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import logging
-import warnings
 
 import numpy as np
 import pytest
 
 import rotary
+from hf_models import load_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -33,13 +32,7 @@ def test_longrope_original_max_is_read_as_transformers_reads_it(model_type, case
     if top is not None:
         doc["original_max_position_embeddings"] = top
     (tmp_path / "config.json").write_text(json.dumps(doc))
-    logging.disable(logging.WARNING)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            config = transformers.AutoConfig.from_pretrained(str(tmp_path))
-    finally:
-        logging.disable(logging.NOTSET)
+    config = load_hf_config(tmp_path)
     init = transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS["longrope"]
     spec = rotary.Spec.from_hf_config(str(tmp_path / "config.json"))
     for seq_len in (3000, 6000, 10000):  # each side of 2048, 4096 and 8192
