@@ -21,6 +21,14 @@ def _torch_module():
     return sys.modules.get("torch")
 
 
+def _inference_write_error(where: str, name: str) -> RuntimeError:
+    """The error of an in-place write into a torch inference tensor outside inference mode (torch refuses those;
+    the dispatcher does not check custom operators, so rotary's writers do)."""
+    return RuntimeError(f"[{where}] {name} must not be an inference tensor for an in-place update outside "
+                        "InferenceMode (torch: \"Inplace update to inference tensor outside InferenceMode is not "
+                        "allowed\"; clone it first), got an inference tensor")
+
+
 def _is_torch(x: Any) -> bool:
     torch = _torch_module()
     return torch is not None and isinstance(x, torch.Tensor)

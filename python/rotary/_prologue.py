@@ -13,8 +13,8 @@ from typing import Any, Optional, Sequence, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array, _is_torch,
-                      _mark_written, _seq_len_arg, _threads_arg, _torch_module)
+from ._arrays import (ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array, _inference_write_error,
+                      _is_torch, _mark_written, _seq_len_arg, _threads_arg, _torch_module)
 from ._positions import _split_positions
 from ._rotary import Spec
 
@@ -275,9 +275,7 @@ def _refuse_inference(written: Sequence[Any], names: Sequence[str], where: str =
         return
     for name, x in zip(names, written):
         if isinstance(x, tensor) and x.is_inference():
-            raise RuntimeError(f"[{where}] {name} must not be an inference tensor for an in-place update outside "
-                               "InferenceMode (torch: \"Inplace update to inference tensor outside InferenceMode is "
-                               "not allowed\"; clone it first), got an inference tensor")
+            raise _inference_write_error(where, name)
 
 
 def rerotate_cache(

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from . import _rotary as _native
+from ._arrays import _inference_write_error
 
 FORCED = [False]  # CPU kernels take the composite while True (tests)
 _TABLES: Dict[tuple, tuple] = {}  # (key, device, frequency set) -> _table's entry
@@ -68,9 +69,7 @@ def check_writable(x: torch.Tensor, k: Optional[torch.Tensor] = None, name: str 
     (the dispatcher does not check custom operators), and so do they."""
     if (x.is_inference() or (k is not None and k.is_inference())) and not torch.is_inference_mode_enabled():
         n = name if x.is_inference() else "k"
-        raise RuntimeError(f"[rotary_apply] {n} must not be an inference tensor for an in-place update outside "
-                           "InferenceMode (torch: \"Inplace update to inference tensor outside InferenceMode is not "
-                           "allowed\"; clone it first), got an inference tensor")
+        raise _inference_write_error("rotary_apply", n)
 
 
 def _spec_from_key(key: str):

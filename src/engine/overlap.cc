@@ -180,27 +180,26 @@ void check_aliasing(const ApplyArgs& args, Layout layout, bool k_read_only) {
     invalid("q_out must either be q itself (same data and strides: in place) or not overlap q's memory, got q_out "
             "overlapping q, starting " + byte_offset_str(q_out.data, args.q.data) + " with strides " + strides_str(q_out) +
             " vs q's " + strides_str(args.q));
-  if (has_k && k_read_only) {  // k is an input only: q's output must not change it before it is read
-    if (elements_overlap(grid_of(args.k, layout), gqo))
+  if (!has_k) return;
+  const Grid gk = grid_of(args.k, layout);
+  auto q_output_spares_k = [&] {  // k is read: q's output must not change it before
+    if (elements_overlap(gk, gqo))
       invalid(std::string(q_inplace ? "q (rotated in place)" : "q_out") + " overlaps input k: writing q would change k before it is read");
-  } else if (has_k) {
-    const bool k_inplace = same_view(k_out, args.k);
-    check_no_self_overlap(k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out");
-    const Grid gk = grid_of(args.k, layout);
-    const Grid gko = &k_out == &args.k ? gk : grid_of(k_out, layout);
-    if (!k_inplace && intervals_overlap(gk, gko))
-      invalid("k_out must either be k itself (same data and strides: in place) or not overlap k's memory, got k_out "
-              "overlapping k, starting " + byte_offset_str(k_out.data, args.k.data) + " with strides " +
-              strides_str(k_out) + " vs k's " + strides_str(args.k));
-    if (elements_overlap(gko, gqo))
-      invalid(std::string("the outputs for q and k overlap in memory (") + (q_inplace ? "q" : "q_out") + " and " +
-              (k_inplace ? "k" : "k_out") + " share elements), got q and k outputs that alias");
-    if (!k_inplace && elements_overlap(gk, gqo))
-      invalid(std::string(q_inplace ? "q (rotated in place)" : "q_out") + " overlaps input k: writing q would change k before it is read");
-    if (!q_inplace && elements_overlap(gq, gko))
-      invalid(std::string(k_inplace ? "k (rotated in place)" : "k_out") + " overlaps input q: writing k would change q before it is read");
-  }
-
+  };
+  if (k_read_only) return q_output_spares_k();  // k is an input only
+  const bool k_inplace = same_view(k_out, args.k);
+  check_no_self_overlap(k_out, absent(args.k_out) ? "k (rotated in place)" : "k_out");
+  const Grid gko = &k_out == &args.k ? gk : grid_of(k_out, layout);
+  if (!k_inplace && intervals_overlap(gk, gko))
+    invalid("k_out must either be k itself (same data and strides: in place) or not overlap k's memory, got k_out "
+            "overlapping k, starting " + byte_offset_str(k_out.data, args.k.data) + " with strides " +
+            strides_str(k_out) + " vs k's " + strides_str(args.k));
+  if (elements_overlap(gko, gqo))
+    invalid(std::string("the outputs for q and k overlap in memory (") + (q_inplace ? "q" : "q_out") + " and " +
+            (k_inplace ? "k" : "k_out") + " share elements), got q and k outputs that alias");
+  if (!k_inplace) q_output_spares_k();
+  if (!q_inplace && elements_overlap(gq, gko))
+    invalid(std::string(k_inplace ? "k (rotated in place)" : "k_out") + " overlaps input q: writing k would change q before it is read");
 }
 
 bool views_overlap(const TensorView& input, const TensorView& output) {
