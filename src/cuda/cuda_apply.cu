@@ -146,6 +146,22 @@ class CudaRuntime final : public DeviceRuntime {
     check(cudaStreamSynchronize(s), "cudaStreamSynchronize (cos/sin table)");
   }
 
+  int stream_device(void* stream) override {
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return -1;  // the current device's
+#if CUDART_VERSION >= 12080
+    int d = -1;
+    const cudaError_t err = cudaStreamGetDevice(s, &d);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();  // its own error only: a bad handle is then reported by the launch
+      return -1;
+    }
+    return d;
+#else
+    return -1;  // no cudaStreamGetDevice before CUDA 12.8: the launch reports a foreign stream
+#endif
+  }
+
   bool capturing(void* stream) override {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     check(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "cudaStreamIsCapturing");

@@ -26,6 +26,9 @@ class DeviceRuntime {
   virtual void release(int device, void* p) noexcept = 0;
   /// Copies host memory to the device and waits for the copy (table growth only, never during capture).
   virtual void copy_to_device(int device, void* dst, const void* src, std::size_t bytes, void* stream) = 0;
+  /// The device `stream` belongs to, or -1 when not known (the default streams, which follow the current
+  /// device, or a runtime that cannot tell).
+  virtual int stream_device(void* stream) = 0;
   /// Whether `stream` is being captured into a CUDA graph.
   virtual bool capturing(void* stream) = 0;
   /// Enqueues the kernel for `job` (geometry set) on `stream` of `device`; `freqs` for on-the-fly jobs.

@@ -31,8 +31,9 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
                std::to_string(es));
   };
   for (int i = 0; i < plan.ntensors; ++i) {
-    aligned(plan.t[i].in, plan.dtype, kIn[i]);
-    if (!plan.t[i].inplace()) aligned(plan.t[i].out, plan.dtype, kOut[i]);
+    const int r = plan.t[i].is_k ? 1 : 0;
+    aligned(plan.t[i].in, plan.dtype, kIn[r]);
+    if (!plan.t[i].inplace()) aligned(plan.t[i].out, plan.dtype, kOut[r]);
   }
   const PlanPositions& pp = plan.pos;
   aligned(pp.batch_offsets, pp.batch_offsets_dtype, "positions.batch_offsets");
@@ -43,17 +44,20 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
     aligned(plan.cs.cos.data, plan.cs.cos.dtype, "cos");
     aligned(plan.cs.sin.data, plan.cs.sin.dtype, "sin");
   }
-  const int device = rt.device_of(plan.t[0].in, kIn[0]);
+  const char* const first = kIn[plan.t[0].is_k ? 1 : 0];
+  const int device = rt.device_of(plan.t[0].in, first);
   auto same = [&](const void* p, const char* what) {
     if (p == nullptr) return;
     const int d = rt.device_of(p, what);
     if (d != device)
       fail(Error::Kind::kInvalidArgument, kWhere,
-           std::string(what) + " must be on q's device " + std::to_string(device) + ", got device " + std::to_string(d));
+           std::string(what) + " must be on " + first + "'s device " + std::to_string(device) + ", got device " +
+               std::to_string(d));
   };
   for (int i = 0; i < plan.ntensors; ++i) {
-    if (i > 0) same(plan.t[i].in, kIn[i]);
-    if (!plan.t[i].inplace()) same(plan.t[i].out, kOut[i]);
+    const int r = plan.t[i].is_k ? 1 : 0;
+    if (i > 0) same(plan.t[i].in, kIn[r]);
+    if (!plan.t[i].inplace()) same(plan.t[i].out, kOut[r]);
   }
   const PlanPositions& p = plan.pos;
   same(p.batch_offsets, "positions.batch_offsets");
@@ -64,6 +68,13 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
     same(plan.cs.cos.data, "cos");
     same(plan.cs.sin.data, "sin");
   }
+  // A kernel launched into another device's stream fails (cudaErrorInvalidResourceHandle): the caller's
+  // mistake, named here rather than reported as a failed launch.
+  const int sd = rt.stream_device(plan.stream);
+  if (sd >= 0 && sd != device)
+    fail(Error::Kind::kInvalidArgument, kWhere,
+         std::string("stream must belong to ") + first + "'s device " + std::to_string(device) +
+             ", got a stream of device " + std::to_string(sd));
   return device;
 }
 

@@ -107,7 +107,10 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   };
   plan.ntensors = 0;
   if (cq.H > 0) fill(plan.t[plan.ntensors++], args.q, q_out);
-  if (has_k && ck.H > 0) fill(plan.t[plan.ntensors++], args.k, k_out);
+  if (has_k && ck.H > 0) {
+    fill(plan.t[plan.ntensors], args.k, k_out);
+    plan.t[plan.ntensors++].is_k = true;
+  }
   plan.threads = args.threads;
   plan.device = req.device || args.backend == Backend::kCuda;
   plan.stream = args.stream;

@@ -133,7 +133,10 @@ void plan_offset_rotation(const OffsetRotation& r, Plan* plan, PositionRange* ra
   };
   plan->ntensors = 0;
   fill(plan->t[plan->ntensors++], *r.cq, *r.q, *r.q_out);
-  if (r.k != nullptr) fill(plan->t[plan->ntensors++], *r.ck, *r.k, *r.k_out);
+  if (r.k != nullptr) {
+    fill(plan->t[plan->ntensors], *r.ck, *r.k, *r.k_out);
+    plan->t[plan->ntensors++].is_k = true;
+  }
   plan->threads = r.threads;
   plan->device = r.device;
   plan->stream = r.stream;

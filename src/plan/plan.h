@@ -17,6 +17,7 @@ struct PlanTensor {
   int64_t heads = 0;
   int64_t in_sb = 0, in_ss = 0, in_sh = 0, in_sd = 1;
   int64_t out_sb = 0, out_ss = 0, out_sh = 0, out_sd = 1;
+  bool is_k = false;  ///< the call's k (q with no heads leaves k as t[0]): errors name it so
   bool inplace() const { return in == out; }
 };
 

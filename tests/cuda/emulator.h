@@ -13,6 +13,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/device.h"
@@ -38,6 +39,9 @@ class EmulatorRuntime final : public detail::cuda::DeviceRuntime {
     int device;
   };
   std::vector<Range> ranges;
+
+  /// Streams of a device other than 0 (any other stream is on device 0, or unknown for null).
+  std::vector<std::pair<void*, int>> stream_devices;
 
   /// Failure injection: with k > 0, the k-th allocation from now throws as cudaMalloc out of memory does
   /// (kOutOfRange), and the k-th copy from now as a failed cudaMemcpyAsync does (kInternal); 0: none.
@@ -79,6 +83,11 @@ class EmulatorRuntime final : public detail::cuda::DeviceRuntime {
            "cudaMemcpyAsync (cos/sin table) failed, got CUDA error cudaErrorLaunchFailure (unspecified launch failure)");
     ++copies;
     std::memcpy(dst, src, bytes);
+  }
+  int stream_device(void* stream) override {
+    for (const auto& [st, d] : stream_devices)
+      if (st == stream) return d;
+    return stream == nullptr ? -1 : 0;
   }
   bool capturing(void* stream) override { return stream == capturing_stream; }
 

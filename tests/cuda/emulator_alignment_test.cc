@@ -91,5 +91,24 @@ TEST(CudaEmulator, EveryPointerOfTheCallIsCheckedForAlignment) {
   expect_refused([&] { apply_cos_sin(cos, sin, a); }, "[rotary_apply] cos must be aligned to its element size (4 bytes, f32)", cuda);
 }
 
+// A q with no heads leaves k as the plan's only tensor: its errors still name k (and k_out), not q.
+TEST(CudaEmulator, KAloneAfterAZeroHeadQIsNamedK) {
+  EmulatedCuda cuda;
+  const int64_t S = 2, D = 64;
+  std::vector<unsigned char> bytes(4096, 0);
+  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16) % 16;
+  Frequencies f = freqs_for(D);
+  ApplyArgs a;
+  a.backend = Backend::kCuda;
+  a.positions = Positions::contiguous(3);
+  a.q = TensorView::contiguous(base, DType::kF32, {1, S, 0, D});
+  a.k = TensorView::contiguous(base + 2, DType::kF32, {1, S, 1, D});
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] k must be aligned to its element size (4 bytes, f32)", cuda);
+  a.k = TensorView::contiguous(base, DType::kF32, {1, S, 1, D});
+  a.k_out = TensorView::contiguous(base + 2048 + 1, DType::kF32, {1, S, 1, D});
+  a.q_out = TensorView::contiguous(base + 3072, DType::kF32, {1, S, 0, D});
+  expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] k_out must be aligned to its element size", cuda);
+}
+
 }  // namespace
 }  // namespace rotary

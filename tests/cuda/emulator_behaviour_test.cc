@@ -251,6 +251,30 @@ TEST(CudaEmulator, HostMemoryAndASecondDeviceAreRejectedBeforeAnyLaunch) {
   EXPECT_EQ(cuda.rt.launches, 0);
 }
 
+// A stream of another device than the tensors' is the caller's mistake, named before any copy or launch (a
+// kernel launched into it fails with cudaErrorInvalidResourceHandle, which read as an internal error).
+TEST(CudaEmulator, AStreamOfAnotherDeviceIsRejectedBeforeAnyLaunch) {
+  EmulatedCuda cuda;
+  Frequencies f = freqs_for(64);
+  Simple s(2, 2, 64, 0);
+  int stream_tag = 0;
+  s.a.stream = &stream_tag;
+  cuda.rt.stream_devices.push_back({&stream_tag, 1});
+  try {
+    apply_frequencies(f, s.a);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+    EXPECT_STREQ(e.what(), "[rotary_apply] stream must belong to q's device 0, got a stream of device 1");
+  }
+  EXPECT_EQ(cuda.rt.launches, 0);
+  EXPECT_EQ(cuda.rt.copies, 0);
+  cuda.rt.stream_devices.back().second = 0;  // its own device's stream: launched
+  EXPECT_NO_THROW(apply_frequencies(f, s.a));
+  EXPECT_EQ(cuda.rt.launches, 1);
+  EXPECT_EQ(cuda.rt.last_stream, s.a.stream);
+}
+
 TEST(CudaEmulator, WhatTheDeviceDoesNotDoIsReportedAsUnsupported) {
   EmulatedCuda cuda;
   std::vector<double> q(2 * 64);
