@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -307,7 +308,7 @@ Spec normalized_in(const Spec& spec, const std::string& source_name) {
   }
 }
 
-Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& dict_field, const std::string& source) {
+Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& source) {
   const Fields top(*r.root, r.prefix);
 
   Spec spec;
@@ -346,7 +347,7 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
 
   // --- the RoPE dict (the caller chose it: rope_parameters, rope_scaling, or one layer type's entry).
-  const Fields rp(rope_dict, dict_field + ".");
+  const Fields rp(*d.dict, d.field + ".");
 
   std::string type_name = "default";
   std::string type_field = rp.field("rope_type");
@@ -410,16 +411,16 @@ Spec parse_spec(const ConfigRoot& r, const json& rope_dict, const std::string& d
   // --- type-specific keys (only the ones HF reads for this type).
   const std::string& tn = type_name;
   auto read_orig = [&] {
-    // HF standardize_rope_params: Phi-3 and Phi-4-multimodal's classes hold the value as an attribute (default
-    // 4096) that replaces the dict's; other classes read only the dict (a file without model_type: top level first).
-    const bool phi3 = model_type == "phi3" || model_type == "phi4_multimodal";
-    if (auto o = top.integer("original_max_position_embeddings"); o && (phi3 || model_type.empty()))
-      sc.original_max_position_embeddings = *o;
-    else if (phi3) sc.original_max_position_embeddings = 4096;
-    else if (auto o2 = rp.integer("original_max_position_embeddings")) sc.original_max_position_embeddings = *o2;
+    // transformers 5's standardize_rope_params: for a flat dict, a config attribute replaces the dict's value —
+    // Phi-3 / Phi-4-multimodal's (class default 4096), or a top-level key, which every other class but Phi-MoE's
+    // (it sets the attribute from the dict) keeps as one. Entries of a dict nested per layer type: their own only.
+    const char* key = "original_max_position_embeddings";
+    const bool phi3 = !d.layer_entry && (model_type == "phi3" || model_type == "phi4_multimodal");
+    const std::optional<int64_t> t = d.layer_entry || model_type == "phimoe" ? std::nullopt : top.integer(key);
+    const std::optional<int64_t> o = t ? t : phi3 ? std::optional<int64_t>(4096) : rp.integer(key);
+    if (o) sc.original_max_position_embeddings = *o;
     if (sc.original_max_position_embeddings < 0)
-      invalid(rp.field("original_max_position_embeddings") + " must be > 0, got " +
-              std::to_string(sc.original_max_position_embeddings));
+      invalid((t ? top : rp).field(key) + " must be > 0, got " + std::to_string(sc.original_max_position_embeddings));
   };
   switch (sc.type) {
     case RopeType::kDefault:
@@ -488,7 +489,7 @@ Spec spec_from_hf_config_json(std::string_view json_text, const std::string& sou
   detail::reject_per_layer_overrides(r);
   const detail::RopeDict d = detail::rope_dict(r);
   detail::reject_per_layer_type(r, d);
-  return detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
+  return detail::normalized_in(detail::parse_spec(r, d, source_name), source_name);
 }
 
 Spec spec_from_hf_config_file(const std::string& path) {

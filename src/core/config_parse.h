@@ -25,6 +25,7 @@ struct ConfigRoot {
 struct RopeDict {
   const nlohmann::json* dict = nullptr;
   std::string field;
+  bool layer_entry = false;  ///< an entry of a dict nested per layer type (it alone gives original_max)
 };
 
 /// Parses config.json text (kIo naming `source_name` for malformed JSON or a non-object document).
@@ -55,8 +56,7 @@ std::string show_json(const nlohmann::json& v);
 
 /// A Spec from the model-wide fields of `r` and one RoPE dict (not yet normalized). The dict's own
 /// rope_theta / partial_rotary_factor win over the top level's, as in HF's standardize_rope_params.
-Spec parse_spec(const ConfigRoot& r, const nlohmann::json& rope_dict, const std::string& dict_field,
-                const std::string& source);
+Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& source);
 /// spec.normalized(), with " (in SOURCE)" appended to a validation message.
 Spec normalized_in(const Spec& spec, const std::string& source_name);
 

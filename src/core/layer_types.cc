@@ -236,7 +236,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
     }
     // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
-    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, dict, field, name), name)});
+    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, {&dict, field, true}, name), name)});
   };
   if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.
@@ -270,7 +270,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     add("sliding_attention", sliding, d.field);
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
   } else {
-    const Spec shared = detail::normalized_in(detail::parse_spec(r, *d.dict, d.field, source_name), source_name);
+    const Spec shared = detail::normalized_in(detail::parse_spec(r, d, source_name), source_name);
     for (const auto& t : out.layer_types)
       if (std::none_of(out.by_type.begin(), out.by_type.end(), [&](const LayerTypeSpec& e) { return e.layer_type == t; }))
         out.by_type.push_back({t, shared});
