@@ -18,6 +18,8 @@ The composite never reads a device tensor on the host (so a call can be captured
   * In-place operators write with copy_ (which bumps the version counters); inference tensors outside inference
     mode are refused first, as torch refuses them.
   * The rotation is computed in float32 (float64 for float64 tensors) and rounded once to the tensor's dtype.
+  * Outputs have the fake kernels' strides: torch.empty_like(x)'s for rotations (a permuted x keeps its memory
+    order), contiguous rows for cos_sin.
 Tests run it on CPU tensors with `forced()`.
 """
 from __future__ import annotations
@@ -305,9 +307,17 @@ def _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse):
     return rotate(x, _to_layout(c, layout), _to_layout(s, layout), pairing, inverse)
 
 
+def like(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """y (x's rotation) with the strides of torch.empty_like(x), which the fake kernels and the CPU kernels return
+    (a permuted x, e.g. transformers' q.view(...).transpose(1, 2), keeps its memory order): torch.compile's code
+    relies on the fake kernels' strides. Copied only when y's differ."""
+    out = torch.empty_like(x)
+    return y if out.stride() == y.stride() else out.copy_(y)
+
+
 # The composite implementation of every operator (same signatures as the operators).
 def _apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
-    return _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len)
+    return like(x, _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len))
 
 
 def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
@@ -316,19 +326,20 @@ def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False
 
 
 def _apply_qk(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
-    return (_spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len),
-            _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len))
+    return (like(q, _spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len)),
+            like(k, _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len)))
 
 
 def _apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
     check_writable(q, k, "q")
-    qr, kr = _apply_qk(q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
+    qr = _spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len)
+    kr = _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len)
     q.copy_(qr)
     k.copy_(kr)
 
 
 def _apply_cos_sin(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
-    return _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse)
+    return like(x, _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse))
 
 
 def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
@@ -337,13 +348,14 @@ def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairin
 
 
 def _apply_qk_cos_sin(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
-    return (_table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse),
-            _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse))
+    return (like(q, _table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse)),
+            like(k, _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse)))
 
 
 def _apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
     check_writable(q, k, "q")
-    qr, kr = _apply_qk_cos_sin(q, k, cos, sin, positions, offset, layout, pairing, inverse, threads)
+    qr = _table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse)
+    kr = _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse)
     q.copy_(qr)
     k.copy_(kr)
 
@@ -354,8 +366,10 @@ def _cos_sin(positions, spec, seq_len=None):
     if s.mrope_section:
         if ids.dim() < 1 or ids.shape[0] != 3:  # the CPU kernel's error (text-only ids are not taken here)
             raise ValueError(f"[rotary] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(ids.shape)}")
-        return _mrope_rows(s, spec, ids, seq_len)
-    return _spec_rows(s, spec, ids, None, seq_len)
+        c, sn = _mrope_rows(s, spec, ids, seq_len)
+    else:
+        c, sn = _spec_rows(s, spec, ids, None, seq_len)
+    return c.contiguous(), sn.contiguous()  # contiguous rows, as the CPU kernel and the fake kernel return
 
 
 COMPOSITE: Dict[str, Callable] = {

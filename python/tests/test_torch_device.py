@@ -2,6 +2,7 @@
 backend is present), run on the CPU against the CPU kernels; CUDA tensors and graph capture where a GPU is lent."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import numpy as np
@@ -13,7 +14,7 @@ import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
 from rotary import _torch_composite  # noqa: E402
 from test_apply import TOL  # noqa: E402
-from test_torch_ops import SHAPES, SPEC, _positions  # noqa: E402
+from test_torch_ops import KEY, SHAPES, SPEC, _positions  # noqa: E402
 
 ops = torch.ops.rotary
 
@@ -293,3 +294,66 @@ def test_composite_tables_are_capped(monkeypatch):
             got = ops.apply(x, None, off, key, "bshd", "", False, None)
         torch.testing.assert_close(got, want, rtol=0, atol=TOL["float32"])
     assert max(e[0] for e in _tables(key)) == 100
+
+
+_FAKE_CHECKS = ("test_schema", "test_autograd_registration", "test_faketensor")
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["kernel", "composite"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_permuted_inputs_get_the_fake_kernels_strides(dtype, forced):
+    """A permuted x (transformers' q.view(...).transpose(1, 2)) got a contiguous result from the composite (the CUDA
+    kernel without rotary's CUDA backend) and from the CPU kernels of float64 tables, while the fake kernels return
+    torch.empty_like(x)'s strides: opcheck failed on strides and inductor's code raised "expected size ... stride".
+    cos_sin of transposed positions got non-contiguous rows from the composite. Every path now returns the fake's."""
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(2, 4, 3, 16, dtype=dtype, generator=g).transpose(1, 2)  # [B, S, H, D] view of [B, H, S, D]
+    k = torch.randn(2, 2, 3, 16, dtype=dtype, generator=g).transpose(1, 2)
+    qh = torch.randn(2, 3, 4, 16, dtype=dtype, generator=g).transpose(1, 2)  # [B, H, S, D] view (bhsd)
+    cos, sin = torch.randn(10, 6, dtype=dtype, generator=g), torch.randn(10, 6, dtype=dtype, generator=g)
+    pos = _positions("bshd")
+    cases = [(ops.apply, (q, pos, 0, KEY, "bshd")), (ops.apply, (qh, None, 2, KEY, "bhsd")),
+             (ops.apply_qk, (q, k, pos, 0, KEY, "bshd")), (ops.apply_qk, (qh, qh, None, 1, KEY, "bhsd")),
+             (ops.apply_cos_sin, (q, cos, sin, pos, 0, "bshd")), (ops.apply_cos_sin, (qh, cos, sin, None, 3, "bhsd")),
+             (ops.apply_qk_cos_sin, (q, k, cos, sin, None, 2, "bshd")),
+             (ops.apply_qk_cos_sin, (qh, qh, cos, sin, pos, 0, "bhsd", "interleaved"))]
+    mrope = rt.spec_key(rotary.Spec(16, mrope_section=[2, 3, 3]))
+    positions = (torch.arange(12).view(3, 4).t(), torch.arange(5)[None].expand(3, 5),
+                 torch.randint(0, 99, (2, 5, 3), generator=g).permute(2, 0, 1))
+    with _torch_composite.forced() if forced else contextlib.nullcontext():
+        for op, args in cases:
+            n = 2 if op in (ops.apply_qk, ops.apply_qk_cos_sin) else 1
+            outs = op(*args)
+            for t, out in zip(args[:n], outs if n == 2 else (outs,)):
+                assert out.stride() == torch.empty_like(t).stride(), op
+            torch.library.opcheck(op.default, args, test_utils=_FAKE_CHECKS)
+        for p in positions:
+            key = mrope if p.dim() == 3 else KEY
+            assert all(t.is_contiguous() for t in ops.cos_sin(p, key))
+            torch.library.opcheck(ops.cos_sin.default, (p, key), test_utils=_FAKE_CHECKS)
+
+
+def test_permuted_float64_compiles_with_inductor():
+    """A float64 q/k permuted as transformers makes them (a float64 LlamaForCausalLM patched with rt.patch) and a
+    flash-attn x of [B, H, S, D] memory: inductor's code (fullgraph) checks the operators' strides against the
+    fake kernels' ("expected size 4==4, stride 40==8" before)."""
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(1, 3, 4, 8, dtype=torch.float64, generator=g).transpose(1, 2)  # [B, H, S, D] views
+    k = torch.randn(1, 3, 2, 8, dtype=torch.float64, generator=g).transpose(1, 2)
+    x = torch.randn(1, 2, 3, 8, dtype=torch.float64, generator=g).transpose(1, 2)  # [B, S, H, D] view
+    ang = torch.randn(1, 3, 4, dtype=torch.float64, generator=g)
+    cos, sin = torch.cat((ang, ang), -1).cos(), torch.cat((ang, ang), -1).sin()
+    table_cos, table_sin = torch.randn(10, 4, dtype=torch.float64), torch.randn(10, 4, dtype=torch.float64)
+
+    def fn(q, k, x):
+        qo, ko = rt.apply_rotary_pos_emb(q, k, cos, sin)
+        return qo + 1, ko + 1, rt.apply_rotary_emb(x, table_cos, table_sin, seqlen_offsets=2) + 1
+
+    want = fn(q, k, x)
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(fn, fullgraph=True)(q, k, x)
+    finally:
+        torch._dynamo.reset()
+    for g_, w in zip(got, want):
+        torch.testing.assert_close(g_, w, rtol=0, atol=1e-12)
