@@ -43,6 +43,9 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
             raise ValueError(f"[rotary_apply] positions.batch_offsets must have shape [B] = [{x.shape[0]}] (or [1]), "
                              f"got {list(bo.shape)}")
         start = 0 if positions is None else int(positions)
+        n = _n_tokens(x, layout)
+        if _host_readable(bo):
+            _check_starts(bo.tolist(), "batch_offsets", start, [n] * bo.shape[0])
         return bo[:, None] + (start + torch.arange(_n_tokens(x, layout), device=x.device)), 0
     if positions is None:
         return None, 0
@@ -92,6 +95,26 @@ def _host_readable(t: torch.Tensor) -> bool:
     return torch._guards.detect_fake_mode(t) is None
 
 
+_LIMIT = 1 << 31  # positions are < 2^31
+
+
+def _check_starts(starts: list, name: str, start: int, lengths: list) -> None:
+    """Per-sequence first positions read on the host (batch_offsets, seq_offsets; `start`: an int positions added):
+    every position start + starts[i] + s (s < lengths[i]) must be in [0, 2^31), as rotary.apply checks them. The
+    errors name the caller's index and value (the kernel would name an entry of the ids built from them)."""
+    for i, (v, n) in enumerate(zip(starts, lengths)):
+        if n <= 0:
+            continue  # no position of this sequence exists
+        if v + start < 0:
+            raise ValueError(f"[rotary_apply] positions.{name}[{i}] must be >= {-start} (negative positions are "
+                             f"invalid), got {v}")
+        extra = start + n - 1
+        if v + extra >= _LIMIT:
+            bound = (f"< {'2^31' if start == 0 else _LIMIT - start}" if v + start >= _LIMIT else
+                     f"<= {_LIMIT - 1 - extra} (its last position, + {extra}, must be < 2^31)")
+            raise ValueError(f"[rotary_apply] positions.{name}[{i}] must be {bound}, got {v}")
+
+
 def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: Any) -> torch.Tensor:
     """thd positions of packed sequences: t - cu_seqlens[n] + seq_offsets[n] (+ an int `positions` offset).
     cu_seqlens on the CPU is checked as rotary.apply checks it (device tensors are not read on the host, nor are
@@ -116,6 +139,9 @@ def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: A
         if c[-1] != x.shape[0]:
             raise ValueError(f"[rotary_apply] positions.cu_seqlens[{len(c) - 1}] (the last entry) must equal the "
                              f"token count T = {x.shape[0]}, got {c[-1]}")
+        if so is not None and _host_readable(so):
+            _check_starts(so.tolist(), "seq_offsets", 0 if positions is None else int(positions),
+                          [c[i + 1] - c[i] for i in range(len(c) - 1)])
     t = torch.arange(x.shape[0], device=x.device)
     seq = torch.bucketize(t, cu[1:], right=True)
     ids = t - cu[seq]

@@ -235,6 +235,43 @@ def test_errors_name_the_arguments_of_the_function_called():
     torch.testing.assert_close(rt.RoPE(64.0)(torch.ones(1, 2, 64)), rt.RoPE(64)(torch.ones(1, 2, 64)))
 
 
+def test_seqlen_offsets_errors_name_the_callers_index():
+    # A tensor seqlen_offsets (or batch_offsets / seq_offsets) out of range was reported on the ids built from it
+    # ("positions.ids[1,0] must be >= 0", "positions.ids[0] ..." for varlen): the error now names the entry the
+    # caller gave, with its value, before anything is written.
+    cos, sin = torch.randn(16, 4), torch.randn(16, 4)
+    x = torch.randn(2, 3, 2, 8)
+    cu = torch.tensor([0, 2, 6], dtype=torch.int32)
+    cases = [(x, {}, [0, -1], r"seqlen_offsets\[1\] must be >= 0 \(negative positions are invalid\), got -1$"),
+             (x, {}, [0, 2**40], r"seqlen_offsets\[1\] must be < 2\^31, got 1099511627776$"),
+             (x, {}, [2**31 - 2, 0], r"seqlen_offsets\[0\] must be <= 2147483645 \(its last position, \+ 2, must be "
+                                     r"< 2\^31\), got 2147483646$"),
+             (x[:1], {}, [-5], r"seqlen_offsets\[0\] must be >= 0 \(negative positions are invalid\), got -5$"),
+             (x.reshape(6, 2, 8), dict(cu_seqlens=cu), [-3, 0],
+              r"seqlen_offsets\[0\] must be >= 0 \(negative positions are invalid\), got -3$"),
+             (x.reshape(6, 2, 8), dict(cu_seqlens=cu), [0, 2**40],
+              r"seqlen_offsets\[1\] must be < 2\^31, got 1099511627776$"),
+             (x.reshape(6, 2, 8), dict(cu_seqlens=cu), [0, 2**31 - 3],
+              r"seqlen_offsets\[1\] must be <= 2147483644 \(its last position, \+ 3, must be < 2\^31\), "
+              r"got 2147483645$")]
+    for t, kw, offsets, msg in cases:
+        for inplace, grad in ((False, False), (True, False), (True, True)):
+            xi = t.clone().requires_grad_(grad)
+            with pytest.raises(ValueError, match=r"^\[rotary_apply\] " + msg):
+                rt.apply_rotary_emb(xi, cos, sin, inplace=inplace, seqlen_offsets=torch.tensor(offsets), **kw)
+            assert torch.equal(xi, t)
+    # rotary.torch's own functions name positions.batch_offsets / positions.seq_offsets, as rotary.apply does
+    spec = rotary.Spec(8)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions.batch_offsets\[1\] must be >= 0 .*got -1$"):
+        rt.apply(x, None, spec, batch_offsets=torch.tensor([0, -1]))
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions.seq_offsets\[0\] must be >= 0 .*got -3$"):
+        rt.apply_cos_sin(x.reshape(6, 2, 8), cos, sin, layout="thd", cu_seqlens=cu, seq_offsets=[-3, 0])
+    # an int start added to them keeps every position >= 0: accepted, as before; an empty sequence has no position
+    torch.testing.assert_close(rt.apply(x, 5, spec, batch_offsets=torch.tensor([0, -1])),
+                               rt.apply(x, torch.tensor([[5, 6, 7], [4, 5, 6]]), spec), rtol=0, atol=0)
+    rt.apply_rotary_emb(x.reshape(6, 2, 8), cos, sin, cu_seqlens=[0, 0, 6], seqlen_offsets=torch.tensor([-1, 0]))
+
+
 def test_apply_qk_of_two_dtypes_in_place_under_compile_and_vmap():
     # The eager pre-checks of k's write (is_inference, _debug_has_internal_overlap) failed torch.compile(fullgraph)
     # ("Encountered tensor.is_inference() during tracing") and vmap ("Batching rule not implemented").
