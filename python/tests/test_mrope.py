@@ -155,3 +155,23 @@ def test_cos_sin_of_an_mrope_spec_takes_each_frequency_from_its_axis(section, in
         rotary.cos_sin(spec, pos3[:2])
     with pytest.raises(ValueError, match=r"\[rotary_cos_sin\] M-RoPE specs take \[3, \.\.\.\] position ids"):
         rotary.cos_sin(spec, 4)
+
+
+@pytest.mark.parametrize("model,config_cls,rope_cls,head_dim,params", [
+    ("qwen3_vl", "Qwen3VLTextConfig", "Qwen3VLTextRotaryEmbedding", 64, {"rope_theta": 5e5, "mrope_section": [16, 8, 8]}),
+    ("qwen3_5", "Qwen3_5TextConfig", "Qwen3_5TextRotaryEmbedding", 128,
+     {"rope_theta": 1e7, "partial_rotary_factor": 0.25, "mrope_section": [6, 5, 5]}),
+], ids=["qwen3_vl-head64", "qwen3_5-partial"])
+def test_explicit_sections_keep_the_models_own_interleaving(model, config_cls, rope_cls, head_dim, params):
+    # Qwen3-VL / Qwen3.5 interleave their axes whatever the sections: a file's own mrope_section (here one the class
+    # default [24, 20, 20] / [11, 11, 10] does not fit) keeps the class's interleaved assignment.
+    cfg_mod, mdl_mod = hf_model_modules(model)
+    config = getattr(cfg_mod, config_cls)(hidden_size=4 * head_dim, num_attention_heads=4, num_key_value_heads=4,
+                                          head_dim=head_dim, rope_parameters={"rope_type": "default", **params})
+    spec = rotary.Spec.from_hf_config(config)
+    assert spec.mrope_interleaved
+    pos3 = np.array([[[0, 5, 9, 17]], [[0, 2, 3, 40]], [[0, 7, 1, 33]]], dtype=np.int64)
+    cos, _ = getattr(mdl_mod, rope_cls)(config)(torch.zeros(1), torch.from_numpy(pos3))
+    ours, _ = rotary.cos_sin(spec, pos3[:, 0])
+    half = ours.shape[-1]
+    np.testing.assert_allclose(ours, cos[0, :, :half].double().numpy(), rtol=0, atol=1e-5)

@@ -24,34 +24,8 @@ constexpr const char* kWhere = kConfigWhere;
 
 [[noreturn]] void invalid(const std::string& message) { fail(Error::Kind::kInvalidArgument, kWhere, message); }
 
-// Deepest nesting of arrays/objects a config may have (HF configs use 3 or 4 levels). Bounding it keeps
-// every recursive walk of the parsed document (copy, render, destroy) far from the stack's limit.
-constexpr int kMaxDepth = 64;
 // Characters of a bad value quoted in a message.
 constexpr std::size_t kShowChars = 60;
-
-/// Refuses text whose arrays/objects nest deeper than kMaxDepth, before the parser builds anything.
-/// Brackets inside strings do not count; malformed text is left to the parser's own error.
-void check_depth(std::string_view text, const std::string& source) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;  // skip the escaped character
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxDepth)
-        fail(Error::Kind::kIo, kWhere,
-             source + " nests arrays/objects deeper than " + std::to_string(kMaxDepth) + " levels (at byte " +
-                 std::to_string(i) + "); config.json files use a few levels");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-}
 
 /// A JSON string literal of `text`'s first `max_bytes` bytes, in ASCII (\uXXXX escapes): a cut through a
 /// multi-byte UTF-8 character becomes U+FFFD instead of making the dump throw, and the result may be cut again
@@ -239,7 +213,7 @@ ConfigRoot config_root(const json& doc) {
 }
 
 json parse_config_text(std::string_view json_text, const std::string& source_name) {
-  check_depth(json_text, source_name);
+  detail::check_config_depth(json_text, source_name, kWhere);
   json doc;
   try {
     doc = json::parse(json_text.begin(), json_text.end());
@@ -455,6 +429,17 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       sc.factor = rp.number("factor");
       sc.attention_factor = rp.number("attention_factor");
       read_orig();
+      if (model_type == "phimoe") {
+        // PhimoeRotaryEmbedding scales cos/sin by short_mscale (long_mscale past orig; both required by its
+        // config class) in place of the attention factor. One Spec holds one factor: equal values only.
+        const double s = rp.require(rp.number("short_mscale"), "short_mscale", tn);
+        const double l = rp.require(rp.number("long_mscale"), "long_mscale", tn);
+        if (s != l)
+          fail(Error::Kind::kUnsupported, kWhere,
+               rp.field("long_mscale") + " must equal " + rp.field("short_mscale") + " (a Spec holds one attention " +
+                   "factor for both factor sets), got " + show(json(l)) + " and " + show(json(s)));
+        sc.attention_factor = s;
+      }
       break;
     case RopeType::kLlama3:
       sc.factor = rp.require(rp.number("factor"), "factor", tn);
@@ -476,7 +461,8 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   if (cls.text_positions_only) return spec;  // ERNIE 4.5 VL: its axes' assignment is none of rotary's
   if (auto sec = rp.integers("mrope_section")) spec.mrope.section = *sec;
   else if (class_sections) spec.mrope.section.assign(cs.begin(), cs.end());
-  spec.mrope.interleaved = rp.boolean("mrope_interleaved").value_or(class_sections && cls.mrope_interleaved);
+  // Qwen3-VL / Qwen3.5 interleave their axes whatever the sections, a file's own included.
+  spec.mrope.interleaved = rp.boolean("mrope_interleaved").value_or(!spec.mrope.section.empty() && cls.mrope_interleaved);
 
   return spec;
 }
