@@ -8,6 +8,8 @@ torch's float8 types, with a per-tensor scale). docs/prologue.md describes the l
 """
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, Optional, Sequence, Union
 
 import numpy as np
@@ -72,13 +74,30 @@ def _is_int8(x: Any) -> bool:
     return x is not None and str(x.dtype) in ("int8", "torch.int8")
 
 
+# Floats below this round to a finite float32 (the largest one, 3.4028235e+38, up to half a unit above it).
+_F32_FINITE_BELOW = 2.0**128 - 2.0**103
+
+
 def _scale(s: Any, what: str, written: bool):
     """A float (fp8 per-tensor scale) as a one-element float32 array, or the array (int8 scales, `written` by the
-    call) itself."""
+    call) itself. A float that is not finite and > 0 as a float32 (nan, <= 0, past the float32 maximum, under its
+    smallest subnormal) is refused naming the value passed (a float32 conversion would show inf or 0, with numpy's
+    overflow warning)."""
     if s is None:
         return None
     if isinstance(s, (int, float, np.floating, np.integer)) and not isinstance(s, bool):
-        return np.array([float(s)], dtype=np.float32)
+        try:
+            v = float(s)
+        except OverflowError:  # an int past the float range
+            v = math.inf
+        if not 0.0 < v < _F32_FINITE_BELOW or np.float32(v) == 0.0:  # nan fails the comparison
+            try:
+                shown = str(s) if isinstance(s, (int, np.integer)) else repr(float(s))
+            except ValueError:  # an int of more digits than str() converts
+                shown = f"an int of {s.bit_length()} bits"
+            raise ValueError(f"[rotary] {what} must be finite, > 0 and representable as a float32 (at most "
+                             f"3.4028235e+38), got {shown:.60}")
+        return np.array([v], dtype=np.float32)
     if _is_torch(s):
         if written and s.device.type == "cpu":
             _mark_written(s)
@@ -97,13 +116,38 @@ def _scale(s: Any, what: str, written: bool):
                     f"scales), got {type(s).__name__}")
 
 
-def _in_words_of(e: Exception, where: str) -> Exception:
+# The core's words for the frequency arguments -> the Python calls' (spec, spec_index, seq_len; from_seq_len, to_seq_len,
+# to_spec); the C and C++ APIs keep the core's (sources, source_index, sources[i].seq_len; from.seq_len, to.seq_len).
+_SOURCE_SEQ_LEN = re.compile(r"\bsources\[(\d+)\]\.seq_len\b")
+_PYTHON_WORDS = {
+    "rotary_prologue": ((re.compile(r"\bsources\[(\d+)\]"), r"spec[\1]"), (re.compile(r"\bsource_index\b"), "spec_index"),
+                        (re.compile(r"\bsources is empty\b"), "spec is None (no rotation)"),
+                        (re.compile(r"\bwhen sources has\b"), "when spec has"),
+                        (re.compile(r"\(the number of sources\)"), "(the number of specs)"),
+                        (re.compile(r"\(the source of each sequence\)"), "(the spec of each sequence)"),
+                        (re.compile(r"^sources must hold at most (\d+) frequency sources"), r"spec must hold at most \1 specs")),
+    "rotary_rerotate_cache": ((re.compile(r"\b(from|to)\.seq_len\b"), r"\1_seq_len"), (re.compile(r"\bto's spec\b"), "to_spec"),
+                              (re.compile(r"\bfrom's spec\b"), "spec")),
+}
+
+
+def _in_words_of(e: Exception, where: str, seq_len_list: bool = False) -> Exception:
     """The error with the generic "[rotary] " prefix of the shared converters (arrays, dtypes, cache_layout)
-    replaced by the call's own, as the call's docs promise; any other error unchanged."""
+    replaced by the call's own, as the call's docs promise, and the core's names of the frequency arguments
+    replaced by the Python call's (seq_len[i] where seq_len is a list); any other error unchanged."""
     msg = str(e)
-    if not msg.startswith("[rotary] "):
+    if msg.startswith("[rotary] "):
+        msg = msg[len("[rotary] "):]
+    elif msg.startswith(f"[{where}] "):
+        msg = msg[len(where) + 3:]
+    else:
         return e
-    return type(e)(f"[{where}] " + msg[len("[rotary] "):])
+    if where == "rotary_prologue":
+        msg = _SOURCE_SEQ_LEN.sub(r"seq_len[\1]" if seq_len_list else "seq_len", msg)
+    for pattern, words in _PYTHON_WORDS.get(where, ()):
+        msg = pattern.sub(words, msg)
+    msg = f"[{where}] " + msg
+    return e if msg == str(e) else type(e)(msg)
 
 
 def _specs(spec: Any, seq_len: Any, spec_index: Any):
@@ -133,7 +177,8 @@ def _specs(spec: Any, seq_len: Any, spec_index: Any):
                          f"got {seq_len!r}")
     if len(lens) != len(specs):
         raise ValueError(f"[rotary_prologue] seq_len must have one entry per spec ({len(specs)}), got {len(lens)}")
-    return specs, [_seq_len_arg(n, "rotary_prologue", "seq_len") for n in lens]
+    named = isinstance(seq_len, (list, tuple))
+    return specs, [_seq_len_arg(n, "rotary_prologue", f"seq_len[{i}]" if named else "seq_len") for i, n in enumerate(lens)]
 
 
 def _indices(a: Any, what: str):
@@ -228,7 +273,7 @@ def prologue(
                           weight_bits=w_bits)
         return q_out if q_out is not None else q
     except (TypeError, ValueError, IndexError) as e:  # the shared converters' "[rotary] ...", in this call's words
-        raise _in_words_of(e, "rotary_prologue") from None
+        raise _in_words_of(e, "rotary_prologue", isinstance(seq_len, (list, tuple))) from None
 
 
 # The arguments whose gradient the prologue cannot give (rotary.prologue's keywords, torch.ops.rotary.prologue's

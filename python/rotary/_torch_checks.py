@@ -9,14 +9,15 @@ from typing import Tuple
 import torch
 
 
-def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...]) -> None:
+def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...], where: str = "rotary_apply") -> None:
     """Raises the kernel's error e with the argument it names renamed (old, new): the kernel calls the tensor it
-    rotates q and the offsets positions.*; returns if e names none of them."""
+    rotates q and the offsets positions.*; returns if e names none of them. `where`: the call's prefix (the
+    prologue ops' scales are fp8_k_scale / fp8_v_scale / fp8_scale where rotary.prologue's are k_scale / v_scale)."""
     msg = str(e)
     for old, new in names:
-        head = f"[rotary_apply] {old}"
+        head = f"[{where}] {old}"
         if msg.startswith(head) and msg[len(head):len(head) + 1] in (" ", "["):
-            raise type(e)(f"[rotary_apply] {new}{msg[len(head):]}") from None
+            raise type(e)(f"[{where}] {new}{msg[len(head):]}") from None
 
 
 AS_X = (("q", "x"),)

@@ -19,6 +19,7 @@ import torch
 
 from . import _prologue
 from ._rotary import Spec
+from ._torch_checks import raise_named
 from ._torch_ops import check_fake_devices
 from .torch import _eager
 
@@ -30,16 +31,37 @@ def spec_key(spec: Spec) -> str:
     return json.dumps(spec.to_dict(), sort_keys=True)
 
 
+class _NotAnObject(ValueError):
+    pass
+
+
 @functools.lru_cache(maxsize=256)
-def _spec(key: str) -> Spec:
-    return Spec(**json.loads(key))
+def _spec_of(key: str) -> Spec:
+    fields = json.loads(key)
+    if not isinstance(fields, dict):
+        raise _NotAnObject
+    return Spec(**fields)
+
+
+def _spec(key: str, where: str, name: str = "spec") -> Spec:
+    """The Spec of an op's spec text; text that is not a JSON object is refused naming the op's argument."""
+    try:
+        return _spec_of(key)
+    except (json.JSONDecodeError, _NotAnObject) as e:
+        why = f" ({e.msg} at character {e.pos})" if isinstance(e, json.JSONDecodeError) else " (not an object)"
+        shown = repr(key) if len(key) <= 60 else f"{key[:60]!r}... ({len(key)} characters)"
+        raise ValueError(f"[{where}] {name} must be a Spec's JSON text (an object, prologue_torch.spec_key(spec)), "
+                         f"got {shown}{why}") from None
+
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _scale_arg(where: str, cache: torch.Tensor, cache_name: str, tensor: Optional[torch.Tensor], tensor_name: str,
                value: float, value_name: str, example: str = "") -> Any:
     """The scale the Python API takes for `cache`: the per-tensor float `value` of an fp8 cache, else the int8
     scale `tensor` (or None). A scale of the other kind is an error, never ignored."""
-    if cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+    if cache.dtype in _FP8:
         if tensor is not None:
             raise ValueError(f"[{where}] {tensor_name} tensors are for int8 caches; an fp8 cache takes its per-tensor "
                              f"scale as {value_name} (a float{', e.g. ' + example if example else ''}), got a "
@@ -65,10 +87,16 @@ def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions:
                     "float(layer._k_scale)")
     vs = _scale_arg("rotary_prologue", v_cache, "v_cache", v_scale, "v_scale", fp8_v_scale, "fp8_v_scale",
                     "float(layer._v_scale)")
-    _prologue.prologue(q, k, v, positions, _spec(spec), k_cache=k_cache, v_cache=v_cache, slot_mapping=slot_mapping,
-                       cache_positions=cache_positions, cache_layout=cache_layout, q_norm_weight=q_norm_weight,
-                       k_norm_weight=k_norm_weight, norm_eps=norm_eps, norm_offset=norm_offset,
-                       k_scale=ks, v_scale=vs, q_out=q_out, layout=layout, threads=threads)
+    try:
+        _prologue.prologue(q, k, v, positions, _spec(spec, "rotary_prologue"), k_cache=k_cache, v_cache=v_cache,
+                           slot_mapping=slot_mapping, cache_positions=cache_positions, cache_layout=cache_layout,
+                           q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, norm_eps=norm_eps,
+                           norm_offset=norm_offset, k_scale=ks, v_scale=vs, q_out=q_out, layout=layout, threads=threads)
+    except (TypeError, ValueError) as e:  # an fp8 cache's scale is the op's fp8_k_scale / fp8_v_scale
+        raise_named(e, tuple((old, new) for old, new, cache in (("k_scale", "fp8_k_scale", k_cache),
+                                                                 ("v_scale", "fp8_v_scale", v_cache))
+                             if cache is not None and cache.dtype in _FP8), "rotary_prologue")
+        raise
 
 
 _prologue_op = torch.library.custom_op("rotary::prologue",
@@ -158,9 +186,14 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
                  fp8_scale: float, threads: int) -> None:
     """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions)."""
     scale = _scale_arg("rotary_rerotate_cache", k_cache, "k_cache", k_scale, "k_scale", fp8_scale, "fp8_scale")
-    _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec),
-                             to_spec=None if to_spec is None else _spec(to_spec), cache_layout=cache_layout,
-                             k_scale=scale, threads=threads)
+    where = "rotary_rerotate_cache"
+    try:
+        _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec, where),
+                                 to_spec=None if to_spec is None else _spec(to_spec, where, "to_spec"),
+                                 cache_layout=cache_layout, k_scale=scale, threads=threads)
+    except (TypeError, ValueError) as e:  # an fp8 cache's scale is the op's fp8_scale
+        raise_named(e, (("k_scale", "fp8_scale"),) if k_cache.dtype in _FP8 else (), where)
+        raise
 
 
 @_rerotate_op.register_fake

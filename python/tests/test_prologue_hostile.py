@@ -1,6 +1,8 @@
 """Hostile inputs to the prologue's and the ops' Python/torch adapters: meta beside real tensors, negative-bit views, version counters, read-only arrays, uint64 slots."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -362,3 +364,118 @@ def test_scalar_arguments_take_numpy_and_torch_scalars_and_refuse_inexact_values
     with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] to_seq_len must be an int or None, got inf"):
         rotary.rerotate_cache(np.zeros((1, 4, 1, D), np.float32), np.arange(T), np.arange(T), np.arange(T) + 1, spec,
                               to_seq_len=float("inf"))
+
+
+def test_seq_len_past_2_31_is_refused_naming_the_python_argument_before_any_write():
+    # Was accepted by the prologue (any spec) and by re-rotation with a length-independent spec; re-rotation with a
+    # dynamic spec said "[rotary_freqs] seq_len ...".
+    D, T = 8, 2
+    q, k = np.ones((T, 1, D), np.float32), np.ones((T, 1, D), np.float32)
+    tail = r" must be <= 2\^31 \(positions are < 2\^31\), got "
+    for spec in (rotary.Spec(D), rotary.Spec(D, rope_type="dynamic", factor=2.0, max_position_embeddings=8)):
+        kc, q0 = np.zeros((1, 4, 1, D), np.float32), q.copy()
+        rotary.prologue(q.copy(), k, None, 0, spec, k_cache=kc.copy(), v_cache=None, slot_mapping=np.arange(T),
+                        seq_len=2**31)
+        for kw, name in ((dict(seq_len=2**31 + 1), "seq_len"), (dict(seq_len=[8, 2**31 + 1]), r"seq_len\[1\]")):
+            many = isinstance(kw["seq_len"], list)
+            with pytest.raises(ValueError, match=r"^\[rotary_prologue\] " + name + tail + r"2147483649$"):
+                rotary.prologue(q, k, None, 0, [spec, spec] if many else spec, k_cache=kc, v_cache=None,
+                                slot_mapping=np.arange(T), spec_index=np.array([0]) if many else None, **kw)
+            assert np.array_equal(q, q0) and not kc.any()
+        kc[:] = 1.0
+        for name in ("from_seq_len", "to_seq_len"):
+            rotary.rerotate_cache(kc.copy(), np.array([0]), np.array([0]), np.array([1]), spec, **{name: 2**31})
+            with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] " + name + tail + r"1099511627776$"):
+                rotary.rerotate_cache(kc, np.array([0]), np.array([0]), np.array([1]), spec, **{name: 2**40})
+            assert (kc == 1.0).all()
+
+
+def test_prologue_errors_name_the_python_arguments_not_the_core_s_fields():
+    # The core's sources / source_index / sources[i].seq_len are the Python call's spec / spec_index / seq_len.
+    D = 8
+    s, s2 = rotary.Spec(D), rotary.Spec(D, base=500.0)
+    q, k = np.ones((4, 2, D), np.float32), np.ones((4, 1, D), np.float32)
+    kc = np.zeros((4, 2, 1, D), np.float32)
+    cases = [(dict(spec=[s, s2], spec_index=np.array([2])), r"spec_index\[0\] must be in \[0, 2\) \(the number of specs\), got 2"),
+             (dict(spec=[s, s2], spec_index=np.array([0, 1])), r"spec_index must have shape \[N\] = \[1\]"),
+             (dict(spec=[s, rotary.Spec(16)], spec_index=np.array([0])),
+              r"spec\[1\] must share head_dim 8, .* with spec\[0\], got head_dim 16"),
+             (dict(spec=s, seq_len=0), r"seq_len must be > 0 when given, got 0"),
+             (dict(spec=[s, s2], spec_index=np.array([0]), seq_len=[8, 0]), r"seq_len\[1\] must be > 0 when given, got 0"),
+             (dict(spec=None, spec_index=np.array([0])), r"spec_index is given but spec is None")]
+    for kw, needle in cases:
+        q0, spec = q.copy(), kw.pop("spec")
+        with pytest.raises(ValueError, match=r"^\[rotary_prologue\] " + needle):
+            rotary.prologue(q, k, k, 0, spec, k_cache=kc, v_cache=kc.copy(), slot_mapping=np.arange(4), **kw)
+        assert np.array_equal(q, q0) and not kc.any()
+    k8 = np.zeros((4, 2, 1, D), np.int8)
+    ks = np.zeros((4, 2, 1), np.float32)
+    index = ks.reshape(-1).view(np.int32)[:1]  # spec_index [0] in k_scale's memory
+    with pytest.raises(ValueError, match=r"^\[rotary_prologue\] k_scale must not share memory with spec_index "):
+        rotary.prologue(q.copy(), k, k, 0, [s, s2], k_cache=k8, v_cache=k8.copy(), slot_mapping=np.arange(4),
+                        k_scale=ks, v_scale=np.zeros((4, 2, 1), np.float32), spec_index=index)
+    assert not k8.any()
+    for name in ("from_seq_len", "to_seq_len"):
+        with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] " + name + " must be > 0 when given, got 0"):
+            rotary.rerotate_cache(kc, np.array([0]), np.array([0]), np.array([1]), s, **{name: 0})
+
+
+@pytest.mark.parametrize("scale,shown", [(1e39, r"1e\+39"), (float("inf"), "inf"), (float("nan"), "nan"), (0.0, "0.0"),
+                                         (-2, "-2"), (1e-50, r"1e-50"), (np.float64(1e39), r"1e\+39"), (10**400, "1000")],
+                         ids=["1e39", "inf", "nan", "0.0", "-2", "1e-50", "np.float64(1e39)", "10**400"])
+def test_an_fp8_scale_a_float32_cannot_hold_is_refused_by_its_value_without_a_numpy_warning(scale, shown):
+    # 1e39 became inf in float32 (with numpy's overflow RuntimeWarning, an error under -W error), reported as "got inf".
+    import warnings
+
+    D = 8
+    spec, k = rotary.Spec(D), np.ones((2, 1, D), np.float32)
+    for lib in ("numpy", "torch"):
+        kc = (np.zeros((1, 4, 1, D), np.uint8).view(__import__("ml_dtypes").float8_e4m3fn) if lib == "numpy"
+              else torch.zeros((1, 4, 1, D), dtype=torch.float8_e4m3fn))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError, match=r"^\[rotary_prologue\] k_scale must be finite, > 0 and representable "
+                                                 r"as a float32 \(at most 3\.4028235e\+38\), got " + shown):
+                rotary.prologue(None, k, None, 0, spec, k_cache=kc, v_cache=None, slot_mapping=np.arange(2),
+                                k_scale=scale)
+            with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] k_scale must be finite, > 0 and "
+                                                 r"representable as a float32 \(at most 3\.4028235e\+38\), got " + shown):
+                rotary.rerotate_cache(kc, np.array([0]), np.array([0]), np.array([1]), spec, k_scale=scale)
+        assert not (kc.view(np.uint8) if lib == "numpy" else kc.view(torch.uint8)).any()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            for ok in (3.4028235e38, float(np.finfo(np.float32).max), 1e-45):  # the message's bound; the extremes
+                rotary.prologue(None, k, None, 0, spec, k_cache=kc, v_cache=None, slot_mapping=np.arange(2), k_scale=ok)
+
+
+def test_the_ops_name_a_malformed_spec_text():
+    # It raised a bare JSONDecodeError (or a TypeError for JSON that is not an object).
+    q, k, v, kc, vc = _inputs()
+    q0 = q.clone()
+    for bad in ("{not json", "[1, 2]"):
+        with pytest.raises(ValueError, match=r"^\[rotary_prologue\] spec must be a Spec's JSON text \(an object, "
+                                             r"prologue_torch\.spec_key\(spec\)\), got " + re.escape(repr(bad))) as e:
+            torch.ops.rotary.prologue(*_op_args(q, k, v, kc, vc, spec=bad))
+        assert type(e.value) is ValueError
+        for args, name in (((bad, None), "spec"), ((KEY, bad), "to_spec")):
+            with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] " + name + " must be a Spec's JSON text"):
+                torch.ops.rotary.rerotate_cache(kc, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]), *args, "nhd",
+                                                None, 1.0, 1)
+    assert torch.equal(q, q0) and not kc.any() and not vc.any()
+
+
+def test_the_ops_name_their_fp8_scale_arguments():
+    # Their errors named rotary.prologue's k_scale / v_scale.
+    q, k, v, _, _ = _inputs()
+    q0 = q.clone()
+    f8 = lambda: torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
+    kc8, vc8 = f8(), f8()
+    for call in (torch.ops.rotary.prologue, prologue_torch._call_prologue):
+        for over, needle in ((dict(fp8_k_scale=float("nan")), "fp8_k_scale must be finite, > 0 .*, got nan"),
+                             (dict(fp8_v_scale=1e39), r"fp8_v_scale must be finite, > 0 .*, got 1e\+39")):
+            with pytest.raises(ValueError, match=r"^\[rotary_prologue\] " + needle):
+                call(*_op_args(q, k, v, kc8, vc8, **over))
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] fp8_scale must be finite, > 0 .*, got inf"):
+        torch.ops.rotary.rerotate_cache(kc8, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]), KEY, None, "nhd",
+                                        None, float("inf"), 1)
+    assert torch.equal(q, q0) and not kc8.view(torch.uint8).any() and not vc8.view(torch.uint8).any()

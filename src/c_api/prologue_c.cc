@@ -13,6 +13,9 @@ rotary::FrequencySource to_source(const rotary_frequency_source_t& s, const char
   out.rope = s.rope != nullptr ? &s.rope->rope : nullptr;
   if (s.seq_len < -1 || s.seq_len == 0)
     invalid(where, name + ".seq_len must be -1 (none) or > 0, got " + std::to_string(s.seq_len));
+  if (s.seq_len > (int64_t(1) << 31))
+    rotary::detail::out_of_range(where,
+                                 name + ".seq_len must be <= 2^31 (positions are < 2^31), got " + std::to_string(s.seq_len));
   if (s.seq_len > 0) out.seq_len = s.seq_len;
   return out;
 }

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <string>
 
+#include "core/freqs_internal.h"
 #include "core/messages.h"
 #include "engine/overlap.h"
 #include "engine/plan_request.h"
@@ -343,6 +344,8 @@ SourceGeometry check_sources(const std::vector<FrequencySource>& sources, const 
     if (sources[i].rope == nullptr) invalid(where, n_of() + ".rope must not be null");
     if (sources[i].seq_len && *sources[i].seq_len <= 0)
       invalid(where, n_of() + ".seq_len must be > 0 when given, got " + str(*sources[i].seq_len));
+    if (sources[i].seq_len && *sources[i].seq_len > kMaxSeqLen)
+      out_of_range(where, n_of() + ".seq_len must be <= 2^31 (positions are < 2^31), got " + str(*sources[i].seq_len));
     const Spec& s = sources[i].rope->spec();
     SourceGeometry h;
     h.head_dim = s.head_dim;

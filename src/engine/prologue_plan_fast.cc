@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/freqs_internal.h"
 #include "engine/fast_plan.h"
 #include "engine/prologue_build.h"
 #include "engine/prologue_checks.h"
@@ -32,7 +33,7 @@ bool build_prologue_plan_fast(const PrologueArgs& a, ProloguePlan* plan) {
     return false;
   if (a.sources.size() != 1 || !absent(a.source_index)) return false;
   const FrequencySource& fs = a.sources[0];
-  if (fs.rope == nullptr || (fs.seq_len && *fs.seq_len <= 0)) return false;
+  if (fs.rope == nullptr || (fs.seq_len && (*fs.seq_len <= 0 || *fs.seq_len > kMaxSeqLen))) return false;
   const Spec& spec = fs.rope->spec();
   if (spec.mrope.enabled()) return false;
   if (absent(a.q) || !absent(a.q_out) || !absent(a.k_out) || absent(a.v) || absent(a.k_cache) || absent(a.v_cache))

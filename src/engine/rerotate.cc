@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/freqs_internal.h"
 #include "core/messages.h"
 #include "engine/plan_request.h"
 #include "engine/prologue_checks.h"
@@ -45,9 +46,12 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   const std::vector<FrequencySource> both = {a.from, to};
   static const char* const kNames[] = {"from", "to"};
   for (int i = 0; i < 2; ++i) {
-    if (both[static_cast<size_t>(i)].rope == nullptr) invalid(std::string(kNames[i]) + ".rope must not be null");
-    if (both[static_cast<size_t>(i)].seq_len && *both[static_cast<size_t>(i)].seq_len <= 0)
-      invalid(std::string(kNames[i]) + ".seq_len must be > 0 when given, got " + str(*both[static_cast<size_t>(i)].seq_len));
+    const FrequencySource& s = both[static_cast<size_t>(i)];
+    if (s.rope == nullptr) invalid(std::string(kNames[i]) + ".rope must not be null");
+    if (s.seq_len && *s.seq_len <= 0) invalid(std::string(kNames[i]) + ".seq_len must be > 0 when given, got " + str(*s.seq_len));
+    // Every spec (a length-dependent one's frequencies would say "[rotary_freqs] seq_len ..." otherwise).
+    if (s.seq_len && *s.seq_len > kMaxSeqLen)
+      out_of_range(kWhere, std::string(kNames[i]) + ".seq_len must be <= 2^31 (positions are < 2^31), got " + str(*s.seq_len));
   }
   const Spec& sa = a.from.rope->spec();
   const Spec& sb = to.rope->spec();

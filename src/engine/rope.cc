@@ -70,7 +70,8 @@ struct Rope::Impl {
     src->freqs = &base;
     CosSinTable* table = main.get();
     if (spec.length_dependent()) {
-      // The spec was validated when the Rope was built, and seq_len is <= 2^31 (checked by the callers).
+      // The spec was validated when the Rope was built, and seq_len is <= 2^31 (checked by the callers: build_plan,
+      // cos_sin, the prologue's check_sources; the prologue's fast path declines a longer one).
       src->local = detail::frequencies_unchecked(spec, seq_len ? *seq_len : (range.any ? range.max_int + 1 : 1));
       if (!same_frequencies(src->local, base)) {
         src->freqs = &src->local;

@@ -354,4 +354,51 @@ TEST(CApiErrors, PrologueWithSeveralSourcesNeedsSourceIndex) {
   EXPECT_NE(kc, kc0);
 }
 
+TEST(CApiErrors, PrologueAndRerotationRefuseSeqLenPast2To31NamingTheField) {
+  // Was accepted (the C++ layer checked only > 0) and nothing told the caller its length was not used as given.
+  const int64_t T = 2, D = 8, big = (int64_t(1) << 31) + 1;
+  SpecPtr spec = make_spec(D);
+  RopePtr rope = make_rope(spec.get());
+  std::vector<float> q = rotary::testing::randn(T * D, 1), k = rotary::testing::randn(T * D, 2), kc(T * D, 0.5f);
+  const std::vector<float> q0 = q, kc0 = kc;
+  std::vector<int64_t> slots = {0, 1}, from = {0, 0}, to = {3, 4};
+  const int64_t shape[3] = {T, 1, D}, cshape[4] = {T, 1, 1, D}, sshape[1] = {T};
+  rotary_frequency_source_t source = {rope.get(), big};
+  rotary_prologue_args_t a;
+  rotary_prologue_args_init(&a);
+  rotary_tensor_contiguous(&a.q, q.data(), ROTARY_DTYPE_F32, 3, shape);
+  rotary_tensor_contiguous(&a.k, k.data(), ROTARY_DTYPE_F32, 3, shape);
+  rotary_tensor_contiguous(&a.k_cache, kc.data(), ROTARY_DTYPE_F32, 4, cshape);
+  rotary_tensor_contiguous(&a.slot_mapping, slots.data(), ROTARY_DTYPE_I64, 1, sshape);
+  a.sources = &source;
+  a.n_sources = 1;
+  EXPECT_EQ(rotary_prologue(&a), ROTARY_ERROR_OUT_OF_RANGE);
+  EXPECT_STREQ(rotary_last_error(),
+               "[rotary_prologue] args->sources[0].seq_len must be <= 2^31 (positions are < 2^31), got 2147483649");
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(kc, kc0);
+  rotary_rerotate_args_t r;
+  rotary_rerotate_args_init(&r);
+  rotary_tensor_contiguous(&r.k_cache, kc.data(), ROTARY_DTYPE_F32, 4, cshape);
+  rotary_tensor_contiguous(&r.slots, slots.data(), ROTARY_DTYPE_I64, 1, sshape);
+  rotary_tensor_contiguous(&r.from_positions, from.data(), ROTARY_DTYPE_I64, 1, sshape);
+  rotary_tensor_contiguous(&r.to_positions, to.data(), ROTARY_DTYPE_I64, 1, sshape);
+  r.from.rope = rope.get();
+  for (int end = 0; end < 2; ++end) {
+    r.from.seq_len = end == 0 ? big : -1;
+    r.to.seq_len = end == 1 ? big : -1;
+    EXPECT_EQ(rotary_rerotate_cache(&r), ROTARY_ERROR_OUT_OF_RANGE);
+    EXPECT_STREQ(rotary_last_error(), end == 0 ? "[rotary_rerotate_cache] args->from.seq_len must be <= 2^31 (positions "
+                                                 "are < 2^31), got 2147483649"
+                                               : "[rotary_rerotate_cache] args->to.seq_len must be <= 2^31 (positions "
+                                                 "are < 2^31), got 2147483649");
+    EXPECT_EQ(kc, kc0);
+  }
+  // 2^31 itself is a valid length.
+  source.seq_len = r.to.seq_len = int64_t(1) << 31;
+  r.from.seq_len = -1;
+  EXPECT_EQ(rotary_prologue(&a), ROTARY_OK) << rotary_last_error();
+  EXPECT_EQ(rotary_rerotate_cache(&r), ROTARY_OK) << rotary_last_error();
+}
+
 }  // namespace

@@ -126,6 +126,8 @@ std::vector<Case> cases() {
       {"source_index out of range", [](Call& c) { c.idx[0] = 1; c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"source_index[0] must be in [0, 1)", "got 1"}},
       {"two sources without source_index", [](Call& c) { c.a.sources.push_back({c.rope.get(), std::nullopt}); }, K::kInvalidArgument, {"source_index must be given when sources has 2 entries", "got none"}},
       {"sources disagree", [](Call& c) { c.a.sources.push_back({c.other.get(), std::nullopt}); }, K::kInvalidArgument, {"sources[1] must share head_dim 8", "got head_dim 16"}},
+      {"seq_len past 2^31", [](Call& c) { c.a.sources = {{c.rope.get(), int64_t(1) << 40}}; }, K::kOutOfRange, {"sources[0].seq_len must be <= 2^31 (positions are < 2^31)", "got 1099511627776"}},
+      {"second source's seq_len past 2^31", [](Call& c) { c.a.sources.push_back({c.rope.get(), (int64_t(1) << 31) + 1}); c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"sources[1].seq_len must be <= 2^31", "got 2147483649"}},
       {"negative offset", [](Call& c) { c.a.positions = Positions::contiguous(-3); }, K::kInvalidArgument, {"[rotary_prologue] positions.offset must be >= 0", "-3"}},
       {"cache_layout out of enum", [](Call& c) { c.a.cache_layout = static_cast<CacheLayout>(9); }, K::kInvalidArgument, {"cache_layout must be nhd, hnd, bshd or bhsd", "got 9"}},
       {"backend cuda", [](Call& c) { c.a.backend = Backend::kCuda; }, K::kUnsupported, {"backend cuda", "CPU backends"}},
@@ -135,6 +137,8 @@ std::vector<Case> cases() {
       {"rerotate positions length", [](Call& c) { c.rerotate = true; c.r.to_positions.shape[0] = 3; }, K::kInvalidArgument, {"to_positions must have shape [N] = [4]", "[3]"}},
       {"rerotate negative position", [](Call& c) { c.rerotate = true; c.idx[2] = -5; }, K::kInvalidArgument, {"from_positions[2] must be >= 0", "-5"}},
       {"rerotate specs differ", [](Call& c) { c.rerotate = true; c.r.to = {c.other.get(), std::nullopt}; }, K::kInvalidArgument, {"to's spec must share head_dim 8", "got head_dim 16"}},
+      {"rerotate from.seq_len past 2^31", [](Call& c) { c.rerotate = true; c.r.from.seq_len = int64_t(1) << 40; }, K::kOutOfRange, {"[rotary_rerotate_cache] from.seq_len must be <= 2^31 (positions are < 2^31)", "got 1099511627776"}},
+      {"rerotate to.seq_len past 2^31", [](Call& c) { c.rerotate = true; c.r.to = {nullptr, (int64_t(1) << 31) + 1}; }, K::kOutOfRange, {"[rotary_rerotate_cache] to.seq_len must be <= 2^31", "got 2147483649"}},
       {"rerotate scale missing", [](Call& c) { c.rerotate = true; c.r.k_scale = {}; }, K::kInvalidArgument, {"[rotary_rerotate_cache] k_scale must be given for an i8 k_cache"}},
       {"rerotate cache head_dim", [](Call& c) { c.rerotate = true; c.r.k_cache = c.kc.view({2, 2, 2, 8}); c.r.k_scale = c.ks.view({2, 2, 2}); c.r.to = {c.other.get(), std::nullopt}; c.r.from = c.r.to; }, K::kInvalidArgument, {"k_cache must have shape", "D = 16", "[2,2,2,8]"}},
   };
@@ -189,6 +193,55 @@ TEST(HostilePrologue, TheUnbrokenCallsSucceedAndWrite) {
     call.run();
     EXPECT_FALSE(before == call.snapshot());
   }
+}
+
+TEST(HostilePrologue, SeqLenIsAtMost2To31ForEverySpecPathAndBackend) {
+  // Was accepted by the prologue (any spec) and by re-rotation (a length-independent spec), and refused for a
+  // length-dependent spec by re-rotation only, as "[rotary_freqs] seq_len ...".
+  Spec dyn;
+  dyn.head_dim = 8;
+  dyn.max_position_embeddings = 8;
+  dyn.scaling.type = RopeType::kDynamic;
+  dyn.scaling.factor = 2.0;
+  Rope dynamic(dyn);
+  for (int with_dynamic = 0; with_dynamic < 2; ++with_dynamic)
+    for (Backend backend : {Backend::kAuto, Backend::kCpu, Backend::kReference})
+      for (int what = 0; what < 3; ++what)  // prologue (an f32 cache: the fast path's call), rerotate from, to
+        for (int64_t len : {int64_t(1) << 31, (int64_t(1) << 31) + 1, int64_t(1) << 40}) {
+          SCOPED_TRACE(std::to_string(with_dynamic) + " " + std::to_string(static_cast<int>(backend)) + " " +
+                       std::to_string(what) + " " + std::to_string(len));
+          Call c;
+          Rope* rope = with_dynamic ? &dynamic : c.rope.get();
+          c.kc.dtype = c.vc.dtype = DType::kF32;
+          c.kc.bytes.resize(64 * 4);
+          c.vc.bytes.resize(64 * 4);
+          c.a.k_cache = c.r.k_cache = c.kc.view({4, 2, 1, 8});
+          c.a.v_cache = c.vc.view({4, 2, 1, 8});
+          c.a.k_scale = c.a.v_scale = c.r.k_scale = {};
+          c.a.q_norm_weight = {};
+          c.a.backend = c.r.backend = backend;
+          c.rerotate = what > 0;
+          c.a.sources = {{rope, len}};
+          c.r.from = {rope, what == 1 ? std::optional<int64_t>(len) : std::nullopt};
+          c.r.to = {nullptr, what == 2 ? std::optional<int64_t>(len) : std::nullopt};
+          const auto before = c.snapshot();
+          if (len == int64_t(1) << 31) {
+            EXPECT_NO_THROW(c.run());
+            continue;
+          }
+          try {
+            c.run();
+            ADD_FAILURE() << "no error";
+          } catch (const Error& e) {
+            const char* field = what == 0 ? "[rotary_prologue] sources[0]" : what == 1 ? "[rotary_rerotate_cache] from"
+                                                                                       : "[rotary_rerotate_cache] to";
+            const std::string want = field + std::string(".seq_len must be <= 2^31 (positions are < 2^31), got ") +
+                                     std::to_string(len);
+            EXPECT_EQ(std::string(e.what()), want);
+            EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(K::kOutOfRange));
+          }
+          EXPECT_TRUE(before == c.snapshot()) << "a tensor changed";
+        }
 }
 
 }  // namespace
