@@ -221,7 +221,8 @@ TEST(Config, Phi3TopLevelOriginalMaxOverridesDict) {
 }
 
 TEST(Config, OriginalMaxIsReadAsTheModelClassReadsIt) {
-  // phi3 / phi4_multimodal: a class attribute (default 4096) replaces the dict's; other classes read only the dict.
+  // transformers 5: a config attribute replaces a flat dict's value. phi3 / phi4_multimodal: a class attribute
+  // (default 4096); other classes keep a top-level key as one, except phimoe (its class sets it from the dict).
   const std::string dict = R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2], "long_factor": [3, 4],
                                                 "original_max_position_embeddings": 8192}})";
   const std::string head = R"({"head_dim": 4, "max_position_embeddings": 131072, )";
@@ -232,7 +233,15 @@ TEST(Config, OriginalMaxIsReadAsTheModelClassReadsIt) {
                   .scaling.original_max_position_embeddings, 2048) << mt;
   }
   const std::string moe = R"("model_type": "phimoe", "original_max_position_embeddings": 2048, )";
-  EXPECT_EQ(parse(head + moe + dict).scaling.original_max_position_embeddings, 8192);
+  const std::string moe_dict = R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2], "long_factor": [3, 4],
+      "short_mscale": 1.25, "long_mscale": 1.25, "original_max_position_embeddings": 8192}})";
+  EXPECT_EQ(parse(head + moe + moe_dict).scaling.original_max_position_embeddings, 8192);
+  for (const char* mt : {"llama", "qwen2", ""}) {
+    const std::string t = *mt ? std::string(R"("model_type": ")") + mt + R"(", )" : std::string();
+    EXPECT_EQ(parse(head + t + dict).scaling.original_max_position_embeddings, 8192) << mt;
+    EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": 2048, )" + dict)
+                  .scaling.original_max_position_embeddings, 2048) << mt;
+  }
 }
 
 TEST(Config, YarnOriginalDefaultsToMaxPositions) {
