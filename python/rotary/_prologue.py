@@ -78,26 +78,31 @@ def _is_int8(x: Any) -> bool:
 _F32_FINITE_BELOW = 2.0**128 - 2.0**103
 
 
+def _f32_scale(s: Any, what: str, where: str = "rotary") -> float:
+    """An fp8 per-tensor scale (a Python, numpy or torch number) as a float that is finite and > 0 as a float32;
+    nan, <= 0, past the float32 maximum or under its smallest subnormal is refused naming the value passed (a
+    float32 conversion would show inf or 0, with numpy's overflow warning)."""
+    try:
+        v = float(s)
+    except OverflowError:  # an int past the float range
+        v = math.inf
+    if not 0.0 < v < _F32_FINITE_BELOW or np.float32(v) == 0.0:  # nan fails the comparison
+        try:
+            shown = str(s) if isinstance(s, (int, np.integer)) else repr(v)
+        except ValueError:  # an int of more digits than str() converts
+            shown = f"an int of {s.bit_length()} bits"
+        raise ValueError(f"[{where}] {what} must be finite, > 0 and representable as a float32 (at most "
+                         f"3.4028235e+38), got {shown:.60}")
+    return v
+
+
 def _scale(s: Any, what: str, written: bool):
-    """A float (fp8 per-tensor scale) as a one-element float32 array, or the array (int8 scales, `written` by the
-    call) itself. A float that is not finite and > 0 as a float32 (nan, <= 0, past the float32 maximum, under its
-    smallest subnormal) is refused naming the value passed (a float32 conversion would show inf or 0, with numpy's
-    overflow warning)."""
+    """A float (fp8 per-tensor scale, checked by _f32_scale) as a one-element float32 array, or the array (int8
+    scales, `written` by the call) itself."""
     if s is None:
         return None
     if isinstance(s, (int, float, np.floating, np.integer)) and not isinstance(s, bool):
-        try:
-            v = float(s)
-        except OverflowError:  # an int past the float range
-            v = math.inf
-        if not 0.0 < v < _F32_FINITE_BELOW or np.float32(v) == 0.0:  # nan fails the comparison
-            try:
-                shown = str(s) if isinstance(s, (int, np.integer)) else repr(float(s))
-            except ValueError:  # an int of more digits than str() converts
-                shown = f"an int of {s.bit_length()} bits"
-            raise ValueError(f"[rotary] {what} must be finite, > 0 and representable as a float32 (at most "
-                             f"3.4028235e+38), got {shown:.60}")
-        return np.array([v], dtype=np.float32)
+        return np.array([_f32_scale(s, what)], dtype=np.float32)
     if _is_torch(s):
         if written and s.device.type == "cpu":
             _mark_written(s)
@@ -390,6 +395,7 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
             return _as_core_array(x, what)[0], -1
         if scale is None:
             raise ValueError(f"[rotary] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
+        _f32_scale(scale, scale_name, "rotary_apply")
         return _core(x, what)
     if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
         raise ValueError("[rotary] an fp8 output cannot be its input (rotate in place needs one dtype)")

@@ -1,6 +1,9 @@
 """fp8 e4m3/e5m2 outputs of rotary.apply / apply_qk (numpy ml_dtypes and torch float8) with a per-tensor scale."""
 from __future__ import annotations
 
+import re
+import warnings
+
 import numpy as np
 import pytest
 
@@ -63,10 +66,31 @@ def test_fp8_out_errors_name_the_argument_and_write_nothing():
     out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
     with pytest.raises(ValueError, match=r"out_scale .*required"):
         rotary.apply(x, 0, spec, out=out)
-    with pytest.raises(ValueError, match=r"^\[rotary_apply\] q_out_scale must be finite and > 0 for an fp8 q_out, got -1"):
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] out_scale must be finite, > 0 and representable as a "
+                                         r"float32 \(at most 3.4028235e\+38\), got -1.0"):
         rotary.apply(x, 0, spec, out=out, out_scale=-1.0)
     with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions"):
         rotary.apply(x, np.array([0, -3]), spec, out=out, out_scale=1.0)
     assert (out.astype(np.float32) == 3.0).all()
     with pytest.raises(ValueError, match="out_scale is only for an fp8"):
         rotary.apply(x, 0, spec, out=np.zeros_like(x), out_scale=2.0)
+
+
+@pytest.mark.parametrize("scale,shown", [(1e39, "1e+39"), (1e-50, "1e-50"), (float("nan"), "nan"), (0, "0"),
+                                         (10**400, "1" + "0" * 59)],
+                         ids=["huge", "tiny", "nan", "zero", "int-past-float"])
+def test_fp8_out_scale_float32_cannot_hold_is_refused_naming_the_value_passed(scale, shown):
+    # float32(1e39) is inf and float32(1e-50) is 0: the message shows what the caller passed, with no numpy warning
+    spec = rotary.Spec(64)
+    x = np.ones((1, 2, 2, 64), np.float32)
+    out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] out_scale must be finite, > 0 .*, got "
+                                             + re.escape(shown)):
+            rotary.apply(x, 0, spec, out=out, out_scale=scale)
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] k_out_scale must be finite, > 0 .*, got "
+                                             + re.escape(shown)):
+            rotary.apply_qk(x, x, 0, spec, q_out=out, k_out=out.copy(), q_out_scale=1.0, k_out_scale=scale)
+    assert (out.astype(np.float32) == 3.0).all()
+    rotary.apply(x, 0, spec, out=out, out_scale=3.4028235e38)  # the float32 maximum itself is a scale
