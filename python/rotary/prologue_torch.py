@@ -47,8 +47,9 @@ def _spec(key: str, where: str, name: str = "spec") -> Spec:
     """The Spec of an op's spec text; text that is not a JSON object is refused naming the op's argument."""
     try:
         return _spec_of(key)
-    except (json.JSONDecodeError, _NotAnObject) as e:
-        why = f" ({e.msg} at character {e.pos})" if isinstance(e, json.JSONDecodeError) else " (not an object)"
+    except (json.JSONDecodeError, _NotAnObject, TypeError, ValueError) as e:  # Spec's own: unknown or bad fields
+        why = (f" ({e.msg} at character {e.pos})" if isinstance(e, json.JSONDecodeError) else
+               " (not an object)" if isinstance(e, _NotAnObject) else f" ({e})")
         shown = repr(key) if len(key) <= 60 else f"{key[:60]!r}... ({len(key)} characters)"
         raise ValueError(f"[{where}] {name} must be a Spec's JSON text (an object, prologue_torch.spec_key(spec)), "
                          f"got {shown}{why}") from None

@@ -452,7 +452,7 @@ def test_the_ops_name_a_malformed_spec_text():
     # It raised a bare JSONDecodeError (or a TypeError for JSON that is not an object).
     q, k, v, kc, vc = _inputs()
     q0 = q.clone()
-    for bad in ("{not json", "[1, 2]"):
+    for bad in ("{not json", "[1, 2]", '{"head_dim": 8, "no_such_field": 1}', '{"head_dim": "eight"}'):
         with pytest.raises(ValueError, match=r"^\[rotary_prologue\] spec must be a Spec's JSON text \(an object, "
                                              r"prologue_torch\.spec_key\(spec\)\), got " + re.escape(repr(bad))) as e:
             torch.ops.rotary.prologue(*_op_args(q, k, v, kc, vc, spec=bad))
