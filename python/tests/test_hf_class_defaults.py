@@ -179,7 +179,7 @@ def test_an_mla_class_whose_rope_interleave_defaults_to_true_reads_interleaved(m
 # MLA models whose attention always calls apply_rotary_pos_emb_interleave (no rope_interleave flag): interleaved
 # pairs (x[2i], x[2i+1]) rotated and written de-interleaved, so rotary's interleaved rotation gives the same
 # values, each pair's two results at 2i and 2i + 1 instead of i and i + R/2 (q and k permuted alike: the same scores).
-ALWAYS_INTERLEAVED = ["axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4", "longcat_flash",
+ALWAYS_INTERLEAVED = ["axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4", "hy_v4_vl_text", "longcat_flash",
                       "mistral_large4_text"]
 
 

@@ -1,4 +1,4 @@
-"""M-RoPE positions [3, ...] in rotary.apply vs transformers' Qwen2-VL / Qwen3-VL rotary code and an fp64 formula."""
+"""M-RoPE positions [3, ...] in rotary vs transformers' VL rotary code (given and class-default sections) and fp64."""
 from __future__ import annotations
 
 import numpy as np
@@ -175,3 +175,94 @@ def test_explicit_sections_keep_the_models_own_interleaving(model, config_cls, r
     ours, _ = rotary.cos_sin(spec, pos3[:, 0])
     half = ours.shape[-1]
     np.testing.assert_allclose(ours, cos[0, :, :half].double().numpy(), rtol=0, atol=1e-5)
+
+
+# Models whose rotary embedding takes its own mrope_section when the config has none (transformers'
+# `rope_parameters.get("mrope_section", [...])`, or the config class's setdefault: HY-V4-VL), with the code's axis
+# assignment: contiguous blocks (Qwen2-VL's split / cat) or interleaved (Qwen3-VL's). (model_type, the text
+# RotaryEmbedding class, extra trimmed fields that make the sections cover the rotated part, section, interleaved.)
+CLASS_SECTIONS = [
+    ("glm4v", "Glm4vTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("glm4v_text", "Glm4vTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("glm4v_moe", "Glm4vMoeTextRotaryEmbedding", {}, [8, 12, 12], False),  # partial 0.5 of 128
+    ("glm4v_moe_text", "Glm4vMoeTextRotaryEmbedding", {}, [8, 12, 12], False),
+    ("glm_image", "GlmImageTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("glm_image_text", "GlmImageTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("glm_ocr", "GlmOcrTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("glm_ocr_text", "GlmOcrTextRotaryEmbedding", {"head_dim": 64}, [8, 12, 12], False),
+    ("paddleocr_vl", "PaddleOCRRotaryEmbedding", {}, [16, 24, 24], False),
+    ("paddleocr_vl_text", "PaddleOCRRotaryEmbedding", {}, [16, 24, 24], False),
+    ("qwen2_5_omni_text", "Qwen2_5OmniRotaryEmbedding", {}, [16, 24, 24], False),
+    ("qwen2_5_omni_thinker", "Qwen2_5OmniRotaryEmbedding", {}, [16, 24, 24], False),
+    ("qwen2_5_omni_talker", "Qwen2_5OmniRotaryEmbedding", {}, [16, 24, 24], False),
+    ("qwen3_omni_moe_text", "Qwen3OmniMoeThinkerTextRotaryEmbedding", {}, [24, 20, 20], True),
+    ("qwen3_omni_moe_thinker", "Qwen3OmniMoeThinkerTextRotaryEmbedding", {}, [24, 20, 20], True),
+    ("qwen3_omni_moe_talker_text", "Qwen3OmniMoeTalkerRotaryEmbedding", {}, [24, 20, 20], True),
+    ("cosmos3_edge", "Cosmos3EdgeTextRotaryEmbedding", {}, [24, 20, 20], True),
+    ("cosmos3_edge_text", "Cosmos3EdgeTextRotaryEmbedding", {}, [24, 20, 20], True),
+    ("hy_v4_vl", "HYV4VLRotaryEmbedding", {}, [12, 10, 10], True),  # the config's [12, 10, 10], not the code's
+    ("hy_v4_vl_text", "HYV4VLRotaryEmbedding", {}, [12, 10, 10], True),
+    ("qwen4_exp", "Qwen4ExpTextRotaryEmbedding", {"partial_rotary_factor": 0.25}, [11, 11, 10], True),
+    ("qwen4_exp_text", "Qwen4ExpTextRotaryEmbedding", {"partial_rotary_factor": 0.25}, [11, 11, 10], True),
+]
+
+
+@pytest.mark.parametrize("model_type,rope_cls,extra,section,interleaved", CLASS_SECTIONS,
+                         ids=[c[0] for c in CLASS_SECTIONS])
+def test_a_trimmed_config_without_mrope_section_gets_the_model_code_sections(model_type, rope_cls, extra, section,
+                                                                            interleaved):
+    from hf_models import modeling_module, quiet_transformers, trimmed_hf_config
+
+    mod = modeling_module(model_type)
+    if mod is None or not hasattr(mod, rope_cls):  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no {rope_cls} for {model_type}")
+    fields = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 8, **extra}
+    config, doc = trimmed_hf_config(model_type, fields)
+    with quiet_transformers():
+        emb = getattr(mod, rope_cls)(config)
+    assert list(emb.mrope_section) == section, model_type
+    pos3 = _positions(np.random.default_rng(13), 2, 20)
+    with torch.no_grad():
+        cos, sin = emb(torch.zeros(1), torch.from_numpy(pos3))
+    half = emb.inv_freq.numel()
+    cos, sin = cos.double().numpy(), sin.double().numpy()
+    if cos.shape[-1] == 2 * half and np.array_equal(cos[..., 0::2], cos[..., 1::2]):  # GLM-4V: repeat_interleave'd
+        cos, sin = cos[..., 0::2], sin[..., 0::2]
+    cos, sin = cos[..., :half], sin[..., :half]
+    spec = rotary.Spec.from_hf_config(doc)
+    assert list(spec.mrope_section) == section and spec.mrope_interleaved == interleaved, model_type
+    c, s = rotary.cos_sin(spec, pos3)
+    # HF: float32 angles at positions < 100; rotary's are exact.
+    np.testing.assert_allclose(c, cos, rtol=0, atol=2e-5, err_msg=model_type)
+    np.testing.assert_allclose(s, sin, rtol=0, atol=2e-5, err_msg=model_type)
+    plain, _ = rotary.cos_sin(spec.replace(mrope_section=None), pos3[0])
+    assert np.abs(plain - cos).max() > 1e-3  # the positions tell sections from plain RoPE
+
+
+@pytest.mark.parametrize("model_type", ["cohere_compass", "cohere_compass_text"])
+def test_cohere_compass_gets_the_code_sections_per_layer_type(model_type):
+    """Its rope_parameters are nested per layer type (a null entry: no RoPE) and each entry without a mrope_section
+    takes the code's [24, 20, 20], interleaved: rotary's LayerTypeSpecs reads each entry with those defaults."""
+    from hf_models import modeling_module, quiet_transformers, trimmed_hf_config
+
+    mod = modeling_module(model_type)
+    if mod is None or not hasattr(mod, "CohereCompassRotaryEmbedding"):  # pragma: no cover - depends on transformers
+        pytest.skip("transformers has no cohere_compass")
+    fields = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 8, "num_hidden_layers": 4,
+              "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
+              "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                  "full_attention": None}}
+    config, doc = trimmed_hf_config(model_type, fields)
+    with quiet_transformers():
+        emb = mod.CohereCompassRotaryEmbedding(config)
+    pos3 = _positions(np.random.default_rng(17), 2, 20)
+    with torch.no_grad():
+        cos, sin = emb(torch.zeros(1), torch.from_numpy(pos3), layer_type="sliding_attention")
+    half = emb.sliding_attention_inv_freq.numel()
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    assert specs.specs["full_attention"] is None
+    spec = specs["sliding_attention"]
+    assert list(spec.mrope_section) == [24, 20, 20] and spec.mrope_interleaved and spec.pairing == "half"
+    c, s = rotary.cos_sin(spec, pos3)
+    np.testing.assert_allclose(c, cos.double().numpy()[..., :half], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(s, sin.double().numpy()[..., :half], rtol=0, atol=2e-5)

@@ -122,6 +122,11 @@ const std::vector<ModelDefaults> kTable = {
     M("cohere").theta(500000.0).interleaved(),
     M("cohere2").interleaved(),
     M("cohere2_moe").head(128).interleaved(),
+    // Cohere Compass: per layer type (a null entry: no RoPE), each entry's code default [24, 20, 20], half-split pairs.
+    M("cohere_compass").sections(24, 20, 20, true),
+    M("cohere_compass_text").sections(24, 20, 20, true),
+    M("cosmos3_edge").theta(100000000.0).head(128).sections(24, 20, 20, true),  // its class dict's base and sections
+    M("cosmos3_edge_text").theta(100000000.0).head(128).sections(24, 20, 20, true),
     M("csm").theta(500000.0),
     M("csm_depth_decoder_model").theta(500000.0),
     M("cwm").head(128).dict(kCwmRope),
@@ -150,13 +155,16 @@ const std::vector<ModelDefaults> kTable = {
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe").partial(0.5),
     M("glm4_moe_lite").qk_rope_head(64).interleave_flag(),
-    M("glm4v").interleaved(),  // rotate_half_llm on repeat_interleave'd M-RoPE cos/sin (glm4v_moe is half-split)
-    M("glm4v_moe").partial(0.5),
-    M("glm4v_moe_text").partial(0.5),
-    M("glm4v_text").interleaved(),
+    // GLM-4V / GLM-Image / GLM-OCR code: contiguous M-RoPE blocks [8, 12, 12] without a mrope_section (as Qwen2-VL).
+    M("glm4v").interleaved().sections(8, 12, 12, false),  // rotate_half_llm on repeat_interleave'd M-RoPE cos/sin
+    M("glm4v_moe").partial(0.5).sections(8, 12, 12, false),  // half-split pairs, unlike glm4v
+    M("glm4v_moe_text").partial(0.5).sections(8, 12, 12, false),
+    M("glm4v_text").interleaved().sections(8, 12, 12, false),
+    M("glm_image").sections(8, 12, 12, false),
+    M("glm_image_text").sections(8, 12, 12, false),
     M("glm_moe_dsa").qk_rope_head(64).interleaved(),
-    M("glm_ocr").interleaved(),  // rotate_half_llm: the text model's pairs
-    M("glm_ocr_text").interleaved(),
+    M("glm_ocr").interleaved().sections(8, 12, 12, false),  // rotate_half_llm: the text model's pairs
+    M("glm_ocr_text").interleaved().sections(8, 12, 12, false),
     M("glmasr_encoder").partial(0.5),
     M("gpt_oss").theta(150000.0).head(64).dict(kGptOssRope),
     M("gptj").interleaved(),
@@ -166,6 +174,9 @@ const std::vector<ModelDefaults> kTable = {
     M("hrm_text").head(128),
     M("hy_v3").theta(11158840.0).head(128),
     M("hy_v4").qk_rope_head(64).interleaved(),
+    // HY-V4-VL: the config class sets mrope_section [12, 10, 10] (its code's own [24, 20, 20] is never reached).
+    M("hy_v4_vl").qk_rope_head(64).interleaved().sections(12, 10, 10, true),
+    M("hy_v4_vl_text").qk_rope_head(64).interleaved().sections(12, 10, 10, true),
     M("jetmoe").head(128).head_key("kv_channels"),
     M("jina_embeddings_v3").theta(20000.0),
     M("kolibri1").head(128),
@@ -211,8 +222,8 @@ const std::vector<ModelDefaults> kTable = {
     M("nomic_bert").theta(1000.0),
     M("olmo3").gemma3_style(500000.0, "", 500000.0, 4),  // a top-level rope_theta is full_attention's only
     M("openai_privacy_filter").theta(150000.0).head(64).dict(kGptOssRope).interleaved(),  // x[..., ::2] / x[..., 1::2]
-    M("paddleocr_vl").theta(500000.0).head(128),
-    M("paddleocr_vl_text").theta(500000.0).head(128),
+    M("paddleocr_vl").theta(500000.0).head(128).sections(16, 24, 24, false),
+    M("paddleocr_vl_text").theta(500000.0).head(128).sections(16, 24, 24, false),
     M("pe_audio_encoder").theta(20000.0).head(128).interleaved(),
     M("pe_audio_video_encoder").theta(20000.0).head(128).interleaved(),
     M("pe_video_encoder").theta(20000.0).head(128).interleaved(),
@@ -220,8 +231,9 @@ const std::vector<ModelDefaults> kTable = {
     M("phi").partial(0.5),
     M("phimoe").theta(1000000.0),
     M("qwen2_5_omni_dit").head(64),
-    M("qwen2_5_omni_talker").theta(1000000.0).head(128),
-    M("qwen2_5_omni_text").theta(1000000.0),
+    M("qwen2_5_omni_talker").theta(1000000.0).head(128).sections(16, 24, 24, false),
+    M("qwen2_5_omni_text").theta(1000000.0).sections(16, 24, 24, false),
+    M("qwen2_5_omni_thinker").theta(1000000.0).sections(16, 24, 24, false),  // its text_config's class
     M("qwen2_5_vl").theta(1000000.0).sections(16, 24, 24, false),
     M("qwen2_5_vl_text").theta(1000000.0).sections(16, 24, 24, false),
     M("qwen2_vl").theta(1000000.0).sections(16, 24, 24, false),
@@ -232,14 +244,16 @@ const std::vector<ModelDefaults> kTable = {
     M("qwen3_5_moe_text").partial(0.25).head(256).sections(11, 11, 10, true),
     M("qwen3_5_text").partial(0.25).head(256).sections(11, 11, 10, true),
     M("qwen3_omni_moe_talker_code_predictor").head(128),
-    M("qwen3_omni_moe_text").theta(1000000.0),
+    M("qwen3_omni_moe_talker_text").sections(24, 20, 20, true),
+    M("qwen3_omni_moe_text").theta(1000000.0).sections(24, 20, 20, true),
+    M("qwen3_omni_moe_thinker").theta(1000000.0).sections(24, 20, 20, true),  // its text_config's class
     M("qwen3_vl").theta(500000.0).head(128).sections(24, 20, 20, true),
     M("qwen3_vl_moe").theta(500000.0).sections(24, 20, 20, true),  // head_dim: hidden_size / heads, unlike qwen3_vl
     M("qwen3_vl_moe_text").theta(500000.0).sections(24, 20, 20, true),
     M("qwen3_vl_text").theta(500000.0).head(128).sections(24, 20, 20, true),
     M("qwen3_next").partial(0.25).head(256),
-    M("qwen4_exp").head(256),
-    M("qwen4_exp_text").head(256),
+    M("qwen4_exp").head(256).sections(11, 11, 10, true),  // the sections fit a partial_rotary_factor of 0.25
+    M("qwen4_exp_text").head(256).sections(11, 11, 10, true),
     M("recurrent_gemma").partial(0.5),
     M("seed_oss").head(128),
     M("smollm3").theta(2000000.0),
