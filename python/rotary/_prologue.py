@@ -82,10 +82,16 @@ def _f32_scale(s: Any, what: str, where: str = "rotary") -> float:
     """An fp8 per-tensor scale (a Python, numpy or torch number) as a float that is finite and > 0 as a float32;
     nan, <= 0, past the float32 maximum or under its smallest subnormal is refused naming the value passed (a
     float32 conversion would show inf or 0, with numpy's overflow warning)."""
+    number = f"[{where}] {what} must be a number (the fp8 per-tensor scale), got {type(s).__name__}"
+    if isinstance(s, (bool, np.bool_, str, bytes)):  # float() would take True, "2", b"2"
+        raise TypeError(number)
     try:
         v = float(s)
     except OverflowError:  # an int past the float range
         v = math.inf
+    except (TypeError, ValueError):  # not a number, or an array of more than one element
+        shape = getattr(s, "shape", None)
+        raise TypeError(number + (f" of shape {list(shape)}" if shape is not None else "")) from None
     if not 0.0 < v < _F32_FINITE_BELOW or np.float32(v) == 0.0:  # nan fails the comparison
         try:
             shown = str(s) if isinstance(s, (int, np.integer)) else repr(v)

@@ -260,9 +260,15 @@ def rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, pairing: str, inve
     y1 = x1 * c - x2 * s
     y2 = x2 * c + x1 * s
     y = torch.stack((y1, y2), dim=-1).flatten(-2) if pairing == "interleaved" else torch.cat((y1, y2), dim=-1)
+    # The result has torch.empty_like(x)'s strides, as the fake kernels and the CPU kernels (a permuted x, e.g.
+    # transformers' q.view(...).transpose(1, 2), keeps its memory order: torch.compile relies on the fake's strides),
+    # written by one copy that also rounds to x's dtype.
+    out = torch.empty_like(x)
     if rot == x.shape[-1]:
-        return y.to(x.dtype)
-    return torch.cat((y.to(x.dtype), x[..., rot:]), dim=-1)
+        return y if y.dtype == x.dtype and y.stride() == out.stride() else out.copy_(y)
+    out[..., :rot].copy_(y)
+    out[..., rot:].copy_(x[..., rot:])
+    return out
 
 
 def _rows_for_spec(x, positions, offset, key, layout, seq_len):
@@ -307,17 +313,9 @@ def _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse):
     return rotate(x, _to_layout(c, layout), _to_layout(s, layout), pairing, inverse)
 
 
-def like(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """y (x's rotation) with the strides of torch.empty_like(x), which the fake kernels and the CPU kernels return
-    (a permuted x, e.g. transformers' q.view(...).transpose(1, 2), keeps its memory order): torch.compile's code
-    relies on the fake kernels' strides. Copied only when y's differ."""
-    out = torch.empty_like(x)
-    return y if out.stride() == y.stride() else out.copy_(y)
-
-
 # The composite implementation of every operator (same signatures as the operators).
 def _apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
-    return like(x, _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len))
+    return _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len)
 
 
 def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
@@ -326,8 +324,8 @@ def _apply_(x, positions, offset, spec, layout="bshd", pairing="", inverse=False
 
 
 def _apply_qk(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
-    return (like(q, _spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len)),
-            like(k, _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len)))
+    return (_spec_rotation(q, positions, offset, spec, layout, pairing, inverse, seq_len),
+            _spec_rotation(k, positions, offset, spec, layout, pairing, inverse, seq_len))
 
 
 def _apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
@@ -339,7 +337,7 @@ def _apply_qk_(q, k, positions, offset, spec, layout="bshd", pairing="", inverse
 
 
 def _apply_cos_sin(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
-    return like(x, _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse))
+    return _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse)
 
 
 def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
@@ -348,8 +346,8 @@ def _apply_cos_sin_(x, cos, sin, positions=None, offset=0, layout="bshd", pairin
 
 
 def _apply_qk_cos_sin(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):
-    return (like(q, _table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse)),
-            like(k, _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse)))
+    return (_table_rotation(q, cos, sin, positions, offset, layout, pairing, inverse),
+            _table_rotation(k, cos, sin, positions, offset, layout, pairing, inverse))
 
 
 def _apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", pairing="half", inverse=False, threads=0):

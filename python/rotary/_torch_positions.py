@@ -43,9 +43,6 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
             raise ValueError(f"[rotary_apply] positions.batch_offsets must have shape [B] = [{x.shape[0]}] (or [1]), "
                              f"got {list(bo.shape)}")
         start = 0 if positions is None else int(positions)
-        n = _n_tokens(x, layout)
-        if _host_readable(bo):
-            _check_starts(bo.tolist(), "batch_offsets", start, [n] * bo.shape[0])
         return bo[:, None] + (start + torch.arange(_n_tokens(x, layout), device=x.device)), 0
     if positions is None:
         return None, 0
@@ -98,6 +95,28 @@ def _host_readable(t: torch.Tensor) -> bool:
 _LIMIT = 1 << 31  # positions are < 2^31
 
 
+def offsets_error(e: Exception, x: torch.Tensor, layout: str, positions: Any, cu_seqlens: Any, seq_offsets: Any,
+                  batch_offsets: Any) -> Optional[ValueError]:
+    """After the kernel refused an entry of the ids built from batch_offsets / seq_offsets (before any write): the
+    error naming the caller's own entry and value, or None. Read only then, so a valid call pays nothing."""
+    if "positions.ids" not in str(e) or (batch_offsets is None and seq_offsets is None):
+        return None
+    try:
+        start = 0 if positions is None else int(positions)
+        if batch_offsets is not None:
+            bo = _int_tensor(batch_offsets, "batch_offsets", x.device)
+            if _host_readable(bo):
+                _check_starts(bo.tolist(), "batch_offsets", start, [_n_tokens(x, layout)] * bo.shape[0])
+        elif cu_seqlens is not None:
+            so, cu = _int_tensor(seq_offsets, "seq_offsets", x.device), _int_tensor(cu_seqlens, "cu_seqlens", x.device)
+            if _host_readable(so) and _host_readable(cu):
+                c = cu.tolist()
+                _check_starts(so.tolist(), "seq_offsets", start, [c[i + 1] - c[i] for i in range(len(c) - 1)])
+    except ValueError as named:
+        return named
+    return None
+
+
 def _check_starts(starts: list, name: str, start: int, lengths: list) -> None:
     """Per-sequence first positions read on the host (batch_offsets, seq_offsets; `start`: an int positions added):
     every position start + starts[i] + s (s < lengths[i]) must be in [0, 2^31), as rotary.apply checks them. The
@@ -139,9 +158,6 @@ def _packed_ids(x: torch.Tensor, positions: Any, cu_seqlens: Any, seq_offsets: A
         if c[-1] != x.shape[0]:
             raise ValueError(f"[rotary_apply] positions.cu_seqlens[{len(c) - 1}] (the last entry) must equal the "
                              f"token count T = {x.shape[0]}, got {c[-1]}")
-        if so is not None and _host_readable(so):
-            _check_starts(so.tolist(), "seq_offsets", 0 if positions is None else int(positions),
-                          [c[i + 1] - c[i] for i in range(len(c) - 1)])
     t = torch.arange(x.shape[0], device=x.device)
     seq = torch.bucketize(t, cu[1:], right=True)
     ids = t - cu[seq]

@@ -94,3 +94,15 @@ def test_fp8_out_scale_float32_cannot_hold_is_refused_naming_the_value_passed(sc
             rotary.apply_qk(x, x, 0, spec, q_out=out, k_out=out.copy(), q_out_scale=1.0, k_out_scale=scale)
     assert (out.astype(np.float32) == 3.0).all()
     rotary.apply(x, 0, spec, out=out, out_scale=3.4028235e38)  # the float32 maximum itself is a scale
+
+
+@pytest.mark.parametrize("scale,what", [(True, "bool"), ("2", "str"), (np.array([2.0, 3.0]), "ndarray of shape [2]")],
+                         ids=["bool", "str", "array"])
+def test_fp8_out_scale_must_be_a_number(scale, what):
+    spec = rotary.Spec(64)
+    x = np.ones((1, 2, 2, 64), np.float32)
+    out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] out_scale must be a number \(the fp8 per-tensor scale\), "
+                                        r"got " + re.escape(what)):
+        rotary.apply(x, 0, spec, out=out, out_scale=scale)
+    assert (out.astype(np.float32) == 3.0).all()
