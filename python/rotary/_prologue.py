@@ -393,27 +393,25 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
     """rotary.apply / apply_qk with an fp8 q_out and/or k_out: fp8(fl32(y / scale)), saturating, nearest even."""
     def conv(x, what, scale_name, scale):
         if x is None:
-            return None, -1
+            return None, -1, 1.0
         code = _fp8_code(x)
         if code is None:
             if scale is not None:
                 raise ValueError(f"[rotary] {scale_name} is only for an fp8 {what}, got {what} dtype {x.dtype}")
-            return _as_core_array(x, what)[0], -1
+            return _as_core_array(x, what)[0], -1, 1.0
         if scale is None:
             raise ValueError(f"[rotary] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
-        _f32_scale(scale, scale_name, "rotary_apply")
-        return _core(x, what)
+        return _core(x, what) + (_f32_scale(scale, scale_name, "rotary_apply"),)
     if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
         raise ValueError("[rotary] an fp8 output cannot be its input (rotate in place needs one dtype)")
     qv, act = _core(q, "x", readonly=True)
     kv = _core(k, "k", readonly=True)[0] if k is not None else None
-    qov, qob = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
-    kov, kob = conv(k_out, "k_out", "k_out_scale", k_scale)
+    qov, qob, qos = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
+    kov, kob, kos = conv(k_out, "k_out", "k_out_scale", k_scale)
 
     offset, ids = _split_positions(positions)
     _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids,
                        cu_seqlens=_indices(cu_seqlens, "cu_seqlens"), seq_offsets=_indices(seq_offsets, "seq_offsets"),
                        batch_offsets=_indices(batch_offsets, "batch_offsets"), layout=layout, pairing=pairing,
                        inverse=bool(inverse), seq_len=seq_len, threads=int(threads), backend=backend, act_bits=act,
-                       q_out_bits=qob, k_out_bits=kob, q_out_scale=1.0 if q_scale is None else float(q_scale),
-                       k_out_scale=1.0 if k_scale is None else float(k_scale))
+                       q_out_bits=qob, k_out_bits=kob, q_out_scale=qos, k_out_scale=kos)

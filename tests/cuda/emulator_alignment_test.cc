@@ -14,6 +14,11 @@ namespace {
 
 using namespace rotary::testing;  // NOLINT: the matrix vocabulary
 
+/// The first 16-byte aligned address in `bytes` (room for the tests' offsets past it is the caller's).
+unsigned char* aligned16(std::vector<unsigned char>& bytes) {
+  return bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16) % 16;
+}
+
 void expect_refused(const std::function<void()>& call, const std::string& prefix, const EmulatedCuda& cuda) {
   try {
     call();
@@ -31,7 +36,7 @@ TEST(CudaEmulator, MisalignedTensorsAndPositionsAreRefusedBeforeAnyLaunch) {
   EmulatedCuda cuda;
   const int64_t S = 2, H = 2, D = 64;
   std::vector<unsigned char> bytes(static_cast<size_t>(S * H * D) * 4 + 64, 0);
-  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16);  // 16-byte aligned
+  unsigned char* base = aligned16(bytes);
   Frequencies f = freqs_for(D);
 
   ApplyArgs a;
@@ -46,7 +51,7 @@ TEST(CudaEmulator, MisalignedTensorsAndPositionsAreRefusedBeforeAnyLaunch) {
   expect_refused([&] { apply_frequencies(f, a); }, "[rotary_apply] q must be aligned to its element size (4 bytes, f32)", cuda);
 
   std::vector<unsigned char> id_bytes(64, 0);
-  unsigned char* ids = id_bytes.data() + (16 - reinterpret_cast<uintptr_t>(id_bytes.data()) % 16) + 4;  // 4 past 8
+  unsigned char* ids = aligned16(id_bytes) + 4;  // 4 past a multiple of 8
   a.q = TensorView::contiguous(base, DType::kF32, {1, S, H, D});
   a.positions = Positions::from_ids(TensorView::contiguous(ids, DType::kI64, {1, S}));
   a.seq_len = 16;
@@ -63,7 +68,7 @@ TEST(CudaEmulator, EveryPointerOfTheCallIsCheckedForAlignment) {
   EmulatedCuda cuda;
   const int64_t S = 2, D = 64;
   std::vector<unsigned char> bytes(8192, 0);
-  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16) % 16;
+  unsigned char* base = aligned16(bytes);
   Frequencies f = freqs_for(D);
   auto args = [&] {
     ApplyArgs a;
@@ -96,7 +101,7 @@ TEST(CudaEmulator, KAloneAfterAZeroHeadQIsNamedK) {
   EmulatedCuda cuda;
   const int64_t S = 2, D = 64;
   std::vector<unsigned char> bytes(4096, 0);
-  unsigned char* base = bytes.data() + (16 - reinterpret_cast<uintptr_t>(bytes.data()) % 16) % 16;
+  unsigned char* base = aligned16(bytes);
   Frequencies f = freqs_for(D);
   ApplyArgs a;
   a.backend = Backend::kCuda;
