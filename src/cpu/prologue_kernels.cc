@@ -157,7 +157,16 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
   });
 }
 
-/// Tokens [g0, g1): each token's cos/sin once, then its q rows, k rows (cache or k_out) and v rows.
+/// Tokens per pass of RunTokensT (at most; fewer where their cos/sin rows would pass kChunkFloats).
+constexpr int64_t kChunkTokens = 64;
+constexpr int64_t kChunkFloats = 16384;
+
+/// Tokens [g0, g1) in chunks of up to kChunkTokens: each token's cos/sin once, then the chunk's q rows, its k
+/// rows (cache or k_out), then its v rows, one pass per tensor. Token by token (q, k and v rows of one token, then
+/// the next: six short interleaved streams instead of two or three long ones) took 1.1-1.3x the time for f32
+/// inputs (rotary bench --case prologue, Llama-3-8B shapes, T = 4096, one thread, Zen 4, AVX3 and AVX2;
+/// docs/performance.md). The results are the same: the rows a call writes share no memory with those it reads
+/// (prologue_checks.cc), so their order does not matter. A lone token (decode) is one pass, as before.
 template <Elem EI, Pairing P>
 void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   using T = Storage<EI>;
@@ -169,9 +178,14 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const size_t row_floats = std::max<size_t>(D, static_cast<size_t>(p.v_dim));
   const int64_t qh = p.q_index >= 0 ? rp.t[p.q_index].heads : 0;
   const int64_t kh = p.k_index >= 0 ? rp.t[p.k_index].heads : 0;
-  float* scratch = PrologueScratch(2 * h + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 6 * h + 96);
-  float* resolved = scratch;
-  float* cd = scratch + 2 * h + 16;
+  const int64_t chunk =
+      g1 - g0 < 2 ? 1 : std::clamp<int64_t>(kChunkFloats / std::max<int64_t>(2, 2 * rp.half), 1, kChunkTokens);
+  const size_t chunk_floats = static_cast<size_t>(chunk * 2 * rp.half);
+  float* scratch = PrologueScratch(chunk_floats + 2 * R + row_floats + static_cast<size_t>(std::max(qh, kh)) + 6 * h + 96);
+  float* resolved = scratch;  // the chunk's cos | sin rows computed here (2h per token; table rows are read in place)
+  const float* chunk_c[kChunkTokens];
+  const float* chunk_s[kChunkTokens];
+  float* cd = scratch + chunk_floats + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
   // The RMS factors of one tensor's heads of the token, computed before its rows for a lone token (FactorsAhead).
@@ -307,12 +321,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     }
     return rot;
   };
-  for (int64_t g = g0; g < g1; ++g) {
+  // Token g (the chunk's i-th) with `parts` of it: 1 q, 2 k, 4 v.
+  auto token = [&](int64_t g, int64_t i, int parts) {
     const int64_t b = g / rp.S, s = g % rp.S;
-    if (p.rotate) {
-      const float* c;
-      const float* sn;
-      resolve_cos_sin(rp.pos, p.source_of(g), rp.half, b, s, resolved, &c, &sn);
+    if (p.rotate && (parts & 3) != 0) {
+      const float* c = chunk_c[i];
+      const float* sn = chunk_s[i];
       fast.c = c;
       fast.s = sn;
 #if ROTARY_PROLOGUE_BF16_BLOCKS
@@ -326,7 +340,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       per_channel = false;
     }
     const int64_t slot = p.slots != nullptr ? p.slots[g] : -1;
-    if (p.q_index >= 0) {
+    if ((parts & 1) != 0 && p.q_index >= 0) {
       rot.pf = pf_q;
       const PlanTensor& t = rp.t[p.q_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
@@ -340,7 +354,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         });
       }
     }
-    if (p.k_index >= 0) {
+    if ((parts & 2) != 0 && p.k_index >= 0) {
       rot.pf = pf_k;
       const PlanTensor& t = rp.t[p.k_index];
       const T* in = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
@@ -364,10 +378,23 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
         }
       }
     }
-    if (p.has_v && slot >= 0) {
+    if ((parts & 4) != 0 && p.has_v && slot >= 0) {
       const T* in = static_cast<const T*>(p.v.in) + b * p.v.in_sb + s * p.v.in_ss;
       CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream, nullptr);
     }
+  };
+  for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
+    const int64_t n = std::min(chunk, g1 - c0);
+    if (p.rotate)
+      for (int64_t i = 0; i < n; ++i)
+        resolve_cos_sin(rp.pos, p.source_of(c0 + i), rp.half, (c0 + i) / rp.S, (c0 + i) % rp.S,
+                        resolved + i * 2 * rp.half, &chunk_c[i], &chunk_s[i]);
+    if (n == 1) {
+      token(c0, 0, 7);
+      continue;
+    }
+    for (int parts : {1, 2, 4})
+      for (int64_t i = 0; i < n; ++i) token(c0 + i, i, parts);
   }
   if (stream) hwy::FlushStream();
 }

@@ -1,0 +1,105 @@
+// rotary::prologue walks many tokens in chunks (q rows, then k rows, then v rows): the same bytes as one token per call.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "prologue/prologue_testing.h"
+
+namespace rotary {
+namespace {
+
+using testing::Buf;
+
+TEST(Prologue, ManyTokensWalkedInChunksGiveTheBytesOfOneTokenPerCall) {
+  // 150 tokens are three chunks of RunTokensT (64, 64, 22 tokens at D = 128): a call walks each chunk's q rows,
+  // then its k rows, then its v rows; a one-token call walks q, k and v of its token. Both must write the same
+  // bytes, for cos/sin rows read from the table (one sequence from position 0) and computed per token (two
+  // packed sequences past two million, each with its own frequency source), both pairings, with and without
+  // the norm, into a bf16 and an int8 paged cache (slots scattered, every seventh token skipped), on one
+  // thread and two (the threads split the tokens into ranges that do not start on a chunk).
+  constexpr int64_t T = 150, Hq = 4, Hkv = 2, D = 128, Dv = 96, BS = 16, NB = 12;
+  std::vector<int64_t> slots(T);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), std::mt19937(7));
+  for (int64_t t = 0; t < T; t += 7) slots[static_cast<size_t>(t)] = -1;
+  std::vector<int32_t> cu = {0, 90, 150};
+  const Buf wq(DType::kF32, D, 4, 0.3), wk(DType::kF32, D, 5, 0.3);
+  testing::for_each_target([&](const std::string& target) {
+    for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
+      for (bool far : {false, true}) {
+        Spec a_spec, b_spec;
+        a_spec.head_dim = b_spec.head_dim = D;
+        a_spec.rotary_dim = b_spec.rotary_dim = D;
+        a_spec.pairing = b_spec.pairing = pairing;
+        b_spec.base = 500000.0;
+        Rope ra(a_spec), rb(b_spec);
+        std::vector<int64_t> offsets = {2000003, 2500011}, index = {0, 1};
+        for (DType in : {DType::kF32, DType::kBF16})
+          for (DType cache : {DType::kBF16, DType::kI8})
+            for (bool norm : {false, true})
+              for (int threads : {1, 2}) {
+                SCOPED_TRACE(target + " " + pairing_name(pairing) + (far ? " far" : " table") + " " + dtype_name(in) +
+                             "->" + dtype_name(cache) + (norm ? " norm" : "") + " threads " + std::to_string(threads));
+                const Buf q0(in, T * Hq * D, 1), k0(in, T * Hkv * D, 2), v0(in, T * Hkv * Dv, 3);
+                Buf q[2] = {q0, q0}, kc[2], vc[2], ks[2], vs[2];
+                for (int run = 0; run < 2; ++run) {  // 0: one call, 1: one call per token
+                  kc[run] = Buf(cache, NB * BS * Hkv * D);
+                  vc[run] = Buf(cache, NB * BS * Hkv * Dv);
+                  ks[run] = Buf(DType::kF32, NB * BS * Hkv);
+                  vs[run] = Buf(DType::kF32, NB * BS * Hkv);
+                  const int64_t n = run == 0 ? T : 1;
+                  for (int64_t t0 = 0; t0 < T; t0 += n) {
+                    const int64_t es = static_cast<int64_t>(dtype_size(in));
+                    PrologueArgs a;
+                    a.layout = Layout::kTHD;
+                    a.q = TensorView::contiguous(q[run].bytes.data() + t0 * Hq * D * es, in, {n, Hq, D});
+                    a.k = TensorView::contiguous(const_cast<unsigned char*>(k0.bytes.data()) + t0 * Hkv * D * es, in,
+                                                 {n, Hkv, D});
+                    a.v = TensorView::contiguous(const_cast<unsigned char*>(v0.bytes.data()) + t0 * Hkv * Dv * es, in,
+                                                 {n, Hkv, Dv});
+                    const int seq = t0 < cu[1] ? 0 : 1;
+                    if (!far) {
+                      a.positions = Positions::contiguous(t0);
+                      a.sources = {{&ra, std::nullopt}};
+                    } else if (run == 0) {
+                      a.positions = Positions::packed(TensorView::contiguous(cu.data(), DType::kI32, {3}),
+                                                      TensorView::contiguous(offsets.data(), DType::kI64, {2}));
+                      a.sources = {{&ra, std::nullopt}, {&rb, std::nullopt}};
+                      a.source_index = TensorView::contiguous(index.data(), DType::kI64, {2});
+                    } else {
+                      a.positions = Positions::contiguous(offsets[static_cast<size_t>(seq)] + t0 - cu[static_cast<size_t>(seq)]);
+                      a.sources = {{seq == 0 ? &ra : &rb, std::nullopt}};
+                    }
+                    a.cache_layout = CacheLayout::kNHD;
+                    a.k_cache = kc[run].view({NB, BS, Hkv, D});
+                    a.v_cache = vc[run].view({NB, BS, Hkv, Dv});
+                    a.slot_mapping = TensorView::contiguous(slots.data() + t0, DType::kI64, {n});
+                    if (cache == DType::kI8) {
+                      a.k_scale = ks[run].view({NB, BS, Hkv});
+                      a.v_scale = vs[run].view({NB, BS, Hkv});
+                    }
+                    if (norm) {
+                      a.q_norm_weight = TensorView::contiguous(const_cast<unsigned char*>(wq.bytes.data()), DType::kF32, {D});
+                      a.k_norm_weight = TensorView::contiguous(const_cast<unsigned char*>(wk.bytes.data()), DType::kF32, {D});
+                    }
+                    a.threads = threads;
+                    prologue(a);
+                  }
+                }
+                EXPECT_NE(q[0].bytes, q0.bytes);
+                EXPECT_EQ(q[0].bytes, q[1].bytes) << "q";
+                EXPECT_EQ(kc[0].bytes, kc[1].bytes) << "k cache";
+                EXPECT_EQ(vc[0].bytes, vc[1].bytes) << "v cache";
+                EXPECT_EQ(ks[0].bytes, ks[1].bytes) << "k scales";
+                EXPECT_EQ(vs[0].bytes, vs[1].bytes) << "v scales";
+              }
+      }
+  });
+}
+
+}  // namespace
+}  // namespace rotary
