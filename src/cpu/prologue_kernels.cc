@@ -163,10 +163,11 @@ constexpr int64_t kChunkFloats = 16384;
 
 /// Tokens [g0, g1) in chunks of up to kChunkTokens: each token's cos/sin once, then the chunk's q rows, its k
 /// rows (cache or k_out), then its v rows, one pass per tensor. Token by token (q, k and v rows of one token, then
-/// the next: six short interleaved streams instead of two or three long ones) took 1.1-1.3x the time for f32
-/// inputs (rotary bench --case prologue, Llama-3-8B shapes, T = 4096, one thread, Zen 4, AVX3 and AVX2;
-/// docs/performance.md). The results are the same: the rows a call writes share no memory with those it reads
-/// (prologue_checks.cc), so their order does not matter. A lone token (decode) is one pass, as before.
+/// the next: six short interleaved streams instead of two or three long ones) took 1.06-1.14x the time at the
+/// median of the prologue bench's prefill configurations, up to 1.3-1.4x for f32 inputs (Llama-3-8B shapes,
+/// T = 4096, one thread, Zen 4, AVX3 and AVX2; docs/performance.md). The results are the same: the rows a call
+/// writes share no element with those it reads but their own in place (overlap.cc check_aliasing, prologue.cc
+/// check_outputs), so their order does not matter. A lone token (decode) is one pass, as before.
 template <Elem EI, Pairing P>
 void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   using T = Storage<EI>;
@@ -246,7 +247,8 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   const bool k_norm_fast = p.k_cache.present() && p.k_norm != nullptr && p.k_cache.dtype == qdt;
   // bf16 half-split rows with a norm, fully rotated, into bf16 (q; k into a bf16 cache): two vectors
   // narrowed per pack in block order (HalfBF16NormBlockRow), the weights put in that order once here
-  // and each token's cos/sin once per token. Not where AVX512-BF16 narrows bf16 (StoreRow's own path).
+  // and each token's cos/sin once per pass that rotates it (q's and k's). Not where AVX512-BF16 narrows bf16
+  // (StoreRow's own path).
   size_t nb_k = 0;
 #if ROTARY_PROLOGUE_BF16_BLOCKS
   if constexpr (EI == Elem::kBF16 && P == Pairing::kHalfSplit) {
@@ -307,7 +309,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     return done;
   };
   // The token's rotation for the row path (StoreRow, CacheRows): interleaved rows multiply by per-channel
-  // cos/sin rows (RowRotation), built from the plain rows on the token's first such row only (rows in
+  // cos/sin rows (RowRotation), built from the plain rows on the token's first such row of each pass (rows in
   // registers build their own).
   bool per_channel = false;
   auto rows = [&]() -> const RowRotation& {

@@ -15,18 +15,19 @@ namespace {
 using testing::Buf;
 
 TEST(Prologue, ManyTokensWalkedInChunksGiveTheBytesOfOneTokenPerCall) {
-  // 150 tokens are three chunks of RunTokensT (64, 64, 22 tokens at D = 128): a call walks each chunk's q rows,
-  // then its k rows, then its v rows; a one-token call walks q, k and v of its token. Both must write the same
-  // bytes, for cos/sin rows read from the table (one sequence from position 0) and computed per token (two
-  // packed sequences past two million, each with its own frequency source), both pairings, with and without
-  // the norm, into a bf16 and an int8 paged cache (slots scattered, every seventh token skipped), on one
-  // thread and two (the threads split the tokens into ranges that do not start on a chunk).
-  constexpr int64_t T = 150, Hq = 4, Hkv = 2, D = 128, Dv = 96, BS = 16, NB = 12;
+  // 129 tokens on one thread are three chunks of RunTokensT (64, 64 and a lone token at D = 128): a call walks
+  // each chunk's q rows, then its k rows, then its v rows; a one-token call walks q, k and v of its token. Both
+  // must write the same bytes, for cos/sin rows read from the table (one sequence from position 0) and computed
+  // per token (two packed sequences past two million, each with its own frequency source), both pairings, with
+  // and without the norm, into an f32 (k rotated in registers into the cache), a bf16 and an int8 paged cache
+  // (slots scattered, every seventh token skipped). Two threads (on a machine with two cores or more) split the
+  // call into ranges of 9 tokens, the last of 3 (one chunk each, all but the first not starting at token 0).
+  constexpr int64_t T = 129, Hq = 4, Hkv = 2, D = 128, Dv = 96, BS = 16, NB = 12;
   std::vector<int64_t> slots(T);
   std::iota(slots.begin(), slots.end(), 0);
   std::shuffle(slots.begin(), slots.end(), std::mt19937(7));
   for (int64_t t = 0; t < T; t += 7) slots[static_cast<size_t>(t)] = -1;
-  std::vector<int32_t> cu = {0, 90, 150};
+  std::vector<int32_t> cu = {0, 90, 129};
   const Buf wq(DType::kF32, D, 4, 0.3), wk(DType::kF32, D, 5, 0.3);
   testing::for_each_target([&](const std::string& target) {
     for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
@@ -39,7 +40,7 @@ TEST(Prologue, ManyTokensWalkedInChunksGiveTheBytesOfOneTokenPerCall) {
         Rope ra(a_spec), rb(b_spec);
         std::vector<int64_t> offsets = {2000003, 2500011}, index = {0, 1};
         for (DType in : {DType::kF32, DType::kBF16})
-          for (DType cache : {DType::kBF16, DType::kI8})
+          for (DType cache : {DType::kF32, DType::kBF16, DType::kI8})
             for (bool norm : {false, true})
               for (int threads : {1, 2}) {
                 SCOPED_TRACE(target + " " + pairing_name(pairing) + (far ? " far" : " table") + " " + dtype_name(in) +
@@ -91,6 +92,9 @@ TEST(Prologue, ManyTokensWalkedInChunksGiveTheBytesOfOneTokenPerCall) {
                   }
                 }
                 EXPECT_NE(q[0].bytes, q0.bytes);
+                const Buf untouched_k(cache, NB * BS * Hkv * D), untouched_v(cache, NB * BS * Hkv * Dv);
+                EXPECT_NE(kc[0].bytes, untouched_k.bytes);
+                EXPECT_NE(vc[0].bytes, untouched_v.bytes);
                 EXPECT_EQ(q[0].bytes, q[1].bytes) << "q";
                 EXPECT_EQ(kc[0].bytes, kc[1].bytes) << "k cache";
                 EXPECT_EQ(vc[0].bytes, vc[1].bytes) << "v cache";
