@@ -231,6 +231,10 @@ TEST(Config, OriginalMaxIsReadAsTheModelClassReadsIt) {
     EXPECT_EQ(parse(head + t + dict).scaling.original_max_position_embeddings, 4096) << mt;
     EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": 2048, )" + dict)
                   .scaling.original_max_position_embeddings, 2048) << mt;
+    // A null top-level value counts as absent (rotary's rule for every optional field): the class default. transformers
+    // 5.25 keeps None as the attribute; its RoPE init copies it into the dict and fails dividing by it (docs/scaling.md).
+    EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": null, )" + dict)
+                  .scaling.original_max_position_embeddings, 4096) << mt;
   }
   const std::string moe = R"("model_type": "phimoe", "original_max_position_embeddings": 2048, )";
   const std::string moe_dict = R"("rope_scaling": {"type": "longrope", "short_factor": [1, 2], "long_factor": [3, 4],
@@ -241,6 +245,8 @@ TEST(Config, OriginalMaxIsReadAsTheModelClassReadsIt) {
     EXPECT_EQ(parse(head + t + dict).scaling.original_max_position_embeddings, 8192) << mt;
     EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": 2048, )" + dict)
                   .scaling.original_max_position_embeddings, 2048) << mt;
+    EXPECT_EQ(parse(head + t + R"("original_max_position_embeddings": null, )" + dict)
+                  .scaling.original_max_position_embeddings, 8192) << mt;
   }
 }
 
