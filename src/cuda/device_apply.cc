@@ -22,6 +22,8 @@ std::atomic<DeviceRuntime*> g_override{nullptr};
 int check_devices(const Plan& plan, DeviceRuntime& rt) {
   static const char* const kIn[2] = {"q", "k"};
   static const char* const kOut[2] = {"q_out", "k_out"};
+  auto in_name = [&](int i) { return kIn[plan.t[i].is_k ? 1 : 0]; };  // t[0] is k when q has no heads
+  auto out_name = [&](int i) { return kOut[plan.t[i].is_k ? 1 : 0]; };
   auto aligned = [](const void* p, DType dt, const char* what) {
     const auto es = static_cast<uintptr_t>(dtype_size(dt)), a = reinterpret_cast<uintptr_t>(p);
     if (p != nullptr && a % es != 0)
@@ -31,9 +33,8 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
                std::to_string(es));
   };
   for (int i = 0; i < plan.ntensors; ++i) {
-    const int r = plan.t[i].is_k ? 1 : 0;
-    aligned(plan.t[i].in, plan.dtype, kIn[r]);
-    if (!plan.t[i].inplace()) aligned(plan.t[i].out, plan.dtype, kOut[r]);
+    aligned(plan.t[i].in, plan.dtype, in_name(i));
+    if (!plan.t[i].inplace()) aligned(plan.t[i].out, plan.dtype, out_name(i));
   }
   const PlanPositions& pp = plan.pos;
   aligned(pp.batch_offsets, pp.batch_offsets_dtype, "positions.batch_offsets");
@@ -44,7 +45,7 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
     aligned(plan.cs.cos.data, plan.cs.cos.dtype, "cos");
     aligned(plan.cs.sin.data, plan.cs.sin.dtype, "sin");
   }
-  const char* const first = kIn[plan.t[0].is_k ? 1 : 0];
+  const char* const first = in_name(0);
   const int device = rt.device_of(plan.t[0].in, first);
   auto same = [&](const void* p, const char* what) {
     if (p == nullptr) return;
@@ -55,9 +56,8 @@ int check_devices(const Plan& plan, DeviceRuntime& rt) {
                std::to_string(d));
   };
   for (int i = 0; i < plan.ntensors; ++i) {
-    const int r = plan.t[i].is_k ? 1 : 0;
-    if (i > 0) same(plan.t[i].in, kIn[r]);
-    if (!plan.t[i].inplace()) same(plan.t[i].out, kOut[r]);
+    if (i > 0) same(plan.t[i].in, in_name(i));
+    if (!plan.t[i].inplace()) same(plan.t[i].out, out_name(i));
   }
   const PlanPositions& p = plan.pos;
   same(p.batch_offsets, "positions.batch_offsets");

@@ -336,16 +336,20 @@ void check_disjoint(const TensorView& out, const char* out_name, const TensorVie
                      str(static_cast<int64_t>(b1) - static_cast<int64_t>(a0)) + ") relative to it");
 }
 
+void check_source(const FrequencySource& s, const char* name, int64_t index, const char* where) {
+  // The source's name, built only for a message (this runs on every call).
+  auto n_of = [&] { return std::string(name) + (index >= 0 ? "[" + str(index) + "]" : std::string()); };
+  if (s.rope == nullptr) invalid(where, n_of() + ".rope must not be null");
+  if (s.seq_len && *s.seq_len <= 0) invalid(where, n_of() + ".seq_len must be > 0 when given, got " + str(*s.seq_len));
+  if (s.seq_len && *s.seq_len > kMaxSeqLen)
+    out_of_range(where, n_of() + ".seq_len must be <= 2^31 (positions are < 2^31), got " + str(*s.seq_len));
+}
+
 SourceGeometry check_sources(const std::vector<FrequencySource>& sources, const char* name, const char* where) {
   SourceGeometry g;
   for (size_t i = 0; i < sources.size(); ++i) {
-    // The source's name, built only for a message (this runs on every call).
     auto n_of = [&] { return std::string(name) + "[" + str(static_cast<int64_t>(i)) + "]"; };
-    if (sources[i].rope == nullptr) invalid(where, n_of() + ".rope must not be null");
-    if (sources[i].seq_len && *sources[i].seq_len <= 0)
-      invalid(where, n_of() + ".seq_len must be > 0 when given, got " + str(*sources[i].seq_len));
-    if (sources[i].seq_len && *sources[i].seq_len > kMaxSeqLen)
-      out_of_range(where, n_of() + ".seq_len must be <= 2^31 (positions are < 2^31), got " + str(*sources[i].seq_len));
+    check_source(sources[i], name, static_cast<int64_t>(i), where);
     const Spec& s = sources[i].rope->spec();
     SourceGeometry h;
     h.head_dim = s.head_dim;

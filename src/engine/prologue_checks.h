@@ -55,6 +55,10 @@ void byte_range(const TensorView& v, uintptr_t* lo, uintptr_t* hi);
 void check_disjoint(const TensorView& out, const char* out_name, const TensorView& other, const char* other_name,
                     const char* where, const Layout* activations = nullptr);
 
+/// One frequency source's own checks: a rope, and a seq_len in (0, 2^31] when given; throws naming
+/// `name` (`name[index]` for index >= 0).
+void check_source(const FrequencySource& s, const char* name, int64_t index, const char* where);
+
 /// The frequency sources' common geometry (all must agree); throws naming sources[i].
 struct SourceGeometry {
   int64_t head_dim = 0, rotary_dim = 0;

@@ -45,14 +45,8 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   if (to.rope == nullptr) to.rope = a.from.rope;
   const std::vector<FrequencySource> both = {a.from, to};
   static const char* const kNames[] = {"from", "to"};
-  for (int i = 0; i < 2; ++i) {
-    const FrequencySource& s = both[static_cast<size_t>(i)];
-    if (s.rope == nullptr) invalid(std::string(kNames[i]) + ".rope must not be null");
-    if (s.seq_len && *s.seq_len <= 0) invalid(std::string(kNames[i]) + ".seq_len must be > 0 when given, got " + str(*s.seq_len));
-    // Every spec (a length-dependent one's frequencies would say "[rotary_freqs] seq_len ..." otherwise).
-    if (s.seq_len && *s.seq_len > kMaxSeqLen)
-      out_of_range(kWhere, std::string(kNames[i]) + ".seq_len must be <= 2^31 (positions are < 2^31), got " + str(*s.seq_len));
-  }
+  // seq_len <= 2^31 for every spec (a length-dependent one's frequencies would say "[rotary_freqs] seq_len ..." otherwise).
+  for (int i = 0; i < 2; ++i) check_source(both[static_cast<size_t>(i)], kNames[i], -1, kWhere);
   const Spec& sa = a.from.rope->spec();
   const Spec& sb = to.rope->spec();
   if (sb.head_dim != sa.head_dim || sb.effective_rotary_dim() != sa.effective_rotary_dim() || sb.pairing != sa.pairing)
