@@ -95,10 +95,19 @@ def _host_readable(t: torch.Tensor) -> bool:
 _LIMIT = 1 << 31  # positions are < 2^31
 
 
-def offsets_error(e: Exception, x: torch.Tensor, layout: str, positions: Any, cu_seqlens: Any, seq_offsets: Any,
-                  batch_offsets: Any) -> Optional[ValueError]:
-    """After the kernel refused an entry of the ids built from batch_offsets / seq_offsets (before any write): the
-    error naming the caller's own entry and value, or None. Read only then, so a valid call pays nothing."""
+def raise_offsets_error(e: Exception, x: torch.Tensor, layout: str, positions: Any, cu_seqlens: Any, seq_offsets: Any,
+                        batch_offsets: Any) -> None:
+    """After the kernel refused an entry of the ids built from batch_offsets / seq_offsets (before any write): raises
+    the error naming the caller's own entry and value; returns when there is none. Read only then, so a valid call
+    pays nothing."""
+    named = _offsets_error(e, x, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
+    if named is not None:
+        raise named from None
+
+
+def _offsets_error(e: Exception, x: torch.Tensor, layout: str, positions: Any, cu_seqlens: Any, seq_offsets: Any,
+                   batch_offsets: Any) -> Optional[ValueError]:
+    """raise_offsets_error's error, or None."""
     if "positions.ids" not in str(e) or (batch_offsets is None and seq_offsets is None):
         return None
     try:

@@ -35,7 +35,7 @@ from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
 from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, named, raise_named
 from rotary._torch_ops import spec_from_key, spec_key
-from rotary._torch_positions import _functorch_active, _peek_functorch, _positions, offsets_error
+from rotary._torch_positions import _functorch_active, _peek_functorch, _positions, raise_offsets_error
 
 __all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
            "spec_from_key", "patch", "unpatch", "is_patched", "supported_models", "spec_of_module"]
@@ -202,9 +202,7 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
             return x
         return ops.apply(x, pos, offset, key, layout, p, inverse, seq_len, threads)
     except (ValueError, TypeError) as e:
-        by_offset = offsets_error(e, x, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
-        if by_offset is not None:
-            raise by_offset from None
+        raise_offsets_error(e, x, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
         raise_named(e, AS_X)
         raise
 
@@ -255,9 +253,7 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
             return q, k
         return ops.apply_qk(q, k, pos, offset, key, layout, p, inverse, seq_len, threads)
     except (ValueError, TypeError) as e:
-        by_offset = offsets_error(e, q, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
-        if by_offset is not None:
-            raise by_offset from None
+        raise_offsets_error(e, q, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
         raise
 
 
@@ -290,9 +286,7 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
             return x
         return ops.apply_cos_sin(x, cos, sin, pos, offset, layout, pairing, inverse, threads)
     except (ValueError, TypeError) as e:
-        by_offset = offsets_error(e, x, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
-        if by_offset is not None:
-            raise by_offset from None
+        raise_offsets_error(e, x, layout, positions, cu_seqlens, seq_offsets, batch_offsets)
         raise_named(e, AS_X)
         raise
 
