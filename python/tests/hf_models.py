@@ -60,9 +60,30 @@ def load_hf_config(directory) -> object:
         return transformers.AutoConfig.from_pretrained(str(directory))
 
 
+def text_config_path(config) -> Tuple[str, ...]:
+    """The attributes leading from a transformers config to the one its get_text_config() returns (() for itself;
+    ("thinker_config", "text_config") for Qwen2.5-Omni), or None when that is not an attribute chain."""
+    target = config.get_text_config()
+
+    def find(obj, depth):
+        if obj is target:
+            return ()
+        if depth == 0:
+            return None
+        for key, value in vars(obj).items():
+            if hasattr(value, "get_text_config"):
+                rest = find(value, depth - 1)
+                if rest is not None:
+                    return (key,) + rest
+        return None
+
+    return find(config, 3)
+
+
 def trimmed_hf_config(model_type: str, fields: dict):
     """(the text config transformers builds from `fields`, the config.json document that gives them): a composite
-    model's fields go to its text_config."""
+    model's fields go where its get_text_config() finds them (text_config; Qwen-Omni's thinker_config.text_config,
+    Dia's decoder_config, ...)."""
     import copy
 
     import transformers
@@ -72,9 +93,13 @@ def trimmed_hf_config(model_type: str, fields: dict):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             config = transformers.AutoConfig.for_model(model_type, **fields)
-            if config.get_text_config() is config:
+            path = text_config_path(config) or ()
+            if not path:
                 return config, {"model_type": model_type, **doc_fields}
-            config = transformers.AutoConfig.for_model(model_type, text_config=copy.deepcopy(doc_fields))
-            return config.get_text_config(), {"model_type": model_type, "text_config": doc_fields}
+            nested, nested_doc = copy.deepcopy(doc_fields), doc_fields
+            for key in reversed(path):
+                nested, nested_doc = {key: nested}, {key: nested_doc}
+            return transformers.AutoConfig.for_model(model_type, **nested).get_text_config(), {
+                "model_type": model_type, **nested_doc}
     finally:
         logging.disable(logging.NOTSET)

@@ -56,13 +56,9 @@ ALL = ("top", "dict", "linear")
 KNOWN = {
     "mistral4": (("dict",), "its default type spans qk_nope + qk_rope (128 wide), more than the 64 qk_rope channels its "
                  "code rotates: transformers' model fails, rotary refuses it (test_hf_class_defaults.py)"),
-    "muse_spark_text": (("top",), "its class dict's rope_theta (5e5) wins over a top-level one"),
-    "moonshine_streaming": (("top",), "its class's partial factor (0.8) wins over a top-level one"),
     "gpt_neox_japanese": (("top",), "its class reads rotary_pct, not a top-level partial_rotary_factor"),
     "eomt_dinov3": (ALL, "a 2-D vision RoPE (head_dim / 4 frequencies per axis), not a text one"),
     "nanochat": (ALL, "refused by rotary (its code rotates by minus the angle)"),
-    **{m: (ALL, "composite config: the trimmed fields do not reach its text part") for m in
-       ("dia", "qwen2_5_omni", "qwen3_omni_moe")},
 }
 
 BASE = {"hidden_size": 768, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 96, "rope_theta": 1e4}

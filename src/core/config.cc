@@ -195,22 +195,9 @@ RopeType rope_type_from(const std::string& name, const std::string& field) {
           quote_value(name));
 }
 
-/// True when the language-model settings live in `text_config` (VL models such as Qwen3-VL).
-bool uses_text_config(const json& doc) {
-  if (!doc.contains("text_config") || !doc.at("text_config").is_object()) return false;
-  for (const char* key : {"head_dim", "num_attention_heads", "n_head", "qk_rope_head_dim"})
-    if (has_value(doc, key)) return false;
-  return true;
-}
-
 }  // namespace
 
 namespace detail {
-
-ConfigRoot config_root(const json& doc) {
-  const bool nested = uses_text_config(doc);
-  return ConfigRoot{&doc, nested ? &doc.at("text_config") : &doc, nested ? "text_config." : ""};
-}
 
 json parse_config_text(std::string_view json_text, const std::string& source_name) {
   detail::check_config_depth(json_text, source_name, kWhere);
@@ -269,7 +256,12 @@ RopeDict rope_dict(const ConfigRoot& r) {
 }
 
 std::string model_type_of(const ConfigRoot& r) {
-  return Fields(*r.root, r.prefix).string("model_type").value_or(Fields(*r.doc, "").string("model_type").value_or(""));
+  if (auto t = Fields(*r.root, r.prefix).string("model_type")) return *t;
+  // A nested object without one takes its nearest container's (the class defaults of a composite's text part
+  // are listed under the composite's model_type too: model_defaults.cc).
+  for (auto it = r.parents.rbegin(); it != r.parents.rend(); ++it)
+    if (auto t = Fields(**it, "").string("model_type")) return *t;
+  return "";
 }
 
 std::string show_json(const json& v) { return show(v); }

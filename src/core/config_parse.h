@@ -13,12 +13,15 @@ namespace rotary::detail {
 
 inline constexpr const char* kConfigWhere = "rotary_config";
 
-/// The document and the object holding the language model's settings: the document itself, or its
-/// `text_config` for VL models (Qwen3-VL). `prefix` names fields of `root` in messages ("" or "text_config.").
+/// The document and the object holding the language model's settings: the document itself, or the object
+/// transformers' get_text_config() returns for a composite (`text_config` of VL models, Qwen-Omni's
+/// `thinker_config.text_config`, ...: config.cc). `prefix` names fields of `root` in messages ("",
+/// "text_config.", "thinker_config.text_config.").
 struct ConfigRoot {
   const nlohmann::json* doc = nullptr;
   const nlohmann::json* root = nullptr;
   std::string prefix;
+  std::vector<const nlohmann::json*> parents;  ///< the objects from doc down to root's container (empty: root is doc)
 };
 
 /// A RoPE dict of the root and its name in messages (e.g. "rope_parameters", "rope_parameters.full_attention").
@@ -40,7 +43,7 @@ ConfigRoot config_root(const nlohmann::json& doc);
 /// nested per layer type), else v5 rope_parameters, else the model's config-class dict (model_defaults.h),
 /// else an empty object.
 RopeDict rope_dict(const ConfigRoot& r);
-/// The root's model_type, else the document's, else "".
+/// The root's model_type, else its nearest container's that has one, else "".
 std::string model_type_of(const ConfigRoot& r);
 /// obj[key] is present and not null (HF treats `None` like a missing key for every optional field).
 inline bool has_value(const nlohmann::json& obj, const std::string& key) {

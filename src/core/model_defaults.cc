@@ -55,6 +55,9 @@ const json kLagunaRope = per_type(rope(500000.0, 0.5), rope(10000.0, 1.0));
 const json kMimoV2FlashRope = per_type(rope(5000000.0, 0.334), rope(10000.0, 0.334));
 const json kZayaRope = per_type(rope(5000000.0, 0.5), rope(10000.0, 0.5), "hybrid", "hybrid_sliding");
 const json kNeoMmeRope = per_type(rope(1000000.0, 0.25), rope(10000.0, 1.0));
+// Moonshine Streaming's and Muse Spark's class dicts (their partial factor and base win over top-level ones).
+const json kMoonshineStreamingRope = rope(10000.0, 0.8);
+const json kMuseSparkTextRope = rope(500000.0);
 
 /// One entry, built field by field: M("glm").partial(0.5).head(128).interleaved().
 struct M : ModelDefaults {
@@ -125,12 +128,17 @@ const std::vector<ModelDefaults> kTable = {
     // Cohere Compass: per layer type (a null entry: no RoPE), each entry's code default [24, 20, 20], half-split pairs.
     M("cohere_compass").sections(24, 20, 20, true),
     M("cohere_compass_text").sections(24, 20, 20, true),
+    // Composites list their text part's class defaults (config_root.cc finds that part; a nested object without
+    // a model_type takes its container's): colpali's vlm_config.text_config is Gemma's.
+    M("colpali").head(256),
+    M("colqwen2").theta(1000000.0).sections(16, 24, 24, false),  // vlm_config.text_config: Qwen2-VL's text
     M("cosmos3_edge").theta(100000000.0).head(128).sections(24, 20, 20, true),  // its class dict's base and sections
     M("cosmos3_edge_text").theta(100000000.0).head(128).sections(24, 20, 20, true),
     M("csm").theta(500000.0),
     M("csm_depth_decoder_model").theta(500000.0),
     M("cwm").head(128).dict(kCwmRope),
     M("deepseek_v32").qk_rope_head(64).interleaved(),
+    M("dia").head(128),  // decoder_config: dia_decoder
     M("dia_decoder").head(128),
     M("dia_encoder").head(128),
     M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
@@ -208,10 +216,12 @@ const std::vector<ModelDefaults> kTable = {
     M("molmo2").head(128),
     M("molmo2_text").head(128),
     M("moonshine").partial(0.9).interleaved().heads_from("decoder_num_attention_heads"),  // x[0::2] with x[1::2]
-    M("moonshine_streaming").interleaved(),  // its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1])
+    // Moonshine Streaming: its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1]).
+    M("moonshine_streaming").interleaved().dict(kMoonshineStreamingRope),
     M("muse_glimmer").head(128),
     M("muse_glimmer_assistant").theta(500000.0).head(128),
     M("muse_glimmer_text").head(128),
+    M("muse_spark_text").head(64).dict(kMuseSparkTextRope),
     M("nanochat").refused("its code rotates by minus the angle (rotate_half is cat(x2, -x1)), which a Spec does not "
                           "express: build the Spec from the config's fields and rotate with the inverse direction"),
     M("nemotron").partial(0.5),
@@ -230,6 +240,7 @@ const std::vector<ModelDefaults> kTable = {
     M("persimmon").partial(0.5),
     M("phi").partial(0.5),
     M("phimoe").theta(1000000.0),
+    M("qwen2_5_omni").theta(1000000.0).sections(16, 24, 24, false),  // thinker_config.text_config
     M("qwen2_5_omni_dit").head(64),
     M("qwen2_5_omni_talker").theta(1000000.0).head(128).sections(16, 24, 24, false),
     M("qwen2_5_omni_text").theta(1000000.0).sections(16, 24, 24, false),
@@ -243,6 +254,7 @@ const std::vector<ModelDefaults> kTable = {
     M("qwen3_5_moe").partial(0.25).head(256).sections(11, 11, 10, true),
     M("qwen3_5_moe_text").partial(0.25).head(256).sections(11, 11, 10, true),
     M("qwen3_5_text").partial(0.25).head(256).sections(11, 11, 10, true),
+    M("qwen3_omni_moe").theta(1000000.0).sections(24, 20, 20, true),  // thinker_config.text_config
     M("qwen3_omni_moe_talker_code_predictor").head(128),
     M("qwen3_omni_moe_talker_text").sections(24, 20, 20, true),
     M("qwen3_omni_moe_text").theta(1000000.0).sections(24, 20, 20, true),
@@ -260,6 +272,9 @@ const std::vector<ModelDefaults> kTable = {
     M("solar_open").theta(1000000.0).head(128),
     M("stablelm").partial(0.25),
     M("t5_gemma_module").head(256),
+    M("t5gemma").head(256),  // decoder: t5_gemma_module
+    // t5gemma2's decoder: t5gemma2_decoder.
+    M("t5gemma2").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
     M("t5gemma2_decoder").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
     M("t5gemma2_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
     M("timesfm2_5").head(80),

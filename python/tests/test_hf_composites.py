@@ -1,0 +1,85 @@
+"""Composite configs (Qwen-Omni, Dia, T5Gemma, ColPali, ColQwen2): rotary reads the language model where
+transformers' get_text_config() finds it, checked against the model's own RotaryEmbedding."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+import rotary
+from hf_models import quiet_transformers, text_config_path, text_rotary_embedding_class, trimmed_hf_config
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# (model_type, the attributes from the composite config to the one get_text_config() returns, as transformers 5.25
+# has them (src/core/config_root.cc reads the same objects), the text model's RotaryEmbedding class or None for the
+# first of its module's).
+COMPOSITES = [
+    ("qwen2_5_omni", ("thinker_config", "text_config"), "Qwen2_5OmniRotaryEmbedding"),
+    ("qwen3_omni_moe", ("thinker_config", "text_config"), "Qwen3OmniMoeThinkerTextRotaryEmbedding"),
+    ("dia", ("decoder_config",), None),
+    ("t5gemma", ("decoder",), None),
+    ("colqwen2", ("vlm_config", "text_config"), None),
+    ("colpali", ("vlm_config", "text_config"), None),
+]
+# 128 wide (where the M-RoPE sections cover the head); no class default of these is 128 but Dia's.
+FIELDS = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 8}
+
+
+def _composite(model_type: str, nested: dict):
+    try:
+        with quiet_transformers():
+            return transformers.AutoConfig.for_model(model_type, **copy.deepcopy(nested))
+    except (KeyError, ValueError) as e:  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no config class for {model_type}: {e}")
+
+
+def _rope_class(model_type: str, name):
+    from hf_models import modeling_module
+
+    cls = text_rotary_embedding_class(model_type) if name is None else getattr(modeling_module(model_type), name, None)
+    if cls is None:  # pragma: no cover - depends on the installed transformers
+        pytest.skip(f"transformers has no RotaryEmbedding {name or ''} for {model_type}")
+    return cls
+
+
+@pytest.mark.parametrize("model_type,path,rope_cls", COMPOSITES, ids=[c[0] for c in COMPOSITES])
+def test_a_composite_config_is_read_where_get_text_config_finds_its_language_model(model_type, path, rope_cls):
+    text, doc = trimmed_hf_config(model_type, FIELDS)
+    composite = _composite(model_type, {k: v for k, v in doc.items() if k != "model_type"})
+    assert text_config_path(composite) == path, f"{model_type}: transformers moved its text config"
+    emb = _rope_class(text.model_type, rope_cls)(config=text)
+    hf = emb.inv_freq.double().numpy()
+    # The trimmed file (its text part has no model_type: the composite's class defaults apply, as transformers'
+    # sub-config class gives them) and the file save_pretrained writes (every object with its model_type).
+    for what, d in (("trimmed", doc), ("saved", composite.to_dict())):
+        spec = rotary.Spec.from_hf_config(d)
+        ours = spec.inv_freq(None)
+        assert ours.shape == hf.shape, f"{model_type} {what}: {ours.shape[0]} frequencies, transformers {hf.shape[0]}"
+        assert np.max(np.abs(ours - hf) / np.abs(hf)) <= 1e-6, f"{model_type} {what}"
+        assert spec.attention_factor == pytest.approx(float(emb.attention_scaling), rel=1e-6)
+        # The model's sections where they cover its rotated pairs (rotary reads others as plain RoPE).
+        section = list(getattr(emb, "mrope_section", None) or [])
+        expected = section if sum(section) == hf.shape[0] else []
+        assert list(spec.mrope_section or []) == expected, f"{model_type} {what}"
+
+
+def test_a_saved_qwen_omni_config_rotates_as_its_thinker_does():
+    """Qwen2.5-Omni's thinker: M-RoPE cos/sin from its own RotaryEmbedding, at 3-axis positions."""
+    composite = _composite("qwen2_5_omni", {"thinker_config": {"text_config": dict(FIELDS)}})
+    text = composite.get_text_config()
+    emb = _rope_class(text.model_type, "Qwen2_5OmniRotaryEmbedding")(config=text)
+    spec = rotary.Spec.from_hf_config(composite.to_dict())
+    assert list(spec.mrope_section) == [16, 24, 24]
+    pos3 = np.stack([np.arange(30), np.arange(30) // 2, np.arange(30) % 5])[:, None, :]  # (3, batch 1, 30)
+    with torch.no_grad():
+        cos, sin = emb(torch.zeros(1), torch.from_numpy(pos3))
+    half = emb.inv_freq.numel()
+    c, s = rotary.cos_sin(spec, pos3)
+    # HF: float32 angles at positions < 30 (rotary's are exact); its cos/sin per batch row, rotary's too.
+    np.testing.assert_allclose(c, cos.double().numpy()[..., :half], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(s, sin.double().numpy()[..., :half], rtol=0, atol=2e-5)
+    plain, _ = rotary.cos_sin(spec.replace(mrope_section=None), pos3[0])
+    assert np.abs(plain - cos.double().numpy()[..., :half]).max() > 1e-3  # the positions tell sections apart
