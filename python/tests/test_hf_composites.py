@@ -23,9 +23,10 @@ COMPOSITES = [
     ("t5gemma", ("decoder",), None),
     ("colqwen2", ("vlm_config", "text_config"), None),
     ("colpali", ("vlm_config", "text_config"), None),
+    ("paligemma", ("text_config",), None),  # no RotaryEmbedding of its own: its text part is Gemma's (ColPali's too)
 ]
-# 128 wide (where the M-RoPE sections cover the head); no class default of these is 128 but Dia's.
-FIELDS = {"hidden_size": 1024, "num_attention_heads": 8, "num_key_value_heads": 8}
+# 96 wide: no class's own head_dim (Dia's 128, Gemma's and T5Gemma's 256), so a missed class default shows.
+FIELDS = {"hidden_size": 768, "num_attention_heads": 8, "num_key_value_heads": 8}
 
 
 def _composite(model_type: str, nested: dict):
@@ -53,8 +54,14 @@ def test_a_composite_config_is_read_where_get_text_config_finds_its_language_mod
     emb = _rope_class(text.model_type, rope_cls)(config=text)
     hf = emb.inv_freq.double().numpy()
     # The trimmed file (its text part has no model_type: the composite's class defaults apply, as transformers'
-    # sub-config class gives them) and the file save_pretrained writes (every object with its model_type).
-    for what, d in (("trimmed", doc), ("saved", composite.to_dict())):
+    # sub-config class gives them), the same with the containers' model_types (the nearest one decides: ColPali's
+    # vlm_config is PaliGemma's) and the file save_pretrained writes (every object with its model_type).
+    typed, node, obj = copy.deepcopy(doc), None, composite
+    node = typed
+    for key in path[:-1]:
+        obj, node = getattr(obj, key), node[key]
+        node["model_type"] = obj.model_type
+    for what, d in (("trimmed", doc), ("typed containers", typed), ("saved", composite.to_dict())):
         spec = rotary.Spec.from_hf_config(d)
         ours = spec.inv_freq(None)
         assert ours.shape == hf.shape, f"{model_type} {what}: {ours.shape[0]} frequencies, transformers {hf.shape[0]}"
@@ -66,20 +73,26 @@ def test_a_composite_config_is_read_where_get_text_config_finds_its_language_mod
         assert list(spec.mrope_section or []) == expected, f"{model_type} {what}"
 
 
-def test_a_saved_qwen_omni_config_rotates_as_its_thinker_does():
-    """Qwen2.5-Omni's thinker: M-RoPE cos/sin from its own RotaryEmbedding, at 3-axis positions."""
-    composite = _composite("qwen2_5_omni", {"thinker_config": {"text_config": dict(FIELDS)}})
+@pytest.mark.parametrize("model_type,rope_cls", [("qwen2_5_omni", "Qwen2_5OmniRotaryEmbedding"),
+                                                 ("qwen3_omni_moe", "Qwen3OmniMoeThinkerTextRotaryEmbedding")])
+def test_a_saved_qwen_omni_config_rotates_as_its_thinker_does(model_type, rope_cls):
+    """The thinker's M-RoPE cos/sin from its own RotaryEmbedding at 3-axis positions (Qwen2.5-Omni's sections in
+    contiguous blocks, Qwen3-Omni-MoE's interleaved), for the saved composite config (head_dim 128)."""
+    fields = {**FIELDS, "hidden_size": 1024}
+    composite = _composite(model_type, {"thinker_config": {"text_config": fields}})
     text = composite.get_text_config()
-    emb = _rope_class(text.model_type, "Qwen2_5OmniRotaryEmbedding")(config=text)
+    emb = _rope_class(text.model_type, rope_cls)(config=text)
     spec = rotary.Spec.from_hf_config(composite.to_dict())
-    assert list(spec.mrope_section) == [16, 24, 24]
+    assert list(spec.mrope_section) == list(emb.mrope_section)
+    assert spec.mrope_interleaved == (model_type == "qwen3_omni_moe")
     pos3 = np.stack([np.arange(30), np.arange(30) // 2, np.arange(30) % 5])[:, None, :]  # (3, batch 1, 30)
     with torch.no_grad():
         cos, sin = emb(torch.zeros(1), torch.from_numpy(pos3))
     half = emb.inv_freq.numel()
+    cos, sin = cos.double().numpy()[..., :half], sin.double().numpy()[..., :half]
     c, s = rotary.cos_sin(spec, pos3)
-    # HF: float32 angles at positions < 30 (rotary's are exact); its cos/sin per batch row, rotary's too.
-    np.testing.assert_allclose(c, cos.double().numpy()[..., :half], rtol=0, atol=2e-5)
-    np.testing.assert_allclose(s, sin.double().numpy()[..., :half], rtol=0, atol=2e-5)
-    plain, _ = rotary.cos_sin(spec.replace(mrope_section=None), pos3[0])
-    assert np.abs(plain - cos.double().numpy()[..., :half]).max() > 1e-3  # the positions tell sections apart
+    # HF: float32 angles at positions < 30 (rotary's are exact).
+    np.testing.assert_allclose(c, cos, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(s, sin, rtol=0, atol=2e-5)
+    other, _ = rotary.cos_sin(spec.replace(mrope_interleaved=not spec.mrope_interleaved), pos3)
+    assert np.abs(other - cos).max() > 1e-3  # the positions tell the two axis assignments apart

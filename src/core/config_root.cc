@@ -1,5 +1,8 @@
 // config.json composites: the object holding the language model (as transformers' get_text_config() finds it).
+#include <algorithm>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -18,22 +21,44 @@ bool has_head_fields(const json& obj) {
 }
 
 /// Where a composite document keeps its language model, as transformers' get_text_config() finds it: `text_config`
-/// (VL models: Qwen3-VL), `thinker_config` (Qwen2.5-Omni / Qwen3-Omni-MoE, whose thinker keeps it in its own
-/// text_config), `vlm_config` (ColPali, ColQwen2, ColModernVBert), `decoder_config` (Dia) and `decoder` (T5Gemma,
-/// T5Gemma 2). Tried in this order on an object without attention-head fields; the search goes down at most 4 levels.
-constexpr const char* kTextConfigKeys[] = {"text_config", "thinker_config", "vlm_config", "decoder_config", "decoder"};
+/// for any model (VL models: Qwen3-VL), and the containers of the composites whose config class looks elsewhere,
+/// only for those model types (other models holding an object of that name keep their own fields: BLT's
+/// `decoder_config` is one of its four RoPE parts; an encoder-decoder's `decoder` has no RoPE).
+struct Container {
+  const char* key;
+  std::vector<std::string_view> model_types;  ///< empty: any
+};
+const Container kContainers[] = {
+    {"text_config", {}},
+    {"thinker_config", {"qwen2_5_omni", "qwen3_omni_moe"}},  // the thinker keeps its text_config
+    {"vlm_config", {"colpali", "colqwen2", "colmodernvbert"}},  // the VLM keeps its text_config
+    {"decoder_config", {"dia"}},
+    {"decoder", {"t5gemma", "t5gemma2"}},
+};
+
+/// The container of `obj` (model_type `type`) holding its language model, or null.
+const char* container_of(const json& obj, std::string_view type) {
+  for (const Container& c : kContainers) {
+    if (!obj.contains(c.key) || !obj.at(c.key).is_object()) continue;
+    if (c.model_types.empty() ||
+        std::find(c.model_types.begin(), c.model_types.end(), type) != c.model_types.end())
+      return c.key;
+  }
+  return nullptr;
+}
+
+/// obj's model_type, or "" (absent or not a string).
+std::string_view type_of(const json& obj) {
+  const auto it = obj.find("model_type");
+  return it != obj.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>()) : std::string_view();
+}
 
 }  // namespace
 
 ConfigRoot config_root(const json& doc) {
   ConfigRoot r{&doc, &doc, "", {}};
   for (int depth = 0; depth < 4 && !has_head_fields(*r.root); ++depth) {
-    const char* next = nullptr;
-    for (const char* key : kTextConfigKeys)
-      if (r.root->contains(key) && r.root->at(key).is_object()) {
-        next = key;
-        break;
-      }
+    const char* next = container_of(*r.root, type_of(*r.root));
     if (next == nullptr) break;
     r.parents.push_back(r.root);
     r.root = &r.root->at(next);

@@ -129,7 +129,7 @@ const std::vector<ModelDefaults> kTable = {
     M("cohere_compass").sections(24, 20, 20, true),
     M("cohere_compass_text").sections(24, 20, 20, true),
     // Composites list their text part's class defaults (config_root.cc finds that part; a nested object without
-    // a model_type takes its container's): colpali's vlm_config.text_config is Gemma's.
+    // a model_type takes its nearest container's): colpali's vlm_config.text_config is Gemma's.
     M("colpali").head(256),
     M("colqwen2").theta(1000000.0).sections(16, 24, 24, false),  // vlm_config.text_config: Qwen2-VL's text
     M("cosmos3_edge").theta(100000000.0).head(128).sections(24, 20, 20, true),  // its class dict's base and sections
@@ -234,6 +234,7 @@ const std::vector<ModelDefaults> kTable = {
     M("openai_privacy_filter").theta(150000.0).head(64).dict(kGptOssRope).interleaved(),  // x[..., ::2] / x[..., 1::2]
     M("paddleocr_vl").theta(500000.0).head(128).sections(16, 24, 24, false),
     M("paddleocr_vl_text").theta(500000.0).head(128).sections(16, 24, 24, false),
+    M("paligemma").head(256),  // its text_config's class: Gemma (ColPali's vlm_config)
     M("pe_audio_encoder").theta(20000.0).head(128).interleaved(),
     M("pe_audio_video_encoder").theta(20000.0).head(128).interleaved(),
     M("pe_video_encoder").theta(20000.0).head(128).interleaved(),

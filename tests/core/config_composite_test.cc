@@ -56,7 +56,7 @@ TEST(ConfigComposite, ANestedObjectWithoutModelTypeTakesItsContainersClassDefaul
   EXPECT_EQ(s.mrope.section, (std::vector<int64_t>{24, 20, 20}));
   EXPECT_TRUE(s.mrope.interleaved);
   // The thinker's own model_type, when given, is the nearer container.
-  const Spec t = parse(R"({"thinker_config": {"model_type": "qwen2_5_omni_thinker",
+  const Spec t = parse(R"({"model_type": "qwen2_5_omni", "thinker_config": {"model_type": "qwen2_5_omni_thinker",
                            "text_config": {"hidden_size": 1024, "num_attention_heads": 8}}})");
   EXPECT_EQ(t.base, 1e6);
   EXPECT_EQ(t.mrope.section, (std::vector<int64_t>{16, 24, 24}));
@@ -87,6 +87,21 @@ TEST(ConfigComposite, TopLevelHeadFieldsKeepTheTopLevel) {
   EXPECT_EQ(s.head_dim, 128);
   EXPECT_EQ(s.base, 5e5);
   EXPECT_EQ(s.pairing, Pairing::kHalfSplit);
+}
+
+TEST(ConfigComposite, OnlyTheCompositesLookInTheirContainers) {
+  // thinker_config, vlm_config, decoder_config and decoder are the language model's only for the composites whose
+  // config class reads them there: a model whose heads come from its own keys keeps them (JetMoE's kv_channels,
+  // Moonshine's decoder_num_attention_heads), whatever objects it also holds.
+  EXPECT_EQ(parse(R"({"model_type": "jetmoe", "kv_channels": 64, "hidden_size": 2048, "decoder": {"x": 1}})").head_dim,
+            64);
+  const Spec moon = parse(R"({"model_type": "moonshine", "hidden_size": 640, "decoder_num_attention_heads": 8,
+                              "decoder_config": {"x": 1}, "decoder": {"x": 1}})");
+  EXPECT_EQ(moon.head_dim, 80);
+  EXPECT_EQ(moon.rotary_dim, 72);  // its class's partial 0.9
+  // A composite's container with its own model_type: the nearest one decides (PaliGemma's text part is Gemma's).
+  EXPECT_EQ(parse(R"({"model_type": "colpali", "vlm_config": {"model_type": "paligemma",
+                      "text_config": {"hidden_size": 1024, "num_attention_heads": 8}}})").head_dim, 256);
 }
 
 TEST(ConfigComposite, ErrorsNameTheNestedField) {
