@@ -55,7 +55,9 @@ def _compare(doc: dict, tmp_path, module: str, layer_types: bool = True):
 TRIMMED = [("olmo3", "olmo3", True), ("mellum", "mellum", True), ("ultrabert", "ultrabert", True),
            ("lfm3", "lfm3", False), ("laguna", "laguna", True), ("mimo_v2_flash", "mimo_v2_flash", True),
            ("zaya", "zaya", False), ("neomme", "neomme", True), ("gemma3_text", "gemma3", True),
-           ("gemma3n_text", "gemma3n", True), ("t5gemma2_text", "t5gemma2", True), ("dory", "dory", True)]
+           ("gemma3n_text", "gemma3n", True), ("t5gemma2_text", "t5gemma2", True), ("dory", "dory", True),
+           ("gemma4_text", "gemma4", True), ("gemma4_unified_text", "gemma4_unified", True),
+           ("diffusion_gemma_text", "diffusion_gemma", True), ("embedding_gemma2_text", "embedding_gemma2", True)]
 
 
 @pytest.mark.parametrize("model_type,module,layer_types", TRIMMED, ids=[m for m, _, _ in TRIMMED])
@@ -125,3 +127,24 @@ def test_gemma3_reads_partial_rotary_and_flat_dicts_as_transformers(case, wrappe
     text = {"model_type": "gemma3_text", **GEMMA3_TEXT, **GEMMA3[case]}
     doc = {"model_type": "gemma3", "text_config": text} if wrapped else text
     _compare(doc, tmp_path, "gemma3")
+
+
+# Gemma 4 (and the classes built like it): full-attention layers take their own head_dim (512, a top-level
+# global_head_dim, or per_layer_config's entries, which save_pretrained writes with zero-padded layer indices).
+GEMMA4 = [("gemma4_text", "gemma4"), ("gemma4_unified_text", "gemma4_unified"), ("diffusion_gemma_text", "diffusion_gemma"),
+          ("embedding_gemma2_text", "embedding_gemma2")]
+
+
+@pytest.mark.parametrize("model_type,module", GEMMA4, ids=[m for m, _ in GEMMA4])
+def test_gemma4_full_attention_layers_read_their_own_head_dim(model_type, module, tmp_path):
+    trimmed = {"model_type": model_type, **FIELDS}
+    saved = _hf(trimmed, tmp_path, module)[0].to_dict()
+    assert saved["per_layer_config"], "transformers no longer writes per_layer_config"
+    for doc in (trimmed, saved, {**trimmed, "global_head_dim": 384}, {"model_type": "gemma4", "text_config": FIELDS}):
+        if doc.get("model_type") == "gemma4" and module != "gemma4":
+            continue
+        specs = _compare(doc, tmp_path, module)
+        full = specs["full_attention"]
+        assert full.head_dim == doc.get("global_head_dim", 512) and specs["sliding_attention"].head_dim == 256
+        with pytest.raises(NotImplementedError, match="per layer type"):  # one Spec cannot describe it
+            rotary.Spec.from_hf_config(str(tmp_path / "config.json"))

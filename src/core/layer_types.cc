@@ -1,5 +1,6 @@
 // RoPE per layer type (v5 nested rope_parameters, Gemma 3's conversion, class dicts): config.json -> LayerTypeSpecs.
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,75 @@ json gemma3_conversion(const detail::ConfigRoot& r, const detail::ModelDefaults&
   return conv;
 }
 
+/// per_layer_config keys (transformers' heterogeneous configs) that change a layer's RoPE.
+constexpr const char* kPerLayerRopeKeys[] = {"head_dim", "rope_parameters", "rope_scaling", "rope_theta",
+                                             "partial_rotary_factor", "max_position_embeddings", "qk_rope_head_dim"};
+
+/// A per_layer_config key as a layer index ("5", "05"), or -1.
+int64_t layer_index(const std::string& key) {
+  if (key.empty() || key.size() > 9) return -1;
+  int64_t v = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+/// The head_dim each layer type's layers take instead of the top level's (transformers' per_layer_config[layer_type],
+/// which needs a type's layers to agree): per_layer_config's, else the class's full-attention one (Gemma 4: a
+/// top-level global_head_dim, else 512) for full_attention layers. Other RoPE keys per layer are refused naming the
+/// entry (a layer's RoPE is its type's entry of rope_parameters); entries without RoPE keys are not read.
+std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::ConfigRoot& r,
+                                                               const std::vector<std::string>& types,
+                                                               const detail::ModelDefaults& cls) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  const json& root = *r.root;
+  const std::string field = r.prefix + "per_layer_config";
+  if (!has_value(root, "per_layer_config")) {
+    if (cls.full_head_dim > 0 && std::find(types.begin(), types.end(), "full_attention") != types.end()) {
+      const int64_t g = int_at(r, "global_head_dim", cls.full_head_dim);
+      if (g <= 0) invalid(r.prefix + "global_head_dim must be > 0, got " + std::to_string(g));
+      out.emplace_back("full_attention", g);
+    }
+    return out;
+  }
+  const json& per_layer = root.at("per_layer_config");
+  if (!per_layer.is_object()) invalid(field + " must be an object, got " + detail::show_json(per_layer));
+  std::vector<int64_t> head(types.size(), 0);  // per layer: its head_dim override (0: none)
+  for (auto it = per_layer.begin(); it != per_layer.end(); ++it) {
+    const std::string entry = field + "." + detail::shown_name(it.key());
+    if (!it.value().is_object() ||
+        std::none_of(std::begin(kPerLayerRopeKeys), std::end(kPerLayerRopeKeys),
+                     [&](const char* k) { return it.value().contains(k); }))
+      continue;
+    for (const char* key : kPerLayerRopeKeys)
+      if (std::string_view(key) != "head_dim" && it.value().contains(key))
+        fail(Error::Kind::kUnsupported, kConfigWhere,
+             entry + "." + key + " gives that layer its own RoPE input: rotary reads a layer's RoPE from its layer "
+                 "type's entry of rope_parameters (only head_dim may differ per layer), got " +
+                 detail::show_json(it.value().at(key)));
+    const int64_t i = layer_index(it.key());
+    if (i < 0 || i >= static_cast<int64_t>(types.size()))
+      invalid(field + " keys must be layer indices below the " + std::to_string(types.size()) +
+              " entries of layer_types, got " + quote_value(it.key()));
+    const json& v = it.value().at("head_dim");
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+      invalid(entry + ".head_dim must be a positive integer, got " + detail::show_json(v));
+    head[static_cast<size_t>(i)] = v.get<int64_t>();
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    const auto first = static_cast<size_t>(std::find(types.begin(), types.end(), types[i]) - types.begin());
+    auto shown = [&](size_t j) { return head[j] ? std::to_string(head[j]) : std::string("the top level's"); };
+    if (head[i] != head[first])
+      invalid(field + ": layers " + std::to_string(first) + " and " + std::to_string(i) + " are both " +
+              quote_value(types[i]) + " but take head_dim " + shown(first) + " and " + shown(i) +
+              ": rotary reads one RoPE per layer type, as transformers' per_layer_config[layer_type] does");
+    if (first == i && head[i] != 0) out.emplace_back(types[i], head[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace detail {
@@ -135,13 +205,14 @@ void reject_per_layer_overrides(const ConfigRoot& r) {
   const json& per_layer = root.at("per_layer_config");
   for (auto layer = per_layer.begin(); layer != per_layer.end(); ++layer) {
     if (!layer.value().is_object()) continue;
-    for (const char* key : {"head_dim", "rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor",
-                            "max_position_embeddings", "qk_rope_head_dim"})
+    for (const char* key : kPerLayerRopeKeys)
       if (layer.value().contains(key))
         fail(Error::Kind::kUnsupported, kConfigWhere,
              r.prefix + "per_layer_config." + shown_name(layer.key()) + "." + key +
-                 " gives that layer its own RoPE input (Gemma 4's full-attention head_dim): rotary reads one RoPE "
-                 "per layer type, not per layer; got " + show_json(layer.value().at(key)));
+                 " gives that layer its own RoPE input (Gemma 4's full-attention head_dim): one Spec cannot describe "
+                 "it; read it per layer type (C++ layer_type_specs_from_hf_config_json, C "
+                 "rotary_layer_specs_from_config_json, Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type), "
+                 "got " + show_json(layer.value().at(key)));
   }
 }
 
@@ -215,14 +286,19 @@ std::string LayerTypeSpecs::type_names() const {
 LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, const std::string& source_name) {
   const json doc = detail::parse_config_text(json_text, source_name);
   const detail::ConfigRoot r = detail::config_root(doc);
-  detail::reject_per_layer_overrides(r);
   const detail::RopeDict d = detail::rope_dict(r);
   LayerTypeSpecs out;
   out.layer_types = read_layer_types(r);
   const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
   const detail::ModelDefaults& cls = class_of(r);
+  // Each type's dict, read once layer_types are known (a type's own head_dim may come from per_layer_config).
+  struct Entry {
+    std::string type, field;
+    json dict;
+    bool layer_entry = true;  ///< an entry of a nested dict (a flat one read per type: false)
+  };
+  std::vector<Entry> entries;
   auto add = [&](const std::string& type, json dict, const std::string& field) {
-    const std::string name = source_name + "#" + detail::shown_name(type);
     if (dict.is_null()) {
       out.by_type.push_back({type, std::nullopt});
       return;
@@ -235,8 +311,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
         if (!dict.contains(it.key())) dict[it.key()] = it.value();
       if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
     }
-    // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
-    out.by_type.push_back({type, detail::normalized_in(detail::parse_spec(r, {&dict, field, true}, name), name)});
+    out.by_type.push_back({type, std::nullopt});
+    entries.push_back({type, field, std::move(dict), true});
   };
   if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.
@@ -271,10 +347,29 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
   } else {
     const Spec shared = detail::normalized_in(detail::parse_spec(r, d, source_name), source_name);
+    const bool own_heads = !head_dims_by_type(r, out.layer_types, cls).empty();
     for (const auto& t : out.layer_types)
-      if (std::none_of(out.by_type.begin(), out.by_type.end(), [&](const LayerTypeSpec& e) { return e.layer_type == t; }))
+      if (std::none_of(out.by_type.begin(), out.by_type.end(), [&](const LayerTypeSpec& e) { return e.layer_type == t; })) {
         out.by_type.push_back({t, shared});
+        if (own_heads) entries.push_back({t, d.field, *d.dict, d.layer_entry});  // the flat dict, read per type
+      }
     if (out.by_type.empty()) out.by_type.push_back({"", shared});
+  }
+  const auto heads = head_dims_by_type(r, out.layer_types, cls);
+  for (const Entry& e : entries) {
+    const std::string name = source_name + "#" + detail::shown_name(e.type);
+    json own_root;  // the root with this type's head_dim, where it has its own
+    detail::ConfigRoot tr = r;
+    for (const auto& [type, head_dim] : heads)
+      if (type == e.type) {
+        own_root = *r.root;
+        own_root["head_dim"] = head_dim;
+        tr.root = &own_root;
+      }
+    // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
+    for (LayerTypeSpec& t : out.by_type)
+      if (t.layer_type == e.type)
+        t.spec = detail::normalized_in(detail::parse_spec(tr, {&e.dict, e.field, e.layer_entry}, name), name);
   }
   return out;
 }

@@ -55,6 +55,10 @@ const json kLagunaRope = per_type(rope(500000.0, 0.5), rope(10000.0, 1.0));
 const json kMimoV2FlashRope = per_type(rope(5000000.0, 0.334), rope(10000.0, 0.334));
 const json kZayaRope = per_type(rope(5000000.0, 0.5), rope(10000.0, 0.5), "hybrid", "hybrid_sliding");
 const json kNeoMmeRope = per_type(rope(1000000.0, 0.25), rope(10000.0, 1.0));
+// Gemma 4's class dicts (full: proportional over a quarter of its 512-wide head; Embedding Gemma 2: default).
+const json kGemma4Rope =
+    per_type({{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}}, rope(10000.0));
+const json kEmbeddingGemma2Rope = per_type(rope(1000000.0), rope(10000.0));
 // Moonshine Streaming's and Muse Spark's class dicts (their partial factor and base win over top-level ones).
 const json kMoonshineStreamingRope = rope(10000.0, 0.8);
 const json kMuseSparkTextRope = rope(500000.0);
@@ -98,6 +102,10 @@ struct M : ModelDefaults {
   }
   M& partial_forced() { forced_partial = true; return *this; }
   M& fills_entries() { class_dict_fills_entries = true; return *this; }
+  M& full_head(int64_t v) { full_head_dim = v; return *this; }
+  /// Gemma4TextConfig's defaults: head_dim 256 (512 for full_attention layers), class dict `d` per layer type, every
+  /// sixth layer full and the last one too; default-type frequencies span the whole head.
+  M& gemma4(const json& d) { return head(256).dict(d).layers(6, nullptr, false, true).full_head(512).default_whole_head(); }
   M& default_whole_head() { default_ignores_partial = true; return *this; }
 };
 
@@ -141,9 +149,13 @@ const std::vector<ModelDefaults> kTable = {
     M("dia").head(128),  // decoder_config: dia_decoder
     M("dia_decoder").head(128),
     M("dia_encoder").head(128),
+    M("diffusion_gemma").gemma4(kGemma4Rope),
+    M("diffusion_gemma_text").gemma4(kGemma4Rope),
     M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
     M("deepseek_v2").qk_rope_head(64).interleaved(),
     M("deepseek_v3").qk_rope_head(64).interleave_flag(),
+    M("embedding_gemma2").gemma4(kEmbeddingGemma2Rope),
+    M("embedding_gemma2_text").gemma4(kEmbeddingGemma2Rope),
     M("emu3").theta(1000000.0),
     M("emu3_text_model").theta(1000000.0),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
@@ -159,6 +171,10 @@ const std::vector<ModelDefaults> kTable = {
     M("gemma3_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 6, "sliding_window_pattern"),
     M("gemma3n").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 5),
     M("gemma3n_text").head(256).gemma3_style(1000000.0, "rope_local_base_freq", 10000.0, 5),
+    M("gemma4").gemma4(kGemma4Rope),
+    M("gemma4_text").gemma4(kGemma4Rope),
+    M("gemma4_unified").gemma4(kGemma4Rope),
+    M("gemma4_unified_text").gemma4(kGemma4Rope),
     M("glm").partial(0.5).head(128).interleaved(),
     M("glm4").partial(0.5).head(128).interleaved(),
     M("glm4_moe").partial(0.5),

@@ -77,6 +77,9 @@ struct ModelDefaults {
   /// The class fills each layer type's entry, the file's own too, from its nested dict: a missing rope_theta is the
   /// top-level one, else the class entry's; other missing keys (partial_rotary_factor) the class entry's (NeoMME).
   bool class_dict_fills_entries = false;
+  /// The head_dim of full_attention layers when the file has no per_layer_config (a top-level global_head_dim
+  /// replaces it; 0: the top level's). Gemma 4: 512 (its class builds per_layer_config from it).
+  int64_t full_head_dim = 0;
   /// The model's default-type frequencies ignore partial_rotary_factor (its compute_default_rope_parameters spans
   /// the whole head_dim: Llama, Qwen2, Gemma 3 and most others in transformers 5.x); other types still read it, as
   /// transformers' generic functions do. Set from model_defaults_partial.cc's list or by an entry (per-layer-type

@@ -196,24 +196,71 @@ TEST(LayerTypes, TrimmedPerLayerTypeClassesTakeTheirClassDicts) {
   EXPECT_EQ(kind, Error::Kind::kUnsupported);
 }
 
-TEST(LayerTypes, PerLayerRopeOverridesAreRefusedNamingTheEntry) {
-  // Gemma 4's config.json: its full-attention layers take head_dim 512 through per_layer_config. Read as the
-  // shared head_dim, their Spec was silently wrong.
+TEST(LayerTypes, Gemma4FullAttentionLayersTakeTheirOwnHeadDim) {
+  // Gemma 4's config.json: its full-attention layers take head_dim 512 through per_layer_config (keys are layer
+  // indices, zero-padded as transformers writes them). Per layer type, that type's Spec has it; one Spec cannot.
   const char* gemma4 = R"({"model_type": "gemma4_text", "head_dim": 256, "num_hidden_layers": 6,
     "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
                     "sliding_attention", "full_attention"],
     "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                            "rope_theta": 1000000.0}},
-    "per_layer_config": {"5": {"head_dim": 512}}})";
-  for (auto read : {std::function<void()>([&] { (void)rotary::layer_type_specs_from_hf_config_json(gemma4); }),
-                    std::function<void()>([&] { (void)rotary::spec_from_hf_config_json(gemma4); })}) {
-    Error::Kind kind{};
-    const std::string msg = error_of(read, &kind);
-    EXPECT_EQ(kind, Error::Kind::kUnsupported) << msg;
-    EXPECT_NE(msg.find("per_layer_config.5.head_dim gives that layer its own RoPE input"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("got 512"), std::string::npos) << msg;
-  }
+    "per_layer_config": {"05": {"head_dim": 512, "num_key_value_heads": 1}}})";
+  const LayerTypeSpecs l = rotary::layer_type_specs_from_hf_config_json(gemma4);
+  const rotary::Spec& full = l.spec_for("full_attention");
+  EXPECT_EQ(full.head_dim, 512);
+  EXPECT_EQ(full.base, 1e6);
+  const auto f = rotary::compute_frequencies(full);
+  ASSERT_EQ(f.inv_freq.size(), 256u);  // proportional: the whole head, a quarter of it rotating
+  EXPECT_NEAR(f.inv_freq[63], std::pow(1e6, -126.0 / 512), 1e-15);  // base^(-2i/512)
+  EXPECT_EQ(f.inv_freq[64], 0.0);
+  EXPECT_EQ(l.spec_for("sliding_attention").head_dim, 256);
+  EXPECT_EQ(&l.spec_for_layer(5), &full);
+  Error::Kind kind{};
+  std::string msg = error_of([&] { (void)rotary::spec_from_hf_config_json(gemma4); }, &kind);
+  EXPECT_EQ(kind, Error::Kind::kUnsupported) << msg;
+  EXPECT_NE(msg.find("per_layer_config.05.head_dim gives that layer its own RoPE input"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("got 512"), std::string::npos) << msg;
+  // A trimmed file: the class's head_dim 256 and 512 (or a top-level global_head_dim), layer pattern and dicts.
+  const LayerTypeSpecs t = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "gemma4_text", "hidden_size": 768, "num_attention_heads": 8, "num_hidden_layers": 7})");
+  EXPECT_EQ(t.layer_types, (std::vector<std::string>{"sliding_attention", "sliding_attention", "sliding_attention",
+                                                      "sliding_attention", "sliding_attention", "full_attention",
+                                                      "full_attention"}));  // every sixth, and the last
+  EXPECT_EQ(t.spec_for("full_attention").head_dim, 512);
+  EXPECT_EQ(t.spec_for("full_attention").scaling.type, rotary::RopeType::kProportional);
+  EXPECT_EQ(t.spec_for("sliding_attention").head_dim, 256);
+  EXPECT_EQ(rotary::layer_type_specs_from_hf_config_json(
+                R"({"model_type": "gemma4_text", "global_head_dim": 384, "num_hidden_layers": 6})")
+                .spec_for("full_attention").head_dim, 384);
+}
+
+TEST(LayerTypes, PerLayerOverridesMustAgreeWithinALayerType) {
+  // transformers' per_layer_config[layer_type] refuses a type whose layers differ; so does rotary, naming them.
+  const std::string base = R"({"head_dim": 64, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+    "rope_parameters": {"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}},
+    "per_layer_config": )";
+  std::string msg = error_of([&] {
+    (void)rotary::layer_type_specs_from_hf_config_json(base + R"({"0": {"head_dim": 128}}})");
+  });
+  EXPECT_NE(msg.find("layers 0 and 2 are both \"full_attention\" but take head_dim 128 and the top level's"),
+            std::string::npos) << msg;
+  msg = error_of([&] {
+    (void)rotary::layer_type_specs_from_hf_config_json(base + R"({"1": {"rope_theta": 5e5}}})");
+  });
+  EXPECT_NE(msg.find("per_layer_config.1.rope_theta gives that layer its own RoPE input"), std::string::npos) << msg;
+  msg = error_of([&] {
+    (void)rotary::layer_type_specs_from_hf_config_json(base + R"({"7": {"head_dim": 32}}})");
+  });
+  EXPECT_NE(msg.find("keys must be layer indices below the 3 entries of layer_types, got \"7\""), std::string::npos)
+      << msg;
+  // Both full layers alike: their type's Spec takes it; a flat dict is read per type then.
+  const LayerTypeSpecs ok = rotary::layer_type_specs_from_hf_config_json(
+      R"({"head_dim": 64, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+          "rope_theta": 5e5, "per_layer_config": {"0": {"head_dim": 128}, "2": {"head_dim": 128}}})");
+  EXPECT_EQ(ok.spec_for("full_attention").head_dim, 128);
+  EXPECT_EQ(ok.spec_for("full_attention").base, 5e5);
+  EXPECT_EQ(ok.spec_for("sliding_attention").head_dim, 64);
   // overrides of other things (kv heads, sliding windows) are not RoPE's business
   const LayerTypeSpecs other = rotary::layer_type_specs_from_hf_config_json(
       R"({"head_dim": 8, "per_layer_config": {"3": {"num_key_value_heads": 2}}})");
