@@ -140,7 +140,10 @@ def test_gemma4_full_attention_layers_read_their_own_head_dim(model_type, module
     trimmed = {"model_type": model_type, **FIELDS}
     saved = _hf(trimmed, tmp_path, module)[0].to_dict()
     assert saved["per_layer_config"], "transformers no longer writes per_layer_config"
-    for doc in (trimmed, saved, {**trimmed, "global_head_dim": 384}, {"model_type": "gemma4", "text_config": FIELDS}):
+    # (a layer_types ending with a sliding layer: the class makes the last one full)
+    last_sliding = {**trimmed, "layer_types": ["full_attention"] + ["sliding_attention"] * 11}
+    for doc in (trimmed, saved, {**trimmed, "global_head_dim": 384}, last_sliding,
+                {"model_type": "gemma4", "text_config": FIELDS}):
         if doc.get("model_type") == "gemma4" and module != "gemma4":
             continue
         specs = _compare(doc, tmp_path, module)

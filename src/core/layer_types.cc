@@ -141,17 +141,19 @@ int64_t layer_index(const std::string& key) {
   return v;
 }
 
-/// The head_dim each layer type's layers take instead of the top level's (transformers' per_layer_config[layer_type],
-/// which needs a type's layers to agree): per_layer_config's, else the class's full-attention one (Gemma 4: a
-/// top-level global_head_dim, else 512) for full_attention layers. Other RoPE keys per layer are refused naming the
-/// entry (a layer's RoPE is its type's entry of rope_parameters); entries without RoPE keys are not read.
+/// The head_dim each layer type's layers take instead of the top level's, for the classes whose RoPE reads a config
+/// per layer type (Gemma 4's: transformers' per_layer_config[layer_type], which needs a type's layers to agree):
+/// per_layer_config's (an entry equal to the top level's head_dim is none, as transformers drops it), else, without
+/// the key, the class's full-attention one (a top-level global_head_dim, else 512). Other RoPE keys per layer, and any
+/// for other classes (whose transformers config refuses a per-layer head_dim), are refused naming the entry; entries
+/// without RoPE keys are not read.
 std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::ConfigRoot& r,
                                                                const std::vector<std::string>& types,
                                                                const detail::ModelDefaults& cls) {
   std::vector<std::pair<std::string, int64_t>> out;
   const json& root = *r.root;
   const std::string field = r.prefix + "per_layer_config";
-  if (!has_value(root, "per_layer_config")) {
+  if (!root.contains("per_layer_config")) {
     if (cls.full_head_dim > 0 && std::find(types.begin(), types.end(), "full_attention") != types.end()) {
       const int64_t g = int_at(r, "global_head_dim", cls.full_head_dim);
       if (g <= 0) invalid(r.prefix + "global_head_dim must be > 0, got " + std::to_string(g));
@@ -159,6 +161,8 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
     }
     return out;
   }
+  if (root.at("per_layer_config").is_null()) return out;  // given: the class builds no overrides
+  const int64_t top = int_at(r, "head_dim", cls.head_dim);
   const json& per_layer = root.at("per_layer_config");
   if (!per_layer.is_object()) invalid(field + " must be an object, got " + detail::show_json(per_layer));
   std::vector<int64_t> head(types.size(), 0);  // per layer: its head_dim override (0: none)
@@ -169,11 +173,12 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
                      [&](const char* k) { return it.value().contains(k); }))
       continue;
     for (const char* key : kPerLayerRopeKeys)
-      if (std::string_view(key) != "head_dim" && it.value().contains(key))
+      if ((std::string_view(key) != "head_dim" || cls.full_head_dim == 0) && it.value().contains(key))
         fail(Error::Kind::kUnsupported, kConfigWhere,
              entry + "." + key + " gives that layer its own RoPE input: rotary reads a layer's RoPE from its layer "
-                 "type's entry of rope_parameters (only head_dim may differ per layer), got " +
-                 detail::show_json(it.value().at(key)));
+                 "type's entry of rope_parameters, and a head_dim per layer only for the classes whose RoPE reads "
+                 "one per layer type (Gemma 4's; transformers refuses it for model_type " +
+                 quote_value(detail::model_type_of(r)) + "), got " + detail::show_json(it.value().at(key)));
     const int64_t i = layer_index(it.key());
     if (i < 0 || i >= static_cast<int64_t>(types.size()))
       invalid(field + " keys must be layer indices below the " + std::to_string(types.size()) +
@@ -181,7 +186,7 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
     const json& v = it.value().at("head_dim");
     if (!v.is_number_integer() || v.get<int64_t>() <= 0)
       invalid(entry + ".head_dim must be a positive integer, got " + detail::show_json(v));
-    head[static_cast<size_t>(i)] = v.get<int64_t>();
+    if (v.get<int64_t>() != top) head[static_cast<size_t>(i)] = v.get<int64_t>();
   }
   for (size_t i = 0; i < types.size(); ++i) {
     const auto first = static_cast<size_t>(std::find(types.begin(), types.end(), types[i]) - types.begin());
@@ -289,8 +294,9 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   const detail::RopeDict d = detail::rope_dict(r);
   LayerTypeSpecs out;
   out.layer_types = read_layer_types(r);
-  const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
   const detail::ModelDefaults& cls = class_of(r);
+  if (cls.forces_last_full && !out.layer_types.empty()) out.layer_types.back() = "full_attention";  // as Gemma 4's class
+  const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
   // Each type's dict, read once layer_types are known (a type's own head_dim may come from per_layer_config).
   struct Entry {
     std::string type, field;

@@ -104,8 +104,11 @@ struct M : ModelDefaults {
   M& fills_entries() { class_dict_fills_entries = true; return *this; }
   M& full_head(int64_t v) { full_head_dim = v; return *this; }
   /// Gemma4TextConfig's defaults: head_dim 256 (512 for full_attention layers), class dict `d` per layer type, every
-  /// sixth layer full and the last one too; default-type frequencies span the whole head.
-  M& gemma4(const json& d) { return head(256).dict(d).layers(6, nullptr, false, true).full_head(512).default_whole_head(); }
+  /// sixth layer full and the last one too (a file's layer_types too); default-type frequencies span the whole head.
+  M& gemma4(const json& d) {
+    forces_last_full = true;
+    return head(256).dict(d).layers(6, nullptr, false, true).full_head(512).default_whole_head();
+  }
   M& default_whole_head() { default_ignores_partial = true; return *this; }
 };
 

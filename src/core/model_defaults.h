@@ -80,6 +80,8 @@ struct ModelDefaults {
   /// The head_dim of full_attention layers when the file has no per_layer_config (a top-level global_head_dim
   /// replaces it; 0: the top level's). Gemma 4: 512 (its class builds per_layer_config from it).
   int64_t full_head_dim = 0;
+  /// The class makes the last layer full_attention, a file's layer_types too (Gemma 4).
+  bool forces_last_full = false;
   /// The model's default-type frequencies ignore partial_rotary_factor (its compute_default_rope_parameters spans
   /// the whole head_dim: Llama, Qwen2, Gemma 3 and most others in transformers 5.x); other types still read it, as
   /// transformers' generic functions do. Set from model_defaults_partial.cc's list or by an entry (per-layer-type

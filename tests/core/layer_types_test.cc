@@ -235,11 +235,10 @@ TEST(LayerTypes, Gemma4FullAttentionLayersTakeTheirOwnHeadDim) {
                 .spec_for("full_attention").head_dim, 384);
 }
 
-TEST(LayerTypes, PerLayerOverridesMustAgreeWithinALayerType) {
+TEST(LayerTypes, PerLayerHeadDimsAreGemma4sAndMustAgreeWithinALayerType) {
   // transformers' per_layer_config[layer_type] refuses a type whose layers differ; so does rotary, naming them.
-  const std::string base = R"({"head_dim": 64, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
-    "rope_parameters": {"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}},
-    "per_layer_config": )";
+  const std::string base = R"({"model_type": "gemma4_text", "head_dim": 64,
+    "layer_types": ["full_attention", "sliding_attention", "full_attention"], "per_layer_config": )";
   std::string msg = error_of([&] {
     (void)rotary::layer_type_specs_from_hf_config_json(base + R"({"0": {"head_dim": 128}}})");
   });
@@ -254,13 +253,28 @@ TEST(LayerTypes, PerLayerOverridesMustAgreeWithinALayerType) {
   });
   EXPECT_NE(msg.find("keys must be layer indices below the 3 entries of layer_types, got \"7\""), std::string::npos)
       << msg;
-  // Both full layers alike: their type's Spec takes it; a flat dict is read per type then.
+  // Both full layers alike: their type's Spec takes it. An entry equal to the top level's is none (transformers drops
+  // it); a null per_layer_config is given, so the class's 512 does not apply.
   const LayerTypeSpecs ok = rotary::layer_type_specs_from_hf_config_json(
-      R"({"head_dim": 64, "layer_types": ["full_attention", "sliding_attention", "full_attention"],
-          "rope_theta": 5e5, "per_layer_config": {"0": {"head_dim": 128}, "2": {"head_dim": 128}}})");
+      base + R"({"0": {"head_dim": 128}, "1": {"head_dim": 64}, "2": {"head_dim": 128}}})");
   EXPECT_EQ(ok.spec_for("full_attention").head_dim, 128);
-  EXPECT_EQ(ok.spec_for("full_attention").base, 5e5);
   EXPECT_EQ(ok.spec_for("sliding_attention").head_dim, 64);
+  EXPECT_EQ(rotary::layer_type_specs_from_hf_config_json(base + "null}").spec_for("full_attention").head_dim, 64);
+  // Gemma 4's class makes the last layer full whatever layer_types says.
+  const LayerTypeSpecs last = rotary::layer_type_specs_from_hf_config_json(
+      R"({"model_type": "gemma4_text", "layer_types": ["full_attention", "sliding_attention"]})");
+  EXPECT_EQ(last.layer_types, (std::vector<std::string>{"full_attention", "full_attention"}));
+  EXPECT_EQ(last.spec_for_layer(1).head_dim, 512);
+  // Other classes' transformers configs refuse a head_dim per layer; rotary too, naming the entry.
+  Error::Kind kind{};
+  msg = error_of([] {
+    (void)rotary::layer_type_specs_from_hf_config_json(
+        R"({"model_type": "qwen2", "head_dim": 64, "layer_types": ["full_attention", "sliding_attention"],
+            "per_layer_config": {"0": {"head_dim": 128}}})");
+  }, &kind);
+  EXPECT_EQ(kind, Error::Kind::kUnsupported) << msg;
+  EXPECT_NE(msg.find("per_layer_config.0.head_dim gives that layer its own RoPE input"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model_type \"qwen2\""), std::string::npos) << msg;
   // overrides of other things (kv heads, sliding windows) are not RoPE's business
   const LayerTypeSpecs other = rotary::layer_type_specs_from_hf_config_json(
       R"({"head_dim": 8, "per_layer_config": {"3": {"num_key_value_heads": 2}}})");
