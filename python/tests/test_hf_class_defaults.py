@@ -285,6 +285,16 @@ def test_a_model_whose_code_rotates_by_minus_the_angle_is_refused_by_name():
         rotary.Spec.from_hf_config(_hf_config("nanochat", {}).to_json_string())
 
 
+def test_deepseek_v4_is_refused_not_misread():
+    # Its rope_parameters {"main": .., "compress": ..} are RoPE labels its attention picks per layer type; read as one
+    # flat dict they gave a 64-wide default Spec rotating 8 channels (its heads are 512 wide, 64 rotated, interleaved).
+    doc = _hf_config("deepseek_v4", {"num_hidden_layers": 4}).to_dict()
+    assert set(doc["rope_parameters"]) == {"main", "compress"}
+    for read in (rotary.Spec.from_hf_config, rotary.LayerTypeSpecs.from_hf_config):
+        with pytest.raises(ValueError, match=r"model_type deepseek_v4: its rope_parameters are keyed by RoPE label"):
+            read(doc)
+
+
 def test_glm4v_text_rotates_interleaved_pairs_of_its_sectioned_rope():
     # GLM-4.1V's text attention repeat_interleaves its M-RoPE cos/sin and rotates with rotate_half_llm (pairs
     # (x[2i], x[2i+1])); its configs were read as half-split (off by up to 5). glm4v_moe's code is half-split.

@@ -149,6 +149,10 @@ const std::vector<ModelDefaults> kTable = {
     M("csm_depth_decoder_model").theta(500000.0),
     M("cwm").head(128).dict(kCwmRope),
     M("deepseek_v32").qk_rope_head(64).interleaved(),
+    M("deepseek_v4").refused("its rope_parameters are keyed by RoPE label (main: sliding_attention layers; compress, "
+                             "yarn over compress_rope_theta: the compressed layers and their compressors), not by "
+                             "layer type, which rotary does not read yet: build each Spec from its fields (interleaved "
+                             "pairs over head_dim x partial_rotary_factor)"),
     M("dia").head(128),  // decoder_config: dia_decoder
     M("dia_decoder").head(128),
     M("dia_encoder").head(128),
