@@ -63,34 +63,6 @@ std::string fs_bytes(nb::handle path) {
   return std::string(PyBytes_AS_STRING(b.ptr()), static_cast<size_t>(PyBytes_GET_SIZE(b.ptr())));
 }
 
-/// The first non-finite float (NaN, inf) in a config dict, as "key.key[i] = value", or "" if none: JSON
-/// cannot carry such a value, so it is refused naming the field. Depth is bounded like the parser's.
-std::string non_finite_field(nb::handle v, const std::string& path, int depth) {
-  if (depth > 64) return "";
-  if (PyFloat_Check(v.ptr())) {
-    const double d = PyFloat_AsDouble(v.ptr());
-    if (!std::isfinite(d)) return path + " = " + (std::isnan(d) ? "nan" : d > 0 ? "inf" : "-inf");
-    return "";
-  }
-  if (nb::isinstance<nb::dict>(v)) {
-    for (auto [k, item] : nb::borrow<nb::dict>(v)) {
-      std::string key = nb::cast<std::string>(nb::str(k));
-      const bool plain = !key.empty() && key.size() <= 48 &&
-                         std::all_of(key.begin(), key.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
-      if (!plain) key = rotary::quote_value(key);
-      std::string r = non_finite_field(item, path.empty() ? key : path + "." + key, depth + 1);
-      if (!r.empty()) return r;
-    }
-  } else if (nb::isinstance<nb::list>(v) || nb::isinstance<nb::tuple>(v)) {
-    size_t i = 0;
-    for (nb::handle item : v) {
-      std::string r = non_finite_field(item, path + "[" + std::to_string(i++) + "]", depth + 1);
-      if (!r.empty()) return r;
-    }
-  }
-  return "";
-}
-
 /// A Python config as config.json text and its source name: a dict, a transformers config (to_dict), a path
 /// (str or os.PathLike, read by the core) or JSON text. `what` names the caller in the TypeError.
 struct ConfigSource {
@@ -117,10 +89,8 @@ ConfigSource python_config(nb::handle config, std::optional<std::string> name, c
   else
     throw nb::type_error((std::string("[rotary_config] ") + what +
                           " expects a dict, a transformers config, a path or JSON text").c_str());
-  const std::string bad = non_finite_field(dict, "", 0);
-  if (!bad.empty())
-    rotary::fail(rotary::Error::Kind::kInvalidArgument, "rotary_config",
-                 name.value_or("config dict") + " field " + bad + " must be a finite number (JSON has no NaN or infinity)");
+  // NaN and infinities go out as Python's NaN / Infinity tokens, which the core reads as strings: a RoPE field
+  // holding one is refused naming it, others (Bamba's time_step_limit) are not RoPE's business.
   nb::object builtins = nb::module_::import_("builtins");
   std::string text = nb::cast<std::string>(json.attr("dumps")(dict, nb::arg("default") = builtins.attr("str")));
   return {text, "", name.value_or("config dict")};

@@ -203,7 +203,8 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
   detail::check_config_depth(json_text, source_name, kWhere);
   json doc;
   try {
-    doc = json::parse(json_text.begin(), json_text.end());
+    const std::string text = detail::python_json_tokens(json_text);
+    doc = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
   }
@@ -298,6 +299,7 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   } else {
     auto hidden = top.integer("hidden_size");
     if (!hidden) hidden = top.integer("n_embd");
+    if (!hidden && !cls.hidden_key.empty()) hidden = top.integer(std::string(cls.hidden_key));
     auto heads = top.integer("num_attention_heads");
     if (!heads) heads = top.integer("n_head");
     if (!heads && !cls.heads_key.empty()) heads = top.integer(std::string(cls.heads_key));
@@ -311,6 +313,8 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
     invalid(top.field("head_dim") + " must be in [1, 65536], got " + std::to_string(spec.head_dim) +
             (top.has("head_dim") || top.has("qk_rope_head_dim") ? "" : " (hidden_size / num_attention_heads)"));
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
+  if (!top.has("max_position_embeddings") && !cls.max_pos_key.empty())
+    spec.max_position_embeddings = top.integer(std::string(cls.max_pos_key)).value_or(spec.max_position_embeddings);
 
   // --- the RoPE dict (the caller chose it: rope_parameters, rope_scaling, or one layer type's entry).
   const Fields rp(*d.dict, d.field + ".");
@@ -335,6 +339,11 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   spec.base = rp.number("rope_theta").value_or(
       neox ? top.number("rotary_emb_base").value_or(10000.0)
            : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(cls.rope_theta)));
+  // DBRX's files keep their base in attn_config (5e5); its original code and vLLM read it there, transformers 5.25
+  // does not (its DbrxConfig leaves rope_parameters at 1e4): a documented divergence (docs/scaling.md).
+  if (model_type == "dbrx" && !rp.has("rope_theta") && !top.has("rope_theta") && top.has("attn_config") &&
+      r.root->at("attn_config").is_object())
+    spec.base = Fields(r.root->at("attn_config"), top.field("attn_config.")).number("rope_theta").value_or(spec.base);
   std::optional<double> prf = rp.number("partial_rotary_factor");
   if (!prf && !neox && !cls.forced_partial) prf = top.number("partial_rotary_factor");  // Bamba: the class's
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX

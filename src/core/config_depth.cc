@@ -1,4 +1,4 @@
-// config.json's first check: the nesting depth of its text is bounded before the JSON parser builds anything.
+// config.json's text before the JSON parser: its nesting depth bounded, Python's NaN / Infinity tokens made strings.
 #include <string>
 #include <string_view>
 
@@ -34,6 +34,38 @@ void check_config_depth(std::string_view text, const std::string& source, const 
       --depth;
     }
   }
+}
+
+/// Python's json module writes float('nan') and float('inf') as the bare tokens NaN, Infinity and -Infinity, which
+/// JSON does not have; transformers' save_pretrained does so for non-RoPE fields of hybrid models (Bamba, Falcon-H1,
+/// Granite 4.0-H, Nemotron-H: "time_step_limit": [0.0, Infinity]). Outside strings, each becomes the JSON string of
+/// itself, so the document parses and a RoPE field holding one is refused by its reader, naming the field.
+std::string python_json_tokens(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) out += text[++i];
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool token = false;
+    for (std::string_view t : {std::string_view("NaN"), std::string_view("Infinity"), std::string_view("-Infinity")})
+      if (text.substr(i, t.size()) == t) {
+        out += '"';
+        out += t;
+        out += '"';
+        i += t.size() - 1;
+        token = true;
+        break;
+      }
+    if (!token) out += c;
+  }
+  return out;
 }
 
 }  // namespace rotary::detail

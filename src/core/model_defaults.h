@@ -39,6 +39,10 @@ struct ModelDefaults {
   /// The file key transformers maps num_attention_heads to (attribute_map: Moonshine's decoder_num_attention_heads),
   /// read when the file has no num_attention_heads; empty: none.
   std::string_view heads_key;
+  /// The file keys transformers maps hidden_size and max_position_embeddings to (attribute_map: DBRX's d_model and
+  /// max_seq_len), read when the file lacks the plain key; empty: none.
+  std::string_view hidden_key;
+  std::string_view max_pos_key;
   /// The file key transformers maps head_dim to (the config class's attribute_map: JetMoe's kv_channels, Zamba2's
   /// attention_head_dim); empty: head_dim itself.
   std::string_view head_dim_key;

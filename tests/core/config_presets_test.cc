@@ -281,6 +281,36 @@ TEST(Config, Qwen3VlTextConfigWithInterleavedMrope) {
   EXPECT_TRUE(s.mrope.interleaved);
 }
 
+TEST(Config, PythonNonFiniteTokensOutsideRopeFieldsAreRead) {
+  // save_pretrained writes float('inf') as Python's bare Infinity (Bamba, Falcon-H1, Granite 4.0-H, Nemotron-H:
+  // time_step_limit), which JSON lacks: the file is read; a RoPE field holding such a token is refused, naming it.
+  const Spec s = parse(R"({"head_dim": 64, "rope_theta": 5e5, "time_step_limit": [0.0, Infinity],
+                           "x": NaN, "y": [-Infinity], "note": "Infinity, NaN and \"-Infinity\" in a string"})");
+  EXPECT_EQ(s.head_dim, 64);
+  EXPECT_EQ(s.base, 5e5);
+  for (const char* bad : {R"({"head_dim": 64, "rope_theta": Infinity})", R"({"head_dim": 64, "rope_theta": NaN})"}) {
+    try {
+      parse(bad);
+      ADD_FAILURE() << "no error for " << bad;
+    } catch (const rotary::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rope_theta must be a number, got \""), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Config, DbrxReadsItsAttributeMapAndAttnConfigBase) {
+  // databricks/dbrx-instruct's fields: d_model, n_heads, max_seq_len (DbrxConfig's attribute_map) and its base in
+  // attn_config, as DBRX's code and vLLM read it (transformers 5.25 leaves 1e4: docs/scaling.md).
+  const Spec hub = parse(R"({"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "max_seq_len": 32768,
+                             "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}})");
+  EXPECT_EQ(hub.head_dim, 128);
+  EXPECT_EQ(hub.max_position_embeddings, 32768);
+  EXPECT_EQ(hub.base, 5e5);
+  // A file transformers 5 saved carries rope_parameters: its base wins, as there.
+  EXPECT_EQ(parse(R"({"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "attn_config": {"rope_theta": 500000},
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})").base, 1e4);
+}
+
 TEST(Config, ProportionalKeepsWholeHead) {
   const Spec s = parse(R"({"head_dim": 256, "rope_theta": 1e6,
                            "rope_scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.25}})");

@@ -1,0 +1,64 @@
+"""config.json as transformers' save_pretrained writes it, Python's JSON dialect included (NaN / Infinity tokens)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import rotary
+from hf_models import quiet_transformers, text_rotary_embedding_class
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# Hybrid Mamba / attention models whose configs hold time_step_limit = (0.0, inf): save_pretrained writes
+# `[0.0, Infinity]`, which JSON lacks; their attention rotates with RoPE.
+HYBRIDS = ["bamba", "falcon_h1", "granitemoehybrid"]
+
+
+@pytest.mark.parametrize("model_type", HYBRIDS)
+def test_a_saved_hybrid_config_with_infinity_reads_as_transformers(model_type, tmp_path):
+    with quiet_transformers():
+        try:
+            config = transformers.AutoConfig.for_model(model_type)
+        except (KeyError, ValueError) as e:  # pragma: no cover - depends on the installed transformers
+            pytest.skip(f"transformers has no {model_type}: {e}")
+        config.save_pretrained(tmp_path)
+    text = (tmp_path / "config.json").read_text()
+    assert "Infinity" in text, f"{model_type}: transformers no longer writes a non-finite field"
+    assert any(isinstance(v, float) and math.isinf(v) for v in config.to_dict().get("time_step_limit", ()))
+    cls = text_rotary_embedding_class(model_type)
+    hf = cls(config=config).inv_freq.double().numpy()
+    for source in (str(tmp_path / "config.json"), text, config, config.to_dict()):  # file, text, object, dict
+        ours = rotary.Spec.from_hf_config(source).inv_freq(None)
+        assert ours.shape == hf.shape and np.max(np.abs(ours - hf) / hf) <= 1e-6, (model_type, type(source))
+
+
+def test_a_non_finite_rope_field_is_refused_naming_it(tmp_path):
+    for value, shown in ((float("inf"), "Infinity"), (float("nan"), "NaN"), (-float("inf"), "-Infinity")):
+        (tmp_path / "config.json").write_text(json.dumps({"head_dim": 64, "rope_theta": value}))
+        for source in (str(tmp_path / "config.json"), {"head_dim": 64, "rope_theta": value}):
+            with pytest.raises(ValueError, match=rf'rope_theta must be a number, got "{shown}"'):
+                rotary.Spec.from_hf_config(source)
+
+
+def test_dbrx_reads_its_attribute_map_and_its_attn_config_base(tmp_path):
+    """DBRX: d_model / n_heads / max_seq_len (DbrxConfig's attribute_map); a Hub file's base lives in attn_config,
+    which DBRX's code and vLLM read and transformers 5.25 does not (a documented divergence)."""
+    from hf_models import modeling_module
+
+    with quiet_transformers():
+        saved = transformers.AutoConfig.for_model("dbrx", d_model=1024, n_heads=8)
+    emb = modeling_module("dbrx").DbrxRotaryEmbedding(config=saved)
+    spec = rotary.Spec.from_hf_config(saved.to_dict())  # rope_parameters present: transformers' base
+    np.testing.assert_allclose(spec.inv_freq(None), emb.inv_freq.double().numpy(), rtol=1e-6)
+    hub = {"model_type": "dbrx", "d_model": 6144, "n_heads": 48, "max_seq_len": 32768,
+           "attn_config": {"kv_n_heads": 8, "rope_theta": 500000}}
+    (tmp_path / "config.json").write_text(json.dumps(hub))
+    with quiet_transformers():
+        hf = transformers.AutoConfig.from_pretrained(str(tmp_path))
+    assert hf.attn_config.rope_theta == 500000 and hf.rope_parameters["rope_theta"] == 10000.0  # transformers' reading
+    spec = rotary.Spec.from_hf_config(str(tmp_path / "config.json"))
+    assert (spec.head_dim, spec.base, spec.max_position_embeddings) == (128, 500000.0, 32768)
