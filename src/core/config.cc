@@ -203,10 +203,12 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
   detail::check_config_depth(json_text, source_name, kWhere);
   json doc;
   try {
-    const std::string text = detail::python_json_tokens(json_text);
-    doc = json::parse(text.begin(), text.end());
+    doc = json::parse(json_text.begin(), json_text.end());
   } catch (const json::exception& e) {
-    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
+    // Python's NaN / Infinity tokens (config_depth.cc) are read as strings; any other fault keeps its own message.
+    const std::string text = detail::python_json_tokens(json_text);
+    doc = text != json_text ? json::parse(text.begin(), text.end(), nullptr, false) : json(json::value_t::discarded);
+    if (doc.is_discarded()) fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
   }
   if (!doc.is_object())
     fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));

@@ -38,11 +38,14 @@ void check_config_depth(std::string_view text, const std::string& source, const 
 
 /// Python's json module writes float('nan') and float('inf') as the bare tokens NaN, Infinity and -Infinity, which
 /// JSON does not have; transformers' save_pretrained does so for non-RoPE fields of hybrid models (Bamba, Falcon-H1,
-/// Granite 4.0-H, Nemotron-H: "time_step_limit": [0.0, Infinity]). Outside strings, each becomes the JSON string of
-/// itself, so the document parses and a RoPE field holding one is refused by its reader, naming the field.
+/// Granite 4.0-H, Nemotron-H: "time_step_limit": [0.0, Infinity]). Each such token in a value position (after ':',
+/// or after '[' or ',' in an array; not inside strings) becomes the JSON string of itself, so the document parses and
+/// a RoPE field holding one is refused by its reader, naming the field. Other text is left as it is.
 std::string python_json_tokens(std::string_view text) {
   std::string out;
   out.reserve(text.size());
+  std::string open;  // the containers around the position: '{' or '['
+  char last = '\0';  // the last character outside strings and blanks
   bool in_string = false;
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -52,10 +55,10 @@ std::string python_json_tokens(std::string_view text) {
       else if (c == '"') in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
+    const bool value = last == ':' || ((last == '[' || last == ',') && !open.empty() && open.back() == '[');
     bool token = false;
     for (std::string_view t : {std::string_view("NaN"), std::string_view("Infinity"), std::string_view("-Infinity")})
-      if (text.substr(i, t.size()) == t) {
+      if (value && text.substr(i, t.size()) == t) {
         out += '"';
         out += t;
         out += '"';
@@ -63,7 +66,15 @@ std::string python_json_tokens(std::string_view text) {
         token = true;
         break;
       }
-    if (!token) out += c;
+    if (token) {
+      last = '"';
+      continue;
+    }
+    out += c;
+    if (c == '"') in_string = true;
+    if (c == '{' || c == '[') open += c;
+    if ((c == '}' || c == ']') && !open.empty()) open.pop_back();
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') last = c;
   }
   return out;
 }

@@ -153,7 +153,7 @@ const std::vector<ModelDefaults> kTable = {
     M("dbrx").hidden_from("d_model").heads_from("n_heads").max_pos_from("max_seq_len"),  // its attribute_map
     M("deepseek_v32").qk_rope_head(64).interleaved(),
     M("deepseek_v4").refused("its rope_parameters are keyed by RoPE label (main: sliding_attention layers; compress, "
-                             "yarn over compress_rope_theta: the compressed layers and their compressors), not by "
+                             "over compress_rope_theta: the compressed layers and their compressors), not by "
                              "layer type, which rotary does not read yet: build each Spec from its fields (interleaved "
                              "pairs over head_dim x partial_rotary_factor)"),
     M("dia").head(128),  // decoder_config: dia_decoder

@@ -296,6 +296,8 @@ TEST(Config, PythonNonFiniteTokensOutsideRopeFieldsAreRead) {
       EXPECT_NE(std::string(e.what()).find("rope_theta must be a number, got \""), std::string::npos) << e.what();
     }
   }
+  // Only values: a key is not a place for them (Python's json refuses it too).
+  EXPECT_THROW(parse(R"({"head_dim": 64, NaN: 1})"), rotary::Error);
 }
 
 TEST(Config, DbrxReadsItsAttributeMapAndAttnConfigBase) {
