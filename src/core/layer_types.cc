@@ -1,6 +1,7 @@
 // RoPE per layer type (v5 nested rope_parameters, Gemma 3's conversion, class dicts): config.json -> LayerTypeSpecs.
 #include <algorithm>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -188,8 +189,9 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
       invalid(entry + ".head_dim must be a positive integer, got " + detail::show_json(v));
     if (v.get<int64_t>() != top) head[static_cast<size_t>(i)] = v.get<int64_t>();
   }
+  std::map<std::string, size_t> first_of;  // each type's first layer (a file may list many layers)
   for (size_t i = 0; i < types.size(); ++i) {
-    const auto first = static_cast<size_t>(std::find(types.begin(), types.end(), types[i]) - types.begin());
+    const size_t first = first_of.emplace(types[i], i).first->second;
     auto shown = [&](size_t j) { return head[j] ? std::to_string(head[j]) : std::string("the top level's"); };
     if (head[i] != head[first])
       invalid(field + ": layers " + std::to_string(first) + " and " + std::to_string(i) + " are both " +
