@@ -68,12 +68,9 @@ def survey_saved(mt, rotary):
         emb = cls(config=text)
     except Exception as e:  # noqa: BLE001
         return f"skipped: {type(e).__name__}: {str(e)[:80]}"
-    types = getattr(emb, "layer_types", None)
-    if isinstance(types, (list, tuple)) and types and hasattr(emb, f"{types[0]}_inv_freq"):
-        hf = {t: getattr(emb, f"{t}_inv_freq").double().numpy() for t in types}
-    elif hasattr(emb, "inv_freq"):
-        hf = {None: emb.inv_freq.double().numpy()}
-    else:
+    try:
+        hf = {t: inv.double().numpy() for t, (inv, _) in hf_models.per_type_rope(emb).items()}
+    except AttributeError:
         return "skipped: no inv_freq"
     doc = config.to_dict()
     try:

@@ -40,6 +40,14 @@ def text_rotary_embedding_class(model_type: str) -> Optional[type]:
     return getattr(mod, names[0]) if names else None
 
 
+def per_type_rope(emb) -> dict:
+    """{layer type: (inv_freq, attention scaling)} of a RotaryEmbedding ({None: ...} for one shared RoPE)."""
+    types = getattr(emb, "layer_types", None)
+    if isinstance(types, (list, tuple)) and types and hasattr(emb, f"{types[0]}_inv_freq"):
+        return {t: (getattr(emb, f"{t}_inv_freq"), getattr(emb, f"{t}_attention_scaling")) for t in types}
+    return {None: (emb.inv_freq, emb.attention_scaling)}
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """transformers' warnings and log messages silenced for the block (config classes warn about unused fields)."""

@@ -56,8 +56,8 @@ def test_a_composite_config_is_read_where_get_text_config_finds_its_language_mod
     # The trimmed file (its text part has no model_type: the composite's class defaults apply, as transformers'
     # sub-config class gives them), the same with the containers' model_types (the nearest one decides: ColPali's
     # vlm_config is PaliGemma's) and the file save_pretrained writes (every object with its model_type).
-    typed, node, obj = copy.deepcopy(doc), None, composite
-    node = typed
+    typed = node = copy.deepcopy(doc)
+    obj = composite
     for key in path[:-1]:
         obj, node = getattr(obj, key), node[key]
         node["model_type"] = obj.model_type

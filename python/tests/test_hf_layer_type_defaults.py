@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rotary
-from hf_models import hf_model_modules, load_hf_config
+from hf_models import hf_model_modules, load_hf_config, per_type_rope
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -26,18 +26,10 @@ def _hf(doc: dict, tmp_path, module: str):
     return config, getattr(mod, names[0])(config=config)
 
 
-def _per_type(emb) -> dict:
-    """{layer type: (inv_freq, attention scaling)} of a RotaryEmbedding ({None: ...} for one shared RoPE)."""
-    types = getattr(emb, "layer_types", None)
-    if isinstance(types, (list, tuple)) and types and hasattr(emb, f"{types[0]}_inv_freq"):
-        return {t: (getattr(emb, f"{t}_inv_freq"), getattr(emb, f"{t}_attention_scaling")) for t in types}
-    return {None: (emb.inv_freq, emb.attention_scaling)}
-
-
 def _compare(doc: dict, tmp_path, module: str, layer_types: bool = True):
     config, emb = _hf(doc, tmp_path, module)
     specs = rotary.LayerTypeSpecs.from_hf_config(str(tmp_path / "config.json"))
-    for layer_type, (inv, scaling) in _per_type(emb).items():
+    for layer_type, (inv, scaling) in per_type_rope(emb).items():
         what = f"{doc['model_type']} {layer_type}"
         spec = specs[layer_type] if layer_type is not None else specs.for_layer(0)
         hf, ours = inv.double().numpy(), spec.inv_freq(None)

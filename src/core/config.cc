@@ -341,11 +341,12 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   spec.base = rp.number("rope_theta").value_or(
       neox ? top.number("rotary_emb_base").value_or(10000.0)
            : top.number("rope_theta").value_or(top.number("rotary_emb_base").value_or(cls.rope_theta)));
-  // DBRX's files keep their base in attn_config (5e5); its original code and vLLM read it there, transformers 5.25
-  // does not (its DbrxConfig leaves rope_parameters at 1e4): a documented divergence (docs/scaling.md).
-  if (model_type == "dbrx" && !rp.has("rope_theta") && !top.has("rope_theta") && top.has("attn_config") &&
-      r.root->at("attn_config").is_object())
-    spec.base = Fields(r.root->at("attn_config"), top.field("attn_config.")).number("rope_theta").value_or(spec.base);
+  // A class whose files keep the base in a sub-object (DBRX: attn_config; model_defaults.h theta_in).
+  if (!cls.theta_in.empty() && !rp.has("rope_theta") && !top.has("rope_theta")) {
+    const std::string in(cls.theta_in);
+    if (top.has(in) && r.root->at(in).is_object())
+      spec.base = Fields(r.root->at(in), top.field(in + ".")).number("rope_theta").value_or(spec.base);
+  }
   std::optional<double> prf = rp.number("partial_rotary_factor");
   if (!prf && !neox && !cls.forced_partial) prf = top.number("partial_rotary_factor");  // Bamba: the class's
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX

@@ -41,6 +41,8 @@ nlohmann::json parse_config_text(std::string_view json_text, const std::string& 
 /// Reads a file's text (kIo if unreadable).
 std::string read_config_file(const std::string& path);
 ConfigRoot config_root(const nlohmann::json& doc);
+/// obj's model_type, or "" (absent or not a string).
+std::string_view type_of(const nlohmann::json& obj);
 /// A non-empty v4 rope_scaling (transformers' `rope_scaling or rope_parameters`; not over a rope_parameters
 /// nested per layer type), else v5 rope_parameters, else the model's config-class dict (model_defaults.h),
 /// else an empty object.

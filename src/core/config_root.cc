@@ -47,13 +47,12 @@ const char* container_of(const json& obj, std::string_view type) {
   return nullptr;
 }
 
-/// obj's model_type, or "" (absent or not a string).
+}  // namespace
+
 std::string_view type_of(const json& obj) {
   const auto it = obj.find("model_type");
   return it != obj.end() && it->is_string() ? std::string_view(it->get_ref<const std::string&>()) : std::string_view();
 }
-
-}  // namespace
 
 ConfigRoot config_root(const json& doc) {
   ConfigRoot r{&doc, &doc, "", {}};

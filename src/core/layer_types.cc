@@ -45,13 +45,9 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
   return keys;
 }
 
-bool model_type_is(const json& obj, const char* name) {
-  return obj.contains("model_type") && obj.at("model_type").is_string() && obj.at("model_type").get<std::string>() == name;
-}
-
 /// The config (its text part's model_type, or the whole document's) is of that model.
 bool model_is(const detail::ConfigRoot& r, const char* text_type, const char* doc_type) {
-  return model_type_is(*r.root, text_type) || model_type_is(*r.doc, doc_type);
+  return detail::type_of(*r.root) == text_type || detail::type_of(*r.doc) == doc_type;
 }
 
 /// The config's model_type's class defaults (model_defaults.cc).
@@ -306,6 +302,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     bool layer_entry = true;  ///< an entry of a nested dict (a flat one read per type: false)
   };
   std::vector<Entry> entries;
+  std::vector<std::pair<std::string, int64_t>> heads;  // head_dims_by_type, once layer_types are final
+  bool heads_read = false;
   auto add = [&](const std::string& type, json dict, const std::string& field) {
     if (dict.is_null()) {
       out.by_type.push_back({type, std::nullopt});
@@ -355,7 +353,9 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
   } else {
     const Spec shared = detail::normalized_in(detail::parse_spec(r, d, source_name), source_name);
-    const bool own_heads = !head_dims_by_type(r, out.layer_types, cls).empty();
+    heads = head_dims_by_type(r, out.layer_types, cls);  // layer_types are final here
+    heads_read = true;
+    const bool own_heads = !heads.empty();
     for (const auto& t : out.layer_types)
       if (std::none_of(out.by_type.begin(), out.by_type.end(), [&](const LayerTypeSpec& e) { return e.layer_type == t; })) {
         out.by_type.push_back({t, shared});
@@ -363,7 +363,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       }
     if (out.by_type.empty()) out.by_type.push_back({"", shared});
   }
-  const auto heads = head_dims_by_type(r, out.layer_types, cls);
+  if (!heads_read) heads = head_dims_by_type(r, out.layer_types, cls);
   for (const Entry& e : entries) {
     const std::string name = source_name + "#" + detail::shown_name(e.type);
     json own_root;  // the root with this type's head_dim, where it has its own

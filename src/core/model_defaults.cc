@@ -81,6 +81,7 @@ struct M : ModelDefaults {
   M& heads_from(std::string_view key) { heads_key = key; return *this; }
   M& hidden_from(std::string_view key) { hidden_key = key; return *this; }
   M& max_pos_from(std::string_view key) { max_pos_key = key; return *this; }
+  M& base_in(std::string_view key) { theta_in = key; return *this; }
   M& head_key(std::string_view key) { head_dim_key = key; return *this; }
   M& qk_nope_head(int64_t v) { qk_nope_head_dim = v; return *this; }
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
@@ -150,7 +151,8 @@ const std::vector<ModelDefaults> kTable = {
     M("csm").theta(500000.0),
     M("csm_depth_decoder_model").theta(500000.0),
     M("cwm").head(128).dict(kCwmRope),
-    M("dbrx").hidden_from("d_model").heads_from("n_heads").max_pos_from("max_seq_len"),  // its attribute_map
+    // DBRX: its attribute_map, and its Hub files' base in attn_config.
+    M("dbrx").hidden_from("d_model").heads_from("n_heads").max_pos_from("max_seq_len").base_in("attn_config"),
     M("deepseek_v32").qk_rope_head(64).interleaved(),
     M("deepseek_v4").refused("its rope_parameters are keyed by RoPE label (main: sliding_attention layers; compress, "
                              "over compress_rope_theta: the compressed layers and their compressors), not by "

@@ -43,6 +43,9 @@ struct ModelDefaults {
   /// max_seq_len), read when the file lacks the plain key; empty: none.
   std::string_view hidden_key;
   std::string_view max_pos_key;
+  /// The sub-object whose rope_theta is the base when neither the RoPE dict nor the top level gives one (DBRX's
+  /// attn_config: its code and vLLM read it there, transformers 5.25 does not; docs/scaling.md); empty: none.
+  std::string_view theta_in;
   /// The file key transformers maps head_dim to (the config class's attribute_map: JetMoe's kv_channels, Zamba2's
   /// attention_head_dim); empty: head_dim itself.
   std::string_view head_dim_key;
