@@ -207,8 +207,19 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
   } catch (const json::exception& e) {
     // Python's NaN / Infinity tokens (config_depth.cc) are read as strings; any other fault keeps its own message.
     const std::string text = detail::python_json_tokens(json_text);
-    doc = text != json_text ? json::parse(text.begin(), text.end(), nullptr, false) : json(json::value_t::discarded);
-    if (doc.is_discarded()) fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
+    if (text == json_text) fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
+    doc = json::parse(text.begin(), text.end(), nullptr, false);
+    if (doc.is_discarded()) {
+      // A fault besides the tokens: the parser's message on the text with tokens as strings of their own length,
+      // so its line and column are the file's.
+      const std::string same = detail::python_json_tokens(json_text, true);
+      try {
+        (void)json::parse(same.begin(), same.end());
+      } catch (const json::exception& e2) {
+        fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e2.what()));
+      }
+      fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
+    }
   }
   if (!doc.is_object())
     fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));

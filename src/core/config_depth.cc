@@ -41,7 +41,7 @@ void check_config_depth(std::string_view text, const std::string& source, const 
 /// Granite 4.0-H, Nemotron-H: "time_step_limit": [0.0, Infinity]). Each such token in a value position (after ':',
 /// or after '[' or ',' in an array; not inside strings) becomes the JSON string of itself, so the document parses and
 /// a RoPE field holding one is refused by its reader, naming the field. Other text is left as it is.
-std::string python_json_tokens(std::string_view text) {
+std::string python_json_tokens(std::string_view text, bool same_length) {
   std::string out;
   out.reserve(text.size());
   std::string open;  // the containers around the position: '{' or '['
@@ -60,7 +60,7 @@ std::string python_json_tokens(std::string_view text) {
     for (std::string_view t : {std::string_view("NaN"), std::string_view("Infinity"), std::string_view("-Infinity")})
       if (value && text.substr(i, t.size()) == t) {
         out += '"';
-        out += t;
+        out += same_length ? t.substr(0, t.size() - 2) : t;  // same_length: every later byte keeps its offset
         out += '"';
         i += t.size() - 1;
         token = true;

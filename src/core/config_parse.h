@@ -34,8 +34,9 @@ struct RopeDict {
 /// Refuses config text whose arrays/objects nest deeper than 64 levels (kIo, `where` prefix), before parsing:
 /// every recursive walk of the parsed document then stays far from the stack's limit.
 void check_config_depth(std::string_view text, const std::string& source, const char* where);
-/// The text with Python's NaN / Infinity / -Infinity tokens (outside strings) made JSON strings (config_depth.cc).
-std::string python_json_tokens(std::string_view text);
+/// The text with Python's NaN / Infinity / -Infinity tokens (outside strings) made JSON strings (config_depth.cc):
+/// of themselves, or, with `same_length`, strings of their length (so a parser's positions are the input's).
+std::string python_json_tokens(std::string_view text, bool same_length = false);
 /// Parses config.json text (kIo naming `source_name` for malformed JSON or a non-object document).
 nlohmann::json parse_config_text(std::string_view json_text, const std::string& source_name);
 /// Reads a file's text (kIo if unreadable).

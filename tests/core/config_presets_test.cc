@@ -298,6 +298,19 @@ TEST(Config, PythonNonFiniteTokensOutsideRopeFieldsAreRead) {
   }
   // Only values: a key is not a place for them (Python's json refuses it too).
   EXPECT_THROW(parse(R"({"head_dim": 64, NaN: 1})"), rotary::Error);
+  // Another fault in a file with such tokens is reported where it is (not at the first token), at the file's column.
+  try {
+    parse("{\"x\": -Infinity, \"y\": NaN,\n \"head_dim\": 64,, \"z\": Infinity}");
+    ADD_FAILURE() << "no error";
+  } catch (const rotary::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2, column 17"), std::string::npos) << e.what();
+  }
+  try {
+    parse(R"({"x": [Infinity, NaN, 1 2]})");
+    ADD_FAILURE() << "no error";
+  } catch (const rotary::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1, column 25"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Config, DbrxReadsItsAttributeMapAndAttnConfigBase) {
