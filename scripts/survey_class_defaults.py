@@ -81,7 +81,7 @@ def survey_saved(mt, rotary):
                 ours = {None: rotary.LayerTypeSpecs.from_hf_config(doc).for_layer(0).inv_freq(None)}
         else:
             specs = rotary.LayerTypeSpecs.from_hf_config(doc)
-            ours = {t: specs[t].inv_freq(None) for t in hf}
+            ours = {t: specs[hf_models.LABEL_LAYER_TYPE.get(t, t)].inv_freq(None) for t in hf}
     except Exception as e:  # noqa: BLE001
         return f"rotary error: {str(e)[:80]}"
     for t, ref in hf.items():

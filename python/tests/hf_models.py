@@ -40,6 +40,11 @@ def text_rotary_embedding_class(model_type: str) -> Optional[type]:
     return getattr(mod, names[0]) if names else None
 
 
+# RoPE labels that a model's RotaryEmbedding keys its buffers by instead of layer types (DeepSeek V4's main /
+# compress), each with a layer type that reads it (rotary.LayerTypeSpecs lists layer types).
+LABEL_LAYER_TYPE = {"main": "sliding_attention", "compress": "compressed_sparse_attention"}
+
+
 def per_type_rope(emb) -> dict:
     """{layer type: (inv_freq, attention scaling)} of a RotaryEmbedding ({None: ...} for one shared RoPE)."""
     types = getattr(emb, "layer_types", None)

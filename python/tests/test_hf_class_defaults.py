@@ -285,14 +285,17 @@ def test_a_model_whose_code_rotates_by_minus_the_angle_is_refused_by_name():
         rotary.Spec.from_hf_config(_hf_config("nanochat", {}).to_json_string())
 
 
-def test_deepseek_v4_is_refused_not_misread():
+def test_deepseek_v4_is_read_per_layer_type_not_as_one_flat_dict():
     # Its rope_parameters {"main": .., "compress": ..} are RoPE labels its attention picks per layer type; read as one
     # flat dict they gave a 64-wide default Spec rotating 8 channels (its heads are 512 wide, 64 rotated, interleaved).
+    # One Spec is refused; per layer type each gets its label's (test_hf_deepseek_v4.py compares with transformers).
     doc = _hf_config("deepseek_v4", {"num_hidden_layers": 4}).to_dict()
     assert set(doc["rope_parameters"]) == {"main", "compress"}
-    for read in (rotary.Spec.from_hf_config, rotary.LayerTypeSpecs.from_hf_config):
-        with pytest.raises(ValueError, match=r"model_type deepseek_v4: its rope_parameters are keyed by RoPE label"):
-            read(doc)
+    with pytest.raises(NotImplementedError, match=r"model_type deepseek_v4: its RoPE is keyed by label"):
+        rotary.Spec.from_hf_config(doc)
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    assert (specs["sliding_attention"].head_dim, specs["sliding_attention"].base) == (64, 10000.0)
+    assert (specs["compressed_sparse_attention"].head_dim, specs["compressed_sparse_attention"].base) == (64, 160000.0)
 
 
 def test_glm4v_text_rotates_interleaved_pairs_of_its_sectioned_rope():

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rotary/config.h"
 #include "rotary/spec.h"
 
 namespace rotary::detail {
@@ -82,5 +83,9 @@ bool nested_per_layer_type(const ConfigRoot& r, const nlohmann::json& dict);
 /// Throws kUnsupported when the config's RoPE parameters differ per layer type (a dict nested per layer
 /// type, or Gemma 3's legacy rope_local_base_freq): one Spec cannot describe it (src/core/layer_types.cc).
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);
+
+/// DeepSeek V4's RoPE (model_defaults.h rope_labels): each layer type's Spec from its label's dict (main or
+/// compress), as wide as the rotated slice at the end of a head (src/core/rope_labels.cc).
+LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const std::string& source_name);
 
 }  // namespace rotary::detail

@@ -224,6 +224,12 @@ bool nested_per_layer_type(const ConfigRoot& r, const json& dict) {
 }
 
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
+  if (class_of(r).rope_labels)
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         "model_type " + model_type_of(r) + ": its RoPE is keyed by label (main: sliding_attention layers; compress: "
+             "the compressed layers and their compressors, over compress_rope_theta): one Spec cannot describe it; "
+             "read it per layer type (C++ layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, "
+             "Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
   if (!keys.empty()) {
     const std::string names = shown_names(keys, 2);  // the input's keys, and there may be many
@@ -293,6 +299,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   LayerTypeSpecs out;
   out.layer_types = read_layer_types(r);
   const detail::ModelDefaults& cls = class_of(r);
+  if (cls.rope_labels) return detail::label_keyed_specs(r, d, source_name);  // DeepSeek V4
   if (cls.forces_last_full && !out.layer_types.empty()) out.layer_types.back() = "full_attention";  // as Gemma 4's class
   const std::vector<std::string> keys = nested_keys(*d.dict, out.layer_types);
   // Each type's dict, read once layer_types are known (a type's own head_dim may come from per_layer_config).

@@ -87,6 +87,7 @@ struct M : ModelDefaults {
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
   M& text_only() { text_positions_only = true; return *this; }
   M& refused(const char* why) { unsupported = why; return *this; }
+  M& labels() { rope_labels = true; return *this; }
   M& head_times_hidden_per_head(int64_t v) { head_dim_hidden_multiple = v; return *this; }
   /// Gemma3TextConfig's conversion (model_defaults.h): global base `global`, the local one from `key` (default `local`),
   /// every `every`-th layer full (read from `every_key` when given); default-type frequencies ignore the partial factor.
@@ -154,10 +155,7 @@ const std::vector<ModelDefaults> kTable = {
     // DBRX: its attribute_map, and its Hub files' base in attn_config.
     M("dbrx").hidden_from("d_model").heads_from("n_heads").max_pos_from("max_seq_len").base_in("attn_config"),
     M("deepseek_v32").qk_rope_head(64).interleaved(),
-    M("deepseek_v4").refused("its rope_parameters are keyed by RoPE label (main: sliding_attention layers; compress, "
-                             "over compress_rope_theta: the compressed layers and their compressors), not by "
-                             "layer type, which rotary does not read yet: build each Spec from its fields (interleaved "
-                             "pairs over head_dim x partial_rotary_factor)"),
+    M("deepseek_v4").head(512).partial(0.125).theta(10000.0).interleaved().labels(),  // rope_labels.cc
     M("dia").head(128),  // decoder_config: dia_decoder
     M("dia_decoder").head(128),
     M("dia_encoder").head(128),

@@ -89,6 +89,9 @@ struct ModelDefaults {
   int64_t full_head_dim = 0;
   /// The class makes the last layer full_attention, a file's layer_types too (Gemma 4).
   bool forces_last_full = false;
+  /// The class keys rope_parameters by RoPE label (main / compress), each layer type reading one label's, over the
+  /// trailing head_dim x partial_rotary_factor channels of a head (DeepSeek V4: src/core/rope_labels.cc).
+  bool rope_labels = false;
   /// The model's default-type frequencies ignore partial_rotary_factor (its compute_default_rope_parameters spans
   /// the whole head_dim: Llama, Qwen2, Gemma 3 and most others in transformers 5.x); other types still read it, as
   /// transformers' generic functions do. Set from model_defaults_partial.cc's list or by an entry (per-layer-type
