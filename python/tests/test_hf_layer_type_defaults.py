@@ -73,7 +73,14 @@ GIVEN = [
     ("olmo3", "olmo3", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     ("t5gemma2_text", "t5gemma2", {"partial_rotary_factor": 0.5, "rope_scaling": {"rope_type": "linear", "factor": 8.0}}),
     ("dory", "dory", {"partial_rotary_factor": 0.5}),  # its default type ignores it
-] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
+] + [(m, mod, {"rope_parameters": {  # a nested YaRN entry always truncates: transformers reads truncate at the top
+    "full_attention": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4096,
+                       "truncate": False},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
+    for m, mod in [("laguna", "laguna"), ("mimo_v2_flash", "mimo_v2_flash")]] + [
+    ("mimo_v2_flash", "mimo_v2_flash", {"rope_parameters": {  # its default-type function reads 0.334 without a factor
+        "full_attention": {"rope_type": "default", "rope_theta": 5e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
     for m, mod in [("mellum", "mellum"), ("laguna", "laguna"), ("olmo3", "olmo3"), ("ultrabert", "ultrabert"),

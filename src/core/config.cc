@@ -216,7 +216,14 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
       try {
         (void)json::parse(same.begin(), same.end());
       } catch (const json::exception& e2) {
-        fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e2.what()));
+        // Without the parser's "last read" text, which may quote a stand-in that is not in the file.
+        std::string message = e2.what();
+        const std::size_t mark = message.find("; last read: '");
+        if (mark != std::string::npos) {
+          const std::size_t end = message.rfind("'; ");
+          message = message.substr(0, mark) + (end != std::string::npos && end > mark ? message.substr(end + 1) : "");
+        }
+        fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(message.c_str()));
       }
       fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
     }
@@ -363,6 +370,8 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
   const bool prf_named = rp.has_key("partial_rotary_factor") || (top.has_key("partial_rotary_factor") && !cls.forced_partial);
+  if (!prf && !prf_named && sc.type == RopeType::kDefault && cls.default_type_partial > 0)
+    prf = cls.default_type_partial;  // the model's own default-type function's fallback (MiMo-V2-Flash)
   spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
   if (!std::isfinite(spec.partial_rotary_factor) || spec.partial_rotary_factor <= 0 || spec.partial_rotary_factor > 1)
     invalid(top.field("partial_rotary_factor") + " must be in (0, 1], got " + show(json(spec.partial_rotary_factor)));
@@ -436,7 +445,9 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       sc.mscale = rp.number("mscale");
       sc.mscale_all_dim = rp.number("mscale_all_dim");
       sc.attention_factor = rp.number("attention_factor");
-      sc.truncate = rp.boolean("truncate").value_or(true);
+      // An entry of a dict nested per layer type always truncates: transformers 5.25's YaRN reads `truncate` from
+      // the top level of rope_parameters, where a nested dict has none (docs/scaling.md).
+      sc.truncate = rp.boolean("truncate").value_or(true) || d.layer_entry;
       break;
     case RopeType::kLongRope:
       sc.short_factor = rp.require(rp.numbers("short_factor"), "short_factor", tn);

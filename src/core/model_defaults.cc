@@ -88,6 +88,7 @@ struct M : ModelDefaults {
   M& text_only() { text_positions_only = true; return *this; }
   M& refused(const char* why) { unsupported = why; return *this; }
   M& labels() { rope_labels = true; return *this; }
+  M& default_partial(double v) { default_type_partial = v; return *this; }
   M& head_times_hidden_per_head(int64_t v) { head_dim_hidden_multiple = v; return *this; }
   /// Gemma3TextConfig's conversion (model_defaults.h): global base `global`, the local one from `key` (default `local`),
   /// every `every`-th layer full (read from `every_key` when given); default-type frequencies ignore the partial factor.
@@ -226,7 +227,7 @@ const std::vector<ModelDefaults> kTable = {
     M("minicpm5_moe").theta(5000000.0).head(128),
     M("minimax").theta(1000000.0),
     M("mellum").head(128).dict(kMellumRope).layers(1),
-    M("mimo_v2_flash").head(192).dict(kMimoV2FlashRope).layers(6, nullptr, true),
+    M("mimo_v2_flash").head(192).dict(kMimoV2FlashRope).layers(6, nullptr, true).default_partial(0.334),
     M("minimax_m2").theta(5000000.0).head(128),
     M("minimax_m3_vl").theta(5000000.0).head(128).no_rotary_dim(),
     M("minimax_m3_vl_text").theta(5000000.0).head(128).no_rotary_dim(),

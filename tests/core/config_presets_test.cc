@@ -311,6 +311,13 @@ TEST(Config, PythonNonFiniteTokensOutsideRopeFieldsAreRead) {
   } catch (const rotary::Error& e) {
     EXPECT_NE(std::string(e.what()).find("line 1, column 25"), std::string::npos) << e.what();
   }
+  try {  // the parser's "last read" would quote the token's stand-in ("Infini"), which is not in the file
+    parse(R"({"a": Infinityx})");
+    ADD_FAILURE() << "no error";
+  } catch (const rotary::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 1, column 15"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find("Infini\""), std::string::npos) << e.what();
+  }
 }
 
 TEST(Config, DbrxReadsItsAttributeMapAndAttnConfigBase) {
