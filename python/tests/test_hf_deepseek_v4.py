@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rotary
-from hf_models import LABEL_LAYER_TYPE, hf_model_modules, load_hf_config, per_type_rope
+from hf_models import hf_model_modules, load_hf_config, per_type_rope
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -25,8 +25,8 @@ HUB = {"model_type": "deepseek_v4", "num_hidden_layers": 6, "hidden_size": 1024,
 CASES = {
     "hub": HUB,
     "trimmed": {"model_type": "deepseek_v4", "num_hidden_layers": 5},  # class defaults: layer pattern, bases, 64 of 512
-    "partial_quarter": {**HUB, "head_dim": 256, "partial_rotary_factor": 0.25, "rope_theta": 5e4,
-                        "compress_rope_theta": 2e5},  # the top-level factor wins over qk_rope_head_dim
+    "partial_half": {**HUB, "head_dim": 256, "partial_rotary_factor": 0.5, "rope_theta": 5e4,
+                     "compress_rope_theta": 2e5},  # the top-level factor (128 channels) wins over qk_rope_head_dim (64)
     "legacy_rope_head": {**{k: v for k, v in HUB.items() if k != "head_dim"}, "qk_rope_head_dim": 32},  # 32 of 512
     "nested_own_mscale": {**{k: v for k, v in HUB.items() if k != "rope_scaling"}, "rope_parameters": {
         "main": {"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25},
@@ -42,6 +42,18 @@ CASES = {
     "flat_v5_dict": {"model_type": "deepseek_v4", "num_hidden_layers": 3, "rope_parameters": {  # its base: compress'
         "rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0, "original_max_position_embeddings": 4096,
         "partial_rotary_factor": 0.5}},  # replaced by the class's share
+    "float_legacy_keys": {**HUB, "compress_ratios": [0.0, 0.0, 4.0, 128.0, 4.0, 128.0], "qk_rope_head_dim": 64.0},
+    # Nested dicts without a factor: the top level's; else the class's share for YaRN, the whole head for default.
+    "nested_top_factor": {"model_type": "deepseek_v4", "num_hidden_layers": 3, "partial_rotary_factor": 0.25,
+                          "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 1e4},
+                                              "compress": {"rope_type": "default", "rope_theta": 16e4}}},
+    "nested_no_factor": {"model_type": "deepseek_v4", "num_hidden_layers": 3, "qk_rope_head_dim": 32,
+                         "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 1e4},
+                                             "compress": {"rope_type": "default", "rope_theta": 16e4}}},
+    "nested_yarn_no_factor": {"model_type": "deepseek_v4", "num_hidden_layers": 3, "rope_parameters": {
+        "main": {"rope_type": "default", "rope_theta": 1e4},
+        "compress": {"rope_type": "yarn", "rope_theta": 16e4, "factor": 16.0, "original_max_position_embeddings": 4096,
+                     "truncate": False}}},  # transformers reads truncate from rope_parameters' top level: true
 }
 
 
@@ -61,8 +73,6 @@ def test_each_layer_type_reads_its_labels_rope_as_transformers(case, tmp_path):
     assert specs.layer_types == list(config.layer_types)
     hf = per_type_rope(emb)
     assert set(hf) == {"main", "compress"}
-    assert all(specs[t].base == specs[LABEL_LAYER_TYPE[label]].base for t, label in (
-        ("heavily_compressed_attention", "compress"), ("sliding_attention", "main")))
     for layer_type in ("sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"):
         label = "main" if layer_type == "sliding_attention" else "compress"
         inv, scaling = hf[label]
@@ -72,13 +82,19 @@ def test_each_layer_type_reads_its_labels_rope_as_transformers(case, tmp_path):
         np.testing.assert_allclose(spec.inv_freq(None), inv.double().numpy(), rtol=1e-6, atol=0,
                                    err_msg=f"{case} {layer_type} ({label})")
         assert spec.attention_factor == pytest.approx(float(scaling), rel=1e-6), f"{case} {layer_type}"
-    # transformers' saved file (nested main / compress, qk_rope_head_dim and head_dim kept) reads the same
+    # transformers' saved file (nested main / compress, qk_rope_head_dim and head_dim kept) against the
+    # RotaryEmbedding transformers builds from it (the same as above, except where transformers' own defaults
+    # for a nested dict without a factor differ between a file and its saved copy)
     config.save_pretrained(tmp_path / "saved")
+    saved_config = load_hf_config(tmp_path / "saved")
+    saved_hf = per_type_rope(type(emb)(config=saved_config))
     saved = rotary.LayerTypeSpecs.from_hf_config(str(tmp_path / "saved" / "config.json"))
     assert saved.layer_types == specs.layer_types
-    for layer_type in ("sliding_attention", "compressed_sparse_attention"):
-        np.testing.assert_allclose(saved[layer_type].inv_freq(None), specs[layer_type].inv_freq(None), rtol=0, atol=0)
-        assert saved[layer_type].attention_factor == specs[layer_type].attention_factor
+    for layer_type, label in (("sliding_attention", "main"), ("compressed_sparse_attention", "compress")):
+        inv, scaling = saved_hf[label]
+        np.testing.assert_allclose(saved[layer_type].inv_freq(None), inv.double().numpy(), rtol=1e-6, atol=0,
+                                   err_msg=f"{case} saved {layer_type}")
+        assert saved[layer_type].attention_factor == pytest.approx(float(scaling), rel=1e-6)
 
 
 @pytest.mark.parametrize("layer_type", ["sliding_attention", "compressed_sparse_attention"])

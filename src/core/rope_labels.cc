@@ -48,8 +48,8 @@ int64_t integer_or(const ConfigRoot& r, const char* key, int64_t fallback) {
 }
 
 /// Layer i's type, as the config class derives it: layer_types, else the legacy per-layer compress_ratios (0, 4, 128),
-/// else two heavily compressed layers and then compressed_sparse / heavily_compressed alternating; the first
-/// num_hidden_layers of them.
+/// else layers 0 and 1 heavily compressed, then heavily compressed and compressed-sparse alternating (HCA, HCA, HCA,
+/// CSA, HCA...); the first num_hidden_layers of them.
 std::vector<std::string> label_layer_types(const ConfigRoot& r) {
   const json& root = *r.root;
   const int64_t layers = integer_or(r, "num_hidden_layers", 43);
@@ -69,7 +69,9 @@ std::vector<std::string> label_layer_types(const ConfigRoot& r) {
       invalid(r.prefix + "compress_ratios must be a list of 0, 4 or 128, got " + show_json(*ratios));
     for (size_t i = 0; i < ratios->size(); ++i) {
       const json& v = (*ratios)[i];
-      const int64_t c = v.is_number_integer() ? v.get<int64_t>() : -1;
+      // Python's dict lookup takes 4.0 for 4, as the class's does.
+      const double x = v.is_number() ? v.get<double>() : -1.0;
+      const int64_t c = x == 0.0 || x == 4.0 || x == 128.0 ? static_cast<int64_t>(x) : -1;
       if (c != 0 && c != 4 && c != 128)
         invalid(r.prefix + "compress_ratios[" + std::to_string(i) + "] must be 0, 4 or 128, got " + show_json(v));
       out.push_back(c == 0 ? kSliding : c == 4 ? kCsa : kHca);
@@ -86,13 +88,32 @@ std::vector<std::string> label_layer_types(const ConfigRoot& r) {
   return out;
 }
 
-/// The share of head_dim the flat form gives both labels: partial_rotary_factor, else the legacy
-/// qk_rope_head_dim / head_dim, else the class's 64 / 512.
-double flat_partial(const ConfigRoot& r, int64_t head_dim) {
+/// The class's share of head_dim (its partial_rotary_factor after __post_init__): the top level's, else the legacy
+/// qk_rope_head_dim / head_dim, else 64 / 512.
+double class_partial(const ConfigRoot& r, int64_t head_dim) {
   if (value_at(*r.root, "partial_rotary_factor") != nullptr) return number_or(r, "partial_rotary_factor", 0.125);
-  if (value_at(*r.root, "qk_rope_head_dim") != nullptr)
-    return static_cast<double>(integer_or(r, "qk_rope_head_dim", 64)) / static_cast<double>(head_dim);
+  if (value_at(*r.root, "qk_rope_head_dim") != nullptr) {
+    const double q = number_or(r, "qk_rope_head_dim", 64.0);
+    if (!(q > 0 && q <= static_cast<double>(head_dim)))
+      invalid(r.prefix + "qk_rope_head_dim must be in [1, head_dim " + std::to_string(head_dim) + "], got " +
+              show_json(r.root->at("qk_rope_head_dim")));
+    return q / static_cast<double>(head_dim);
+  }
   return 64.0 / 512.0;
+}
+
+/// The field class_partial reads (for messages).
+std::string class_partial_field(const ConfigRoot& r) {
+  const bool by_rope_head =
+      value_at(*r.root, "partial_rotary_factor") == nullptr && value_at(*r.root, "qk_rope_head_dim") != nullptr;
+  return r.prefix + (by_rope_head ? "qk_rope_head_dim" : "partial_rotary_factor");
+}
+
+/// A label dict's rope type ("default" when it names none).
+std::string type_in(const json& dict) {
+  for (const char* key : {"rope_type", "type"})
+    if (has_value(dict, key) && dict.at(key).is_string()) return dict.at(key).get<std::string>();
+  return "default";
 }
 
 }  // namespace
@@ -103,10 +124,16 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
   out.nested = true;
   out.layer_types = label_layer_types(r);
 
-  // head_dim: the file's, else the class's 512 (the class refuses a null one, as this reader does).
+  // head_dim: the file's, else the class's 512; 0 reads as hidden_size / num_attention_heads (the code's `head_dim or
+  // ...`); the class refuses a null one, as this reader does.
   if (root.contains("head_dim") && root.at("head_dim").is_null())
     invalid(r.prefix + "head_dim must be an integer (model_type " + model_type_of(r) + "), got null");
-  const int64_t head_dim = integer_or(r, "head_dim", 512);
+  int64_t head_dim = integer_or(r, "head_dim", 512);
+  if (head_dim == 0) {
+    const int64_t heads = integer_or(r, "num_attention_heads", 64);
+    if (heads <= 0) invalid(r.prefix + "num_attention_heads must be > 0, got " + std::to_string(heads));
+    head_dim = integer_or(r, "hidden_size", 4096) / heads;
+  }
   if (head_dim <= 0 || head_dim > (int64_t(1) << 16))
     invalid(r.prefix + "head_dim must be in [1, 65536], got " + std::to_string(head_dim));
 
@@ -116,7 +143,6 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
   const json& rp = *d.dict;
   json labels = json::object();
   std::string field_of[2];
-  std::string share_field;  // where the flat form's share comes from (messages)
   const bool nested = rp.contains("main") && rp.at("main").is_object() && rp.contains("compress") &&
                       rp.at("compress").is_object();
   if (nested) {
@@ -125,9 +151,7 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
     field_of[0] = d.field + ".main";
     field_of[1] = d.field + ".compress";
   } else {
-    const double prf = flat_partial(r, head_dim);
-    const bool by_rope_head = value_at(root, "partial_rotary_factor") == nullptr && value_at(root, "qk_rope_head_dim");
-    share_field = r.prefix + (by_rope_head ? "qk_rope_head_dim" : "partial_rotary_factor");
+    const double prf = class_partial(r, head_dim);
     json compress = json::object();
     for (auto it = rp.begin(); it != rp.end(); ++it)
       if (it.key() != "main" && it.key() != "compress") compress[it.key()] = it.value();
@@ -148,11 +172,20 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
   const char* names[2] = {"main", "compress"};
   for (int i = 0; i < 2; ++i) {
     json dict = labels.at(names[i]);
-    const std::string pf_field = nested ? field_of[i] + ".partial_rotary_factor" : share_field;
-    double prf = 1.0;  // the code's default for a dict without one
+    std::string pf_field = nested ? field_of[i] + ".partial_rotary_factor" : class_partial_field(r);
+    // A nested dict without a factor: the top level's (transformers sets it as the dict's default); else, where
+    // the label's type is not default, the class's share (YaRN and the other types' functions standardize the dicts
+    // with it first); else the whole head (the default-type function reads 1.0). transformers fills the dicts in
+    // their order, so a default-type label after a non-default one also gets the class's share there: rotary takes
+    // main first, the order transformers writes.
+    double prf = 1.0;
     if (const json* v = value_at(dict, "partial_rotary_factor")) {
       if (!v->is_number()) invalid(pf_field + " must be a number, got " + show_json(*v));
       prf = v->get<double>();
+    } else if (value_at(root, "partial_rotary_factor") != nullptr || type_in(dict) != "default" ||
+               (i == 1 && type_in(labels.at("main")) != "default")) {
+      prf = class_partial(r, head_dim);
+      pf_field = class_partial_field(r);
     }
     if (!std::isfinite(prf) || prf <= 0 || prf > 1)
       invalid(pf_field + " must be in (0, 1], got " + show_json(json(prf)));

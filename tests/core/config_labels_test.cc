@@ -68,13 +68,23 @@ TEST(ConfigLabels, HubFormGivesSlidingLayersMainAndCompressedLayersYarn) {
 }
 
 TEST(ConfigLabels, NestedLabelsAreReadAsTheyAreWithTheirOwnShares) {
+  const std::string labels = R"("layer_types": ["sliding_attention", "heavily_compressed_attention"],
+      "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25},
+                          "compress": )";
+  const std::string plain_compress = labels + R"({"rope_type": "default", "rope_theta": 50000.0}}})";
   const LayerTypeSpecs l = read(R"({"model_type": "deepseek_v4", "num_hidden_layers": 2, "head_dim": 256,
-      "qk_rope_head_dim": 64, "partial_rotary_factor": 0.125, "layer_types": ["sliding_attention",
-      "heavily_compressed_attention"], "rope_parameters": {
-      "main": {"rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25},
-      "compress": {"rope_type": "default", "rope_theta": 50000.0}}})");
-  expect_freqs(l.spec_for("sliding_attention"), plain(2e4, 64));  // 256 x 0.25, not qk_rope_head_dim's
-  expect_freqs(l.spec_for("heavily_compressed_attention"), plain(5e4, 256));  // no factor: the whole head
+      "qk_rope_head_dim": 64, "partial_rotary_factor": 0.125, )" + plain_compress);
+  expect_freqs(l.spec_for("sliding_attention"), plain(2e4, 64));  // its own 0.25 of 256, not qk_rope_head_dim's
+  // A dict without a factor takes the top level's (transformers' default for it): 256 x 0.125.
+  expect_freqs(l.spec_for("heavily_compressed_attention"), plain(5e4, 32));
+  // Without one, a default-type dict spans the whole head; a YaRN one the class's share (qk_rope_head_dim / head_dim).
+  const std::string bare = R"({"model_type": "deepseek_v4", "num_hidden_layers": 2, "head_dim": 256,
+      "qk_rope_head_dim": 64, )";
+  expect_freqs(read(bare + plain_compress).spec_for("heavily_compressed_attention"), plain(5e4, 256));
+  const Spec yarn = read(bare + labels + R"({"rope_type": "yarn", "rope_theta": 50000.0, "factor": 4.0,
+      "original_max_position_embeddings": 4096, "truncate": false}}})").spec_for("compressed_sparse_attention");
+  EXPECT_EQ(yarn.head_dim, 64);
+  EXPECT_TRUE(yarn.scaling.truncate);  // a nested entry's truncate is not read, as in transformers
 }
 
 TEST(ConfigLabels, TrimmedFileTakesTheClassDefaults) {
