@@ -80,7 +80,22 @@ GIVEN = [
     for m, mod in [("laguna", "laguna"), ("mimo_v2_flash", "mimo_v2_flash")]] + [
     ("mimo_v2_flash", "mimo_v2_flash", {"rope_parameters": {  # its default-type function reads 0.334 without a factor
         "full_attention": {"rope_type": "default", "rope_theta": 5e6},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}),
+    ("mimo_v2_flash", "mimo_v2_flash", {"partial_rotary_factor": 0.5, "rope_parameters": {  # ... the top level's unseen
+        "full_attention": {"rope_type": "default", "rope_theta": 5e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}),
+    ("mimo_v2_flash", "mimo_v2_flash", {"partial_rotary_factor": 0.5, "rope_parameters": {  # ... unless a YaRN type
+        "full_attention": {"rope_type": "yarn", "rope_theta": 5e6, "factor": 4.0,  # sorted before it copies it in
+                           "original_max_position_embeddings": 4096},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}}),
+    ("mimo_v2_flash", "mimo_v2_flash", {"partial_rotary_factor": 0.5, "rope_parameters": {  # (after it: not)
+        "full_attention": {"rope_type": "default", "rope_theta": 5e6},
+        "sliding_attention": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                              "original_max_position_embeddings": 4096}}})] + [
+    (m, mod, {"rope_parameters": {  # a truncate beside the layer types is the one transformers' YaRN reads
+        "full_attention": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0, "original_max_position_embeddings": 4096},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}, "truncate": False}})
+    for m, mod in [("olmo3", "olmo3"), ("laguna", "laguna")]] + [(m, mod, {"partial_rotary_factor": 0.5, "rope_parameters": {  # a file's own nested dict beside a top-level factor
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})
     for m, mod in [("mellum", "mellum"), ("laguna", "laguna"), ("olmo3", "olmo3"), ("ultrabert", "ultrabert"),

@@ -220,7 +220,7 @@ json parse_config_text(std::string_view json_text, const std::string& source_nam
         std::string message = e2.what();
         const std::size_t mark = message.find("; last read: '");
         if (mark != std::string::npos) {
-          const std::size_t end = message.rfind("'; ");
+          const std::size_t end = message.rfind("'; expected ");  // the parser's own text after the token
           message = message.substr(0, mark) + (end != std::string::npos && end > mark ? message.substr(end + 1) : "");
         }
         fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(message.c_str()));
@@ -366,10 +366,14 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       spec.base = Fields(r.root->at(in), top.field(in + ".")).number("rope_theta").value_or(spec.base);
   }
   std::optional<double> prf = rp.number("partial_rotary_factor");
-  if (!prf && !neox && !cls.forced_partial) prf = top.number("partial_rotary_factor");  // Bamba: the class's
+  // MiMo-V2-Flash's default-type function reads a nested entry's own factor, else its 0.334, never the top level's
+  // (its config class does not copy it into the entries).
+  const bool own_default = cls.default_type_partial > 0 && d.layer_entry && sc.type == RopeType::kDefault;
+  if (!prf && !neox && !cls.forced_partial && !own_default) prf = top.number("partial_rotary_factor");  // Bamba: the class's
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
-  const bool prf_named = rp.has_key("partial_rotary_factor") || (top.has_key("partial_rotary_factor") && !cls.forced_partial);
+  const bool prf_named = rp.has_key("partial_rotary_factor") ||
+                         (top.has_key("partial_rotary_factor") && !cls.forced_partial && !own_default);
   if (!prf && !prf_named && sc.type == RopeType::kDefault && cls.default_type_partial > 0)
     prf = cls.default_type_partial;  // the model's own default-type function's fallback (MiMo-V2-Flash)
   spec.partial_rotary_factor = prf.value_or(neox ? 0.25 : prf_named ? 1.0 : cls.partial_rotary_factor);
@@ -445,9 +449,10 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       sc.mscale = rp.number("mscale");
       sc.mscale_all_dim = rp.number("mscale_all_dim");
       sc.attention_factor = rp.number("attention_factor");
-      // An entry of a dict nested per layer type always truncates: transformers 5.25's YaRN reads `truncate` from
-      // the top level of rope_parameters, where a nested dict has none (docs/scaling.md).
-      sc.truncate = rp.boolean("truncate").value_or(true) || d.layer_entry;
+      // An entry of a dict nested per layer type takes the nested dict's `truncate` (default true), not its own:
+      // transformers 5.25's YaRN reads it from the top level of rope_parameters (docs/scaling.md).
+      sc.truncate = rp.boolean("truncate").value_or(true);
+      if (d.layer_entry) sc.truncate = d.nested_truncate;
       break;
     case RopeType::kLongRope:
       sc.short_factor = rp.require(rp.numbers("short_factor"), "short_factor", tn);

@@ -30,6 +30,9 @@ struct RopeDict {
   const nlohmann::json* dict = nullptr;
   std::string field;
   bool layer_entry = false;  ///< an entry of a dict nested per layer type (it alone gives original_max)
+  /// A layer entry's YaRN truncation: not its own `truncate` but the nested dict's, beside its layer types (true
+  /// when absent), which is where transformers 5.25's YaRN reads it.
+  bool nested_truncate = true;
 };
 
 /// Refuses config text whose arrays/objects nest deeper than 64 levels (kIo, `where` prefix), before parsing:

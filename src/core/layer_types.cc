@@ -307,8 +307,13 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     std::string type, field;
     json dict;
     bool layer_entry = true;  ///< an entry of a nested dict (a flat one read per type: false)
+    bool truncate = true;     ///< a nested dict's own truncate, beside its layer types (RopeDict.nested_truncate)
   };
   std::vector<Entry> entries;
+  bool nested_truncate = true;  // the nested dict's "truncate" key beside its types (transformers' YaRN reads it)
+  auto truncate_beside = [](const json& nested) {
+    return !nested.contains("truncate") || detail::truthy(nested.at("truncate"));
+  };
   std::vector<std::pair<std::string, int64_t>> heads;  // head_dims_by_type, once layer_types are final
   bool heads_read = false;
   auto add = [&](const std::string& type, json dict, const std::string& field) {
@@ -325,12 +330,13 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
     }
     out.by_type.push_back({type, std::nullopt});
-    entries.push_back({type, field, std::move(dict), true});
+    entries.push_back({type, field, std::move(dict), true, nested_truncate});
   };
   if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.
     out.nested = true;
     const json conv = gemma3_conversion(r, *g, d, !keys.empty());
+    nested_truncate = truncate_beside(conv);
     std::vector<std::string> types = nested_keys(conv, out.layer_types);
     for (const char* t : {"full_attention", "sliding_attention"})
       if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
@@ -345,6 +351,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, *g);
   } else if (!keys.empty()) {
     out.nested = true;
+    nested_truncate = truncate_beside(*d.dict);
     for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
     if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0))
       out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
@@ -371,6 +378,18 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (out.by_type.empty()) out.by_type.push_back({"", shared});
   }
   if (!heads_read) heads = head_dims_by_type(r, out.layer_types, cls);
+  if (cls.default_type_partial > 0 && has_value(*r.root, "partial_rotary_factor")) {
+    // MiMo-V2-Flash: its class leaves a top-level factor out of the entries, but its RotaryEmbedding computes the
+    // types in sorted order, and a non-default type's function first copies the factor into every entry
+    // (standardize_rope_params): the entries from that type on see it.
+    bool copied = false;
+    for (Entry& e : entries) {  // sorted by type
+      const char* key = has_value(e.dict, "rope_type") ? "rope_type" : "type";
+      copied = copied || (has_value(e.dict, key) && e.dict.at(key) != "default");
+      if (copied && !e.dict.contains("partial_rotary_factor"))
+        e.dict["partial_rotary_factor"] = r.root->at("partial_rotary_factor");
+    }
+  }
   for (const Entry& e : entries) {
     const std::string name = source_name + "#" + detail::shown_name(e.type);
     json own_root;  // the root with this type's head_dim, where it has its own
@@ -384,7 +403,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
     for (LayerTypeSpec& t : out.by_type)
       if (t.layer_type == e.type)
-        t.spec = detail::normalized_in(detail::parse_spec(tr, {&e.dict, e.field, e.layer_entry}, name), name);
+        t.spec =
+            detail::normalized_in(detail::parse_spec(tr, {&e.dict, e.field, e.layer_entry, e.truncate}, name), name);
   }
   return out;
 }

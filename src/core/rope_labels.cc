@@ -124,16 +124,10 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
   out.nested = true;
   out.layer_types = label_layer_types(r);
 
-  // head_dim: the file's, else the class's 512; 0 reads as hidden_size / num_attention_heads (the code's `head_dim or
-  // ...`); the class refuses a null one, as this reader does.
+  // head_dim: the file's, else the class's 512 (the class refuses a null one, as this reader does).
   if (root.contains("head_dim") && root.at("head_dim").is_null())
     invalid(r.prefix + "head_dim must be an integer (model_type " + model_type_of(r) + "), got null");
-  int64_t head_dim = integer_or(r, "head_dim", 512);
-  if (head_dim == 0) {
-    const int64_t heads = integer_or(r, "num_attention_heads", 64);
-    if (heads <= 0) invalid(r.prefix + "num_attention_heads must be > 0, got " + std::to_string(heads));
-    head_dim = integer_or(r, "hidden_size", 4096) / heads;
-  }
+  const int64_t head_dim = integer_or(r, "head_dim", 512);
   if (head_dim <= 0 || head_dim > (int64_t(1) << 16))
     invalid(r.prefix + "head_dim must be in [1, 65536], got " + std::to_string(head_dim));
 

@@ -356,4 +356,22 @@ TEST(LayerTypesC, TheCApiListsTypesLayersAndSpecs) {
   EXPECT_EQ(rotary_layer_specs_from_config_file("/nonexistent/config.json", &l), ROTARY_ERROR_IO);
 }
 
+TEST(LayerTypes, NestedYarnEntriesTakeTheTruncateBesideTheLayerTypes) {
+  // transformers 5.25's YaRN reads rope_parameters["truncate"]: for a nested dict the key beside the layer types,
+  // not the entry's own (tests/core: independent of transformers; python/tests compare with it).
+  auto truncate_of = [](const std::string& beside, const std::string& own) {
+    return rotary::layer_type_specs_from_hf_config_json(
+               R"({"head_dim": 64, "layer_types": ["full_attention", "sliding_attention"], "rope_parameters": {)" +
+                   beside + R"("full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6,
+                   "original_max_position_embeddings": 4096)" + own + R"(},
+                   "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}})")
+        .spec_for("full_attention")
+        .scaling.truncate;
+  };
+  EXPECT_TRUE(truncate_of("", ""));
+  EXPECT_TRUE(truncate_of("", R"(, "truncate": false)"));
+  EXPECT_FALSE(truncate_of(R"("truncate": false, )", ""));
+  EXPECT_FALSE(truncate_of(R"("truncate": false, )", R"(, "truncate": true)"));
+}
+
 }  // namespace
