@@ -97,8 +97,9 @@ struct ModelDefaults {
   /// transformers' generic functions do. Set from model_defaults_partial.cc's list or by an entry (per-layer-type
   /// models); applied by parse_spec.
   bool default_ignores_partial = false;
-  /// The share the model's own default-type function reads when the RoPE dict has no partial_rotary_factor and the
-  /// top level none either (0: the generic 1.0). MiMo-V2-Flash: 0.334 (other types still read 1.0 there).
+  /// The share the model's own default-type function reads when the RoPE dict has no partial_rotary_factor (an entry
+  /// of a nested dict: whatever the top level says, which its class does not copy there; a flat dict: when the top
+  /// level has none either); 0: the generic 1.0. MiMo-V2-Flash: 0.334 (other types read the generic rules).
   double default_type_partial = 0.0;
 };
 

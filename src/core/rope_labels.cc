@@ -170,8 +170,8 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
     // A nested dict without a factor: the top level's (transformers sets it as the dict's default); else, where
     // the label's type is not default, the class's share (YaRN and the other types' functions standardize the dicts
     // with it first); else the whole head (the default-type function reads 1.0). transformers fills the dicts in
-    // their order, so a default-type label after a non-default one also gets the class's share there: rotary takes
-    // main first, the order transformers writes.
+    // their order, main then compress (its config class orders them so), so a default-type compress after a
+    // non-default main gets the class's share too.
     double prf = 1.0;
     if (const json* v = value_at(dict, "partial_rotary_factor")) {
       if (!v->is_number()) invalid(pf_field + " must be a number, got " + show_json(*v));
