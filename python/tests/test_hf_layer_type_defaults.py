@@ -165,3 +165,13 @@ def test_gemma4_full_attention_layers_read_their_own_head_dim(model_type, module
         assert full.head_dim == doc.get("global_head_dim", 512) and specs["sliding_attention"].head_dim == 256
         with pytest.raises(NotImplementedError, match="per layer type"):  # one Spec cannot describe it
             rotary.Spec.from_hf_config(str(tmp_path / "config.json"))
+
+
+def test_step3p7_drops_a_truncate_beside_its_layer_types(tmp_path):
+    # Step3p7TextConfig rebuilds rope_parameters from its layer types' entries alone: its YaRN always truncates.
+    text = {"model_type": "step3p5", "num_hidden_layers": 2, "hidden_size": 512, "num_attention_heads": 4,
+            "head_dim": 128, "max_position_embeddings": 8192, "layer_types": ["full_attention", "full_attention"],
+            "rope_parameters": {"full_attention": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                   "original_max_position_embeddings": 1024}, "truncate": False}}
+    specs = _compare({"model_type": "step3p7", "text_config": text}, tmp_path, "step3p7")
+    assert specs["full_attention"].truncate

@@ -366,8 +366,8 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       spec.base = Fields(r.root->at(in), top.field(in + ".")).number("rope_theta").value_or(spec.base);
   }
   std::optional<double> prf = rp.number("partial_rotary_factor");
-  // MiMo-V2-Flash's default-type function reads a nested entry's own factor, else its 0.334, never the top level's
-  // (its config class does not copy it into the entries).
+  // MiMo-V2-Flash's default-type function reads a nested entry's own factor, else its 0.334, not the top level's
+  // (its config class does not copy it into the entries; layer_types.cc copies it where transformers does).
   const bool own_default = cls.default_type_partial > 0 && d.layer_entry && sc.type == RopeType::kDefault;
   if (!prf && !neox && !cls.forced_partial && !own_default) prf = top.number("partial_rotary_factor");  // Bamba: the class's
   if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX

@@ -351,7 +351,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, *g);
   } else if (!keys.empty()) {
     out.nested = true;
-    nested_truncate = truncate_beside(*d.dict);
+    nested_truncate = cls.drops_keys_beside_types || truncate_beside(*d.dict);
     for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
     if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0))
       out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)

@@ -89,6 +89,7 @@ struct M : ModelDefaults {
   M& refused(const char* why) { unsupported = why; return *this; }
   M& labels() { rope_labels = true; return *this; }
   M& default_partial(double v) { default_type_partial = v; return *this; }
+  M& types_only() { drops_keys_beside_types = true; return *this; }
   M& head_times_hidden_per_head(int64_t v) { head_dim_hidden_multiple = v; return *this; }
   /// Gemma3TextConfig's conversion (model_defaults.h): global base `global`, the local one from `key` (default `local`),
   /// every `every`-th layer full (read from `every_key` when given); default-type frequencies ignore the partial factor.
@@ -299,6 +300,8 @@ const std::vector<ModelDefaults> kTable = {
     M("smollm3").theta(2000000.0),
     M("solar_open").theta(1000000.0).head(128),
     M("stablelm").partial(0.25),
+    M("step3p5").types_only(),  // Step 3.7's text config
+    M("step3p7").types_only(),
     M("t5_gemma_module").head(256),
     M("t5gemma").head(256),  // decoder: t5_gemma_module
     // t5gemma2's decoder: t5gemma2_decoder.

@@ -98,9 +98,13 @@ struct ModelDefaults {
   /// models); applied by parse_spec.
   bool default_ignores_partial = false;
   /// The share the model's own default-type function reads when the RoPE dict has no partial_rotary_factor (an entry
-  /// of a nested dict: whatever the top level says, which its class does not copy there; a flat dict: when the top
-  /// level has none either); 0: the generic 1.0. MiMo-V2-Flash: 0.334 (other types read the generic rules).
+  /// of a nested dict: its class does not copy a top-level factor there, though layer_types.cc copies it into the
+  /// entries from the first non-default type on, as transformers' standardize_rope_params does; a flat dict: when
+  /// the top level has none either); 0: the generic 1.0. MiMo-V2-Flash: 0.334 (other types read the generic rules).
   double default_type_partial = 0.0;
+  /// The class rebuilds a nested rope_parameters from its layer types' entries alone, dropping a `truncate` beside
+  /// them (Step 3.7's text config): its YaRN entries always truncate.
+  bool drops_keys_beside_types = false;
 };
 
 /// Whether transformers' own default-type RoPE of `model_type` ignores partial_rotary_factor (the list in

@@ -151,9 +151,8 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
       if (it.key() != "main" && it.key() != "compress") compress[it.key()] = it.value();
     compress["rope_theta"] = number_or(r, "compress_rope_theta", 160000.0);
     compress["partial_rotary_factor"] = prf;
-    if (!has_value(compress, "rope_type"))
-      compress["rope_type"] = has_value(compress, "type") ? compress["type"] : json("default");
-    if (compress["rope_type"] == "yarn" && !compress.contains("attention_factor")) compress["attention_factor"] = 1.0;
+    if (!has_value(compress, "rope_type") && !has_value(compress, "type")) compress["rope_type"] = "default";
+    if (type_in(compress) == "yarn" && !compress.contains("attention_factor")) compress["attention_factor"] = 1.0;
     labels["main"] = {{"rope_type", "default"}, {"rope_theta", number_or(r, "rope_theta", 10000.0)},
                       {"partial_rotary_factor", prf}};
     labels["compress"] = std::move(compress);

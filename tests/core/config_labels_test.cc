@@ -124,6 +124,7 @@ TEST(ConfigLabels, OneSpecIsRefusedAndBadFieldsAreNamed) {
   EXPECT_NE(with("\"qk_rope_head_dim\": 64", "\"partial_rotary_factor\": 0.1")
                 .find("partial_rotary_factor must give an even number of rotated channels, got head_dim 512 x 0.1 = 51"),
             std::string::npos);
+  EXPECT_NE(with("\"type\": \"yarn\"", "\"type\": 5").find("rope_scaling.type must be a string"), std::string::npos);
   EXPECT_NE(with("\"compress_rope_theta\": 160000", "\"compress_rope_theta\": \"x\"")
                 .find("compress_rope_theta must be a number"),
             std::string::npos);

@@ -372,6 +372,13 @@ TEST(LayerTypes, NestedYarnEntriesTakeTheTruncateBesideTheLayerTypes) {
   EXPECT_TRUE(truncate_of("", R"(, "truncate": false)"));
   EXPECT_FALSE(truncate_of(R"("truncate": false, )", ""));
   EXPECT_FALSE(truncate_of(R"("truncate": false, )", R"(, "truncate": true)"));
+  // Step 3.7's text config keeps only its layer types' entries: a truncate beside them is dropped.
+  EXPECT_TRUE(rotary::layer_type_specs_from_hf_config_json(
+                  R"({"model_type": "step3p5", "head_dim": 64, "layer_types": ["full_attention"], "rope_parameters": {
+                      "truncate": false, "full_attention": {"rope_type": "yarn", "factor": 8.0, "rope_theta": 1e6,
+                      "original_max_position_embeddings": 4096}}})")
+                  .spec_for("full_attention")
+                  .scaling.truncate);
 }
 
 }  // namespace
