@@ -1,8 +1,5 @@
 // Hugging Face config.json text -> Spec: reads v4/v5 and legacy GPT-NeoX/GPT-J keys (spec_json.cc writes it).
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <string>
@@ -78,32 +75,6 @@ std::string show(const json& v) {
     cut += n;
   }
   return s.substr(0, cut) + "...";
-}
-
-/// The parser's message with its quoted token cut short (nlohmann quotes the whole token read so far).
-std::string parse_error_text(const char* what) {
-  std::string s;
-  for (const char c : std::string_view(what)) {  // the parser copies the input's bytes: keep the message ASCII
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x80) {
-      s += c;
-    } else {
-      static const char kHex[] = "0123456789abcdef";
-      s += "\\x";
-      s += kHex[u >> 4];
-      s += kHex[u & 15];
-    }
-  }
-  const std::size_t mark = s.find("last read: '");
-  if (mark == std::string::npos || s.size() - mark < 200) return s.size() > 400 ? s.substr(0, 397) + "..." : s;
-  const std::size_t start = mark + 12;
-  // The token may itself hold "'; ": its end is the last one (nlohmann's own text after it has none).
-  std::size_t end = s.rfind("'; ");
-  if (end != std::string::npos && end < start) end = std::string::npos;
-  const std::string token = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-  std::string tail = end == std::string::npos ? "" : s.substr(end + 1);
-  if (tail.size() > 200) tail = tail.substr(0, 197) + "...";
-  return s.substr(0, mark) + "last read: " + quote_value(token) + tail;
 }
 
 /// Typed access to one JSON object; every error names `prefix + key`. A null value counts as absent
@@ -198,59 +169,6 @@ RopeType rope_type_from(const std::string& name, const std::string& field) {
 }  // namespace
 
 namespace detail {
-
-json parse_config_text(std::string_view json_text, const std::string& source_name) {
-  detail::check_config_depth(json_text, source_name, kWhere);
-  json doc;
-  try {
-    doc = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {
-    // Python's NaN / Infinity tokens (config_depth.cc) are read as strings; any other fault keeps its own message.
-    const std::string text = detail::python_json_tokens(json_text);
-    if (text == json_text) fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
-    doc = json::parse(text.begin(), text.end(), nullptr, false);
-    if (doc.is_discarded()) {
-      // A fault besides the tokens: the parser's message on the text with tokens as strings of their own length,
-      // so its line and column are the file's.
-      const std::string same = detail::python_json_tokens(json_text, true);
-      try {
-        (void)json::parse(same.begin(), same.end());
-      } catch (const json::exception& e2) {
-        // Without the parser's "last read" text, which may quote a stand-in that is not in the file.
-        std::string message = e2.what();
-        const std::size_t mark = message.find("; last read: '");
-        if (mark != std::string::npos) {
-          const std::size_t end = message.rfind("'; expected ");  // the parser's own text after the token
-          message = message.substr(0, mark) + (end != std::string::npos && end > mark ? message.substr(end + 1) : "");
-        }
-        fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(message.c_str()));
-      }
-      fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: " + parse_error_text(e.what()));
-    }
-  }
-  if (!doc.is_object())
-    fail(Error::Kind::kIo, kWhere, source_name + " must hold a JSON object, got " + show(doc));
-  return doc;
-}
-
-std::string read_config_file(const std::string& path) {
-  // A config.json is kilobytes (the largest multimodal ones about a megabyte): a bound keeps /dev/zero or a
-  // mistaken multi-gigabyte file from exhausting memory before the JSON parser would refuse it.
-  constexpr std::size_t kMaxConfigBytes = std::size_t(64) << 20;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
-  std::string text;
-  char chunk[65536];
-  while (f) {
-    f.read(chunk, sizeof chunk);
-    text.append(chunk, static_cast<std::size_t>(f.gcount()));
-    if (text.size() > kMaxConfigBytes)
-      fail(Error::Kind::kIo, kWhere, "config file '" + path + "' is larger than the " + std::to_string(kMaxConfigBytes) +
-                                         "-byte limit of a config.json");
-  }
-  if (f.bad()) fail(Error::Kind::kIo, kWhere, "error while reading config file '" + path + "'");
-  return text;
-}
 
 // The dict of a config without rope_parameters / rope_scaling. At namespace scope, not a function-local static:
 // the latter's init guard is a lock that fork() could hold.

@@ -87,6 +87,13 @@ bool nested_per_layer_type(const ConfigRoot& r, const nlohmann::json& dict);
 /// type, or Gemma 3's legacy rope_local_base_freq): one Spec cannot describe it (src/core/layer_types.cc).
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);
 
+/// r.root[key] as a number / an integer, else `fallback` when absent or null (kInvalidArgument naming
+/// r.prefix + key for another value; src/core/layer_types.cc).
+double number_or(const ConfigRoot& r, const char* key, double fallback);
+int64_t integer_or(const ConfigRoot& r, const char* key, int64_t fallback);
+/// A RoPE dict's type: its rope_type, else its type (strings), else "default".
+std::string rope_type_in(const nlohmann::json& dict);
+
 /// DeepSeek V4's RoPE (model_defaults.h rope_labels): each layer type's Spec from its label's dict (main or
 /// compress), as wide as the rotated slice at the end of a head (src/core/rope_labels.cc).
 LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const std::string& source_name);

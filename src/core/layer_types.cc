@@ -16,6 +16,8 @@ namespace {
 using json = nlohmann::json;
 using detail::has_value;
 using detail::kConfigWhere;
+using detail::integer_or;
+using detail::number_or;
 
 [[noreturn]] void invalid(const std::string& message) { detail::invalid(kConfigWhere, message); }
 
@@ -69,30 +71,14 @@ bool legacy_modernbert(const detail::ConfigRoot& r, const std::vector<std::strin
   return keys.empty() && model_is(r, "modernbert", "modernbert");
 }
 
-double number_at(const detail::ConfigRoot& r, const char* key, double fallback) {
-  const json& root = *r.root;
-  if (!has_value(root, key)) return fallback;
-  const json& v = root.at(key);
-  if (!v.is_number()) invalid(r.prefix + key + " must be a number, got " + detail::show_json(v));
-  return v.get<double>();
-}
-
-int64_t int_at(const detail::ConfigRoot& r, const char* key, int64_t fallback) {
-  const json& root = *r.root;
-  if (!has_value(root, key)) return fallback;
-  const json& v = root.at(key);
-  if (!v.is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + detail::show_json(v));
-  return v.get<int64_t>();
-}
-
 /// transformers' defaults when layer_types is absent (the class's, `cls`). Gemma 3: every sliding_window_pattern-th
 /// layer is full (five sliding layers, then one full); Gemma 3n: every fifth; OLMo 3: every fourth; MiMo-V2-Flash
 /// also layer 0, NeoMME also the last; ModernBERT: every global_attn_every_n_layers-th from layer 0 (default 3).
 std::vector<std::string> default_layer_types(const detail::ConfigRoot& r, const detail::ModelDefaults& cls) {
-  const int64_t layers = int_at(r, "num_hidden_layers", 0);
+  const int64_t layers = integer_or(r, "num_hidden_layers", 0);
   const bool modernbert = model_is(r, "modernbert", "modernbert");
-  const int64_t pattern = modernbert            ? int_at(r, "global_attn_every_n_layers", 3)
-                          : cls.full_every_key ? int_at(r, cls.full_every_key, cls.full_every)
+  const int64_t pattern = modernbert            ? integer_or(r, "global_attn_every_n_layers", 3)
+                          : cls.full_every_key ? integer_or(r, cls.full_every_key, cls.full_every)
                                                : cls.full_every;
   std::vector<std::string> out;
   if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
@@ -115,11 +101,11 @@ json gemma3_conversion(const detail::ConfigRoot& r, const detail::ModelDefaults&
   if (full.is_null()) full = {{"rope_type", "default"}};
   if (full.is_object() && has_value(root, "rope_scaling") && root.at("rope_scaling").is_object())
     for (auto it = root.at("rope_scaling").begin(); it != root.at("rope_scaling").end(); ++it) full[it.key()] = it.value();
-  if (full.is_object() && !has_value(full, "rope_theta")) full["rope_theta"] = number_at(r, "rope_theta", g.rope_theta);
+  if (full.is_object() && !has_value(full, "rope_theta")) full["rope_theta"] = number_or(r, "rope_theta", g.rope_theta);
   json& sliding = conv["sliding_attention"];
   if (sliding.is_null()) sliding = {{"rope_type", "default"}};
   if (sliding.is_object() && !has_value(sliding, "rope_theta"))
-    sliding["rope_theta"] = *g.local_theta_key ? number_at(r, g.local_theta_key, g.local_rope_theta) : g.local_rope_theta;
+    sliding["rope_theta"] = *g.local_theta_key ? number_or(r, g.local_theta_key, g.local_rope_theta) : g.local_rope_theta;
   return conv;
 }
 
@@ -152,14 +138,14 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
   const std::string field = r.prefix + "per_layer_config";
   if (!root.contains("per_layer_config")) {
     if (cls.full_head_dim > 0 && std::find(types.begin(), types.end(), "full_attention") != types.end()) {
-      const int64_t g = int_at(r, "global_head_dim", cls.full_head_dim);
+      const int64_t g = integer_or(r, "global_head_dim", cls.full_head_dim);
       if (g <= 0) invalid(r.prefix + "global_head_dim must be > 0, got " + std::to_string(g));
       out.emplace_back("full_attention", g);
     }
     return out;
   }
   if (root.at("per_layer_config").is_null()) return out;  // given: the class builds no overrides
-  const int64_t top = int_at(r, "head_dim", cls.head_dim);
+  const int64_t top = integer_or(r, "head_dim", cls.head_dim);
   const json& per_layer = root.at("per_layer_config");
   if (!per_layer.is_object()) invalid(field + " must be an object, got " + detail::show_json(per_layer));
   std::vector<int64_t> head(types.size(), 0);  // per layer: its head_dim override (0: none)
@@ -201,6 +187,26 @@ std::vector<std::pair<std::string, int64_t>> head_dims_by_type(const detail::Con
 }  // namespace
 
 namespace detail {
+
+double number_or(const ConfigRoot& r, const char* key, double fallback) {
+  if (!has_value(*r.root, key)) return fallback;
+  const json& v = r.root->at(key);
+  if (!v.is_number()) invalid(kConfigWhere, r.prefix + key + " must be a number, got " + show_json(v));
+  return v.get<double>();
+}
+
+int64_t integer_or(const ConfigRoot& r, const char* key, int64_t fallback) {
+  if (!has_value(*r.root, key)) return fallback;
+  const json& v = r.root->at(key);
+  if (!v.is_number_integer()) invalid(kConfigWhere, r.prefix + key + " must be an integer, got " + show_json(v));
+  return v.get<int64_t>();
+}
+
+std::string rope_type_in(const json& dict) {
+  for (const char* key : {"rope_type", "type"})
+    if (has_value(dict, key) && dict.at(key).is_string()) return dict.at(key).get<std::string>();
+  return "default";
+}
 
 void reject_per_layer_overrides(const ConfigRoot& r) {
   const json& root = *r.root;
@@ -360,8 +366,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     // global_rope_theta (160000) and local_rope_theta (10000).
     out.nested = true;
     json full = *d.dict, sliding = *d.dict;
-    if (!has_value(full, "rope_theta")) full["rope_theta"] = number_at(r, "global_rope_theta", 160000.0);
-    if (!has_value(sliding, "rope_theta")) sliding["rope_theta"] = number_at(r, "local_rope_theta", 10000.0);
+    if (!has_value(full, "rope_theta")) full["rope_theta"] = number_or(r, "global_rope_theta", 160000.0);
+    if (!has_value(sliding, "rope_theta")) sliding["rope_theta"] = number_or(r, "local_rope_theta", 10000.0);
     add("full_attention", full, d.field);
     add("sliding_attention", sliding, d.field);
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
@@ -384,8 +390,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     // (standardize_rope_params): the entries from that type on see it.
     bool copied = false;
     for (Entry& e : entries) {  // sorted by type
-      const char* key = has_value(e.dict, "rope_type") ? "rope_type" : "type";
-      copied = copied || (has_value(e.dict, key) && e.dict.at(key) != "default");
+      copied = copied || detail::rope_type_in(e.dict) != "default";
       if (copied && !e.dict.contains("partial_rotary_factor"))
         e.dict["partial_rotary_factor"] = r.root->at("partial_rotary_factor");
     }

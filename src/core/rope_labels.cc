@@ -33,20 +33,6 @@ const json* value_at(const json& obj, const char* key) {
   return has_value(obj, key) ? &obj.at(key) : nullptr;
 }
 
-double number_or(const ConfigRoot& r, const char* key, double fallback) {
-  const json* v = value_at(*r.root, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_number()) invalid(r.prefix + key + " must be a number, got " + show_json(*v));
-  return v->get<double>();
-}
-
-int64_t integer_or(const ConfigRoot& r, const char* key, int64_t fallback) {
-  const json* v = value_at(*r.root, key);
-  if (v == nullptr) return fallback;
-  if (!v->is_number_integer()) invalid(r.prefix + key + " must be an integer, got " + show_json(*v));
-  return v->get<int64_t>();
-}
-
 /// Layer i's type, as the config class derives it: layer_types, else the legacy per-layer compress_ratios (0, 4, 128),
 /// else layers 0 and 1 heavily compressed, then heavily compressed and compressed-sparse alternating (HCA, HCA, HCA,
 /// CSA, HCA...); the first num_hidden_layers of them.
@@ -89,17 +75,18 @@ std::vector<std::string> label_layer_types(const ConfigRoot& r) {
 }
 
 /// The class's share of head_dim (its partial_rotary_factor after __post_init__): the top level's, else the legacy
-/// qk_rope_head_dim / head_dim, else 64 / 512.
+/// qk_rope_head_dim / head_dim, else the class's 64 / 512 (model_defaults.cc).
 double class_partial(const ConfigRoot& r, int64_t head_dim) {
-  if (value_at(*r.root, "partial_rotary_factor") != nullptr) return number_or(r, "partial_rotary_factor", 0.125);
+  const double share = model_defaults(model_type_of(r)).partial_rotary_factor;
+  if (value_at(*r.root, "partial_rotary_factor") != nullptr) return number_or(r, "partial_rotary_factor", share);
   if (value_at(*r.root, "qk_rope_head_dim") != nullptr) {
-    const double q = number_or(r, "qk_rope_head_dim", 64.0);
+    const double q = number_or(r, "qk_rope_head_dim", 0.0);  // present: the fallback is not used
     if (!(q > 0 && q <= static_cast<double>(head_dim)))
       invalid(r.prefix + "qk_rope_head_dim must be in [1, head_dim " + std::to_string(head_dim) + "], got " +
               show_json(r.root->at("qk_rope_head_dim")));
     return q / static_cast<double>(head_dim);
   }
-  return 64.0 / 512.0;
+  return share;
 }
 
 /// The field class_partial reads (for messages).
@@ -107,13 +94,6 @@ std::string class_partial_field(const ConfigRoot& r) {
   const bool by_rope_head =
       value_at(*r.root, "partial_rotary_factor") == nullptr && value_at(*r.root, "qk_rope_head_dim") != nullptr;
   return r.prefix + (by_rope_head ? "qk_rope_head_dim" : "partial_rotary_factor");
-}
-
-/// A label dict's rope type ("default" when it names none).
-std::string type_in(const json& dict) {
-  for (const char* key : {"rope_type", "type"})
-    if (has_value(dict, key) && dict.at(key).is_string()) return dict.at(key).get<std::string>();
-  return "default";
 }
 
 }  // namespace
@@ -127,7 +107,8 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
   // head_dim: the file's, else the class's 512 (the class refuses a null one, as this reader does).
   if (root.contains("head_dim") && root.at("head_dim").is_null())
     invalid(r.prefix + "head_dim must be an integer (model_type " + model_type_of(r) + "), got null");
-  const int64_t head_dim = integer_or(r, "head_dim", 512);
+  const ModelDefaults& cls = model_defaults(model_type_of(r));
+  const int64_t head_dim = integer_or(r, "head_dim", cls.head_dim);
   if (head_dim <= 0 || head_dim > (int64_t(1) << 16))
     invalid(r.prefix + "head_dim must be in [1, 65536], got " + std::to_string(head_dim));
 
@@ -152,8 +133,8 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
     compress["rope_theta"] = number_or(r, "compress_rope_theta", 160000.0);
     compress["partial_rotary_factor"] = prf;
     if (!has_value(compress, "rope_type") && !has_value(compress, "type")) compress["rope_type"] = "default";
-    if (type_in(compress) == "yarn" && !compress.contains("attention_factor")) compress["attention_factor"] = 1.0;
-    labels["main"] = {{"rope_type", "default"}, {"rope_theta", number_or(r, "rope_theta", 10000.0)},
+    if (rope_type_in(compress) == "yarn" && !compress.contains("attention_factor")) compress["attention_factor"] = 1.0;
+    labels["main"] = {{"rope_type", "default"}, {"rope_theta", number_or(r, "rope_theta", cls.rope_theta)},
                       {"partial_rotary_factor", prf}};
     labels["compress"] = std::move(compress);
     field_of[0] = r.prefix + "rope_theta";
@@ -175,8 +156,8 @@ LayerTypeSpecs label_keyed_specs(const ConfigRoot& r, const RopeDict& d, const s
     if (const json* v = value_at(dict, "partial_rotary_factor")) {
       if (!v->is_number()) invalid(pf_field + " must be a number, got " + show_json(*v));
       prf = v->get<double>();
-    } else if (value_at(root, "partial_rotary_factor") != nullptr || type_in(dict) != "default" ||
-               (i == 1 && type_in(labels.at("main")) != "default")) {
+    } else if (value_at(root, "partial_rotary_factor") != nullptr || rope_type_in(dict) != "default" ||
+               (i == 1 && rope_type_in(labels.at("main")) != "default")) {
       prf = class_partial(r, head_dim);
       pf_field = class_partial_field(r);
     }
