@@ -83,9 +83,11 @@ struct RerotateArgs {
   CacheLayout cache_layout = CacheLayout::kNHD;
   TensorView k_scale;                         ///< as in PrologueArgs; i8: read, then rewritten (fresh scales)
   /// i32/i64 [N] rows to rotate: paged, slot = block * block_size + offset; contiguous, b * S_max + s.
-  /// -1 = skip. A row may appear once.
+  /// -1 = skip (the row's positions are not read). A row may appear once.
   TensorView slots;
-  TensorView from_positions, to_positions;  ///< i32/i64 [N]: the position each row was rotated for / is rotated to
+  /// i32/i64 [N]: the position each row was rotated for / is rotated to. A length-dependent source without
+  /// seq_len takes max(position) + 1 over the rows not skipped.
+  TensorView from_positions, to_positions;
   FrequencySource from;                       ///< the spec (and length) the keys were rotated with
   FrequencySource to;                         ///< the new one; to.rope null = from.rope (with to.seq_len)
   int threads = 0;

@@ -351,12 +351,14 @@ def rerotate_cache(
 ) -> ArrayLike:
     """Re-rotates cached keys in place from (spec, from_positions) to (to_spec or spec, to_positions); returns k_cache.
 
-    slots [N]: the rows (paged: block * block_size + offset; contiguous bshd/bhsd: b * S_max + s; -1 = skip).
+    slots [N]: the rows (paged: block * block_size + offset; contiguous bshd/bhsd: b * S_max + s; -1 = skip the
+    row, whose positions are then not read).
     The difference angle b * theta_B - a * theta_A is formed in double ((b - a) * theta for one spec), so a
     round trip A -> B -> A returns the keys to float32 rounding. int8 caches are dequantised, rotated and
     requantised with fresh scales (k_scale, written); fp8 keep their per-tensor scale (a float). Rows whose
     rotation is the identity (angle 0 for every pair, equal attention factors) keep their bits and scales.
-    from_seq_len / to_seq_len: the lengths dynamic/longrope scaling sees (e.g. dynamic NTK's base switch).
+    from_seq_len / to_seq_len: the lengths dynamic/longrope scaling sees (e.g. dynamic NTK's base switch);
+    None: the largest position of the rows not skipped, + 1.
     """
     if not isinstance(spec, Spec) or (to_spec is not None and not isinstance(to_spec, Spec)):
         raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")

@@ -20,8 +20,10 @@ constexpr const char* kWhere = kRerotateWhere;
 
 [[noreturn]] void invalid(const std::string& msg) { detail::invalid(kWhere, msg); }
 
-void check_positions(const std::vector<int64_t>& pos, const char* name) {
+/// Checks the positions of the rows that are rotated; a skipped row's (slot -1) are not read.
+void check_positions(const std::vector<int64_t>& pos, const std::vector<int64_t>& slots, const char* name) {
   for (size_t i = 0; i < pos.size(); ++i) {
+    if (slots[i] < 0) continue;
     const int64_t v = pos[i];
     const std::string label = std::string(name) + "[" + str(static_cast<int64_t>(i)) + "]";
     if (v < 0) invalid(label + " must be >= 0 (negative positions are invalid), got " + str(v));
@@ -29,7 +31,14 @@ void check_positions(const std::vector<int64_t>& pos, const char* name) {
   }
 }
 
-int64_t max_of(const std::vector<int64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+/// The largest position of the rows that are rotated (0 if none): a length-dependent spec's default length
+/// is this + 1, so a skipped row's position must not choose the frequencies of the others.
+int64_t max_of(const std::vector<int64_t>& pos, const std::vector<int64_t>& slots) {
+  int64_t m = 0;
+  for (size_t i = 0; i < pos.size(); ++i)
+    if (slots[i] >= 0) m = std::max(m, pos[i]);
+  return m;
+}
 
 RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   RerotatePlan p;
@@ -70,8 +79,8 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   const bool paged = is_paged(a.cache_layout);
   check_slots(p.slots.data(), n, major * p.rows.minor_count, "slots",
               paged ? "num_blocks * block_size" : "B * S_max", kWhere);
-  check_positions(p.from_pos, "from_positions");
-  check_positions(p.to_pos, "to_positions");
+  check_positions(p.from_pos, p.slots, "from_positions");
+  check_positions(p.to_pos, p.slots, "to_positions");
   for (const TensorView* v : {&a.slots, &a.from_positions, &a.to_positions}) {
     check_disjoint(a.k_cache, "k_cache", *v, v == &a.slots ? "slots" : v == &a.from_positions ? "from_positions" : "to_positions", kWhere);
     if (p.rows.dtype == DType::kI8)
@@ -81,8 +90,8 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   p.pairing = sa.pairing;
   p.rotary_dim = sa.effective_rotary_dim();
   p.half = p.rotary_dim / 2;
-  const Frequencies& fa = RopeAccess::frequencies(*a.from.rope, a.from.seq_len, max_of(p.from_pos), p.freq_storage);
-  const Frequencies& fb = RopeAccess::frequencies(*to.rope, to.seq_len, max_of(p.to_pos), p.freq_storage);
+  const Frequencies& fa = RopeAccess::frequencies(*a.from.rope, a.from.seq_len, max_of(p.from_pos, p.slots), p.freq_storage);
+  const Frequencies& fb = RopeAccess::frequencies(*to.rope, to.seq_len, max_of(p.to_pos, p.slots), p.freq_storage);
   p.from_freq = fa.inv_freq.data();
   p.to_freq = fb.inv_freq.data();
   p.same_freqs = fa.inv_freq == fb.inv_freq;

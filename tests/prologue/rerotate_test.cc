@@ -1,4 +1,4 @@
-// rotary::rerotate_cache: equals rotating from scratch at the new positions / with the new spec, A -> B -> A is the identity, a zero angle keeps a row's bits.
+// rotary::rerotate_cache: equals rotating from scratch at the new positions / with the new spec, A -> B -> A is the identity, a zero angle keeps a row's bits, a skipped row's positions are not read.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -221,6 +221,34 @@ TEST(Rerotate, OnlyRowsWithAZeroAngleAreLeftAsTheyAre) {
       else ASSERT_EQ(std::memcmp(&c.cache.bytes[4 * i], &before.bytes[4 * i], 4), 0) << i;
     }
   }
+}
+
+TEST(Rerotate, ASkippedRowsPositionsAreNeitherUsedNorChecked) {
+  // A dynamic-NTK spec takes its length from the rows' largest position when none is given. Row 5 is skipped
+  // (slot -1): its positions must not choose the other rows' frequencies (at 100000 they switched the base,
+  // moving the shifted keys by ~0.4) nor be refused (-1, e.g. padding's position).
+  Rope rope(spec_of(Pairing::kHalfSplit, 10000.0, RopeType::kDynamic, 4.0));
+  const std::vector<int64_t> a = {0, 1, 2, 3, 4, 5};
+  auto run = [&](Cache& c, std::vector<int64_t> slots, std::vector<int64_t> from, std::vector<int64_t> to, Backend backend) {
+    RerotateArgs r;
+    const int64_t n = static_cast<int64_t>(slots.size());
+    r.k_cache = c.cache.view({kNB, kBS, kH, kD});
+    r.slots = TensorView::contiguous(slots.data(), DType::kI64, {n});
+    r.from_positions = TensorView::contiguous(from.data(), DType::kI64, {n});
+    r.to_positions = TensorView::contiguous(to.data(), DType::kI64, {n});
+    r.from = {&rope, std::nullopt};
+    r.to = {&rope, std::nullopt};
+    r.backend = backend;
+    rerotate_cache(r);
+  };
+  for (Backend backend : {Backend::kReference, Backend::kCpu})
+    for (int64_t skipped_pos : {int64_t(100000), int64_t(-1)}) {
+      Cache want(DType::kF32, rope, a), c(DType::kF32, rope, a);
+      run(want, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}, {200, 201, 202, 203, 204}, backend);
+      ASSERT_NO_THROW(run(c, {0, 1, 2, 3, 4, -1}, {0, 1, 2, 3, 4, skipped_pos}, {200, 201, 202, 203, 204, skipped_pos}, backend))
+          << skipped_pos;
+      EXPECT_EQ(c.cache.bytes, want.cache.bytes) << (backend == Backend::kCpu ? "cpu " : "reference ") << skipped_pos;
+    }
 }
 
 }  // namespace
