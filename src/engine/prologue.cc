@@ -394,8 +394,8 @@ ProloguePlan build_prologue_plan_full(const PrologueArgs& a) {
 
   const Sequences seqs = sequences(a, rp);
   if (has_cache) plan_cache(a, seqs, p);
-  else if (!absent(a.slot_mapping) || !absent(a.cache_positions) || !absent(a.k_scale))
-    invalid("slot_mapping, cache_positions and k_scale address a cache, but k_cache is absent");
+  else if (!absent(a.slot_mapping) || !absent(a.cache_positions) || !absent(a.k_scale) || !absent(a.v_scale))
+    invalid("slot_mapping, cache_positions, k_scale and v_scale address a cache, but k_cache is absent");
   check_outputs(a, p);
   if (p.rotate && rp.B * rp.S > 0) attach_sources(a, seqs, range, p);
   p.threads = a.threads;
