@@ -184,14 +184,19 @@ def _prologue_fake(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache", "k_scale"), device_types="cpu")
 def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: torch.Tensor, to_positions: torch.Tensor,
                  spec: str, to_spec: Optional[str], cache_layout: str, k_scale: Optional[torch.Tensor],
-                 fp8_scale: float, threads: int) -> None:
-    """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions)."""
+                 fp8_scale: float, threads: int, from_seq_len: Optional[int] = None,
+                 to_seq_len: Optional[int] = None) -> None:
+    """Cached keys re-rotated in place from (spec, from_positions) to (to_spec or spec, to_positions).
+
+    from_seq_len / to_seq_len: the lengths a dynamic/longrope spec sees (None: the largest position of the rows
+    not skipped, + 1), e.g. dynamic NTK's base switch as a sequence grows."""
     scale = _scale_arg("rotary_rerotate_cache", k_cache, "k_cache", k_scale, "k_scale", fp8_scale, "fp8_scale")
     where = "rotary_rerotate_cache"
     try:
         _prologue.rerotate_cache(k_cache, slots, from_positions, to_positions, _spec(spec, where),
                                  to_spec=None if to_spec is None else _spec(to_spec, where, "to_spec"),
-                                 cache_layout=cache_layout, k_scale=scale, threads=threads)
+                                 cache_layout=cache_layout, k_scale=scale, threads=threads,
+                                 from_seq_len=from_seq_len, to_seq_len=to_seq_len)
     except (TypeError, ValueError) as e:  # an fp8 cache's scale is the op's fp8_scale
         raise_named(e, (("k_scale", "fp8_scale"),) if k_cache.dtype in _FP8 else (), where)
         raise
@@ -199,7 +204,7 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
 
 @_rerotate_op.register_fake
 def _rerotate_fake(k_cache, slots, from_positions, to_positions, spec, to_spec, cache_layout, k_scale, fp8_scale,
-                   threads) -> None:
+                   threads, from_seq_len=None, to_seq_len=None) -> None:
     check_fake_devices("rotary_rerotate_cache", k_cache=k_cache, slots=slots, from_positions=from_positions,
                        to_positions=to_positions, k_scale=k_scale)
     return None
@@ -239,21 +244,28 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     # A gradient to track (the input's, or a trainable projection's or norm's): the original forward, which autograd
     # sees (the prologue is not differentiable).
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
-    if layer is None or position_ids is None or needs_grad:
-        return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     B, S = hidden_states.shape[:2]
+    # A batch or a length the cache cannot hold: the original forward, whose StaticCache update reports it; so
+    # does a model on a GPU (the prologue runs on the CPU).
+    fits = layer is not None and hidden_states.device.type == "cpu" and (
+        not layer.is_initialized or (layer.keys.shape[0] == B and S <= layer.keys.shape[2]))
+    if layer is None or position_ids is None or needs_grad or not fits:
+        return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
     k = self.k_proj(hidden_states).view(B, S, -1, self.head_dim)
     v = self.v_proj(hidden_states).view(B, S, -1, self.head_dim)
     if not layer.is_initialized:
         layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
-    start = int(layer.cumulative_length)
+        if layer.keys.shape[0] != B or S > layer.keys.shape[2]:
+            return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+    # Each sequence's start in the cache, kept a tensor (no host read: one graph under torch.compile).
+    start = layer.cumulative_length.to(torch.int64).reshape(1).expand(B).contiguous()
     q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
     eps = float(getattr(q_norm, "variance_epsilon", getattr(q_norm, "eps", 1e-6))) if q_norm is not None else 1e-6
     query = torch.empty((B, q.shape[2], S, self.head_dim), dtype=q.dtype)  # [B, Hq, S, D], written by the op
     _call_prologue(
         q, k, v, position_ids.expand(B, S).contiguous(), self._rotary_spec_key,
-        layer.keys, layer.values, None, torch.full((B,), start, dtype=torch.int64), "bhsd", "bshd",
+        layer.keys, layer.values, None, start, "bhsd", "bshd",
         None if q_norm is None else q_norm.weight.detach(), None if k_norm is None else k_norm.weight.detach(),
         eps, 0.0, None, None, 1.0, 1.0, query.transpose(1, 2), 1)
     layer.cumulative_length.add_(S)

@@ -364,3 +364,82 @@ def test_patched_layers_apply_the_attention_dropout_in_training_mode():
     finally:
         prologue_torch.unpatch_prologue(model)
     assert seen == [0.0, 0.0, 0.25, 0.25]
+
+
+def test_rerotate_op_takes_the_lengths_a_dynamic_spec_sees():
+    # Dynamic NTK's base switch as a sequence grows: keys written while it was 256 long, re-rotated for 5000.
+    # The operator passes from_seq_len / to_seq_len as rotary.rerotate_cache does (it used to have no way to).
+    spec = rotary.Spec(64, rope_type="dynamic", factor=4.0, max_position_embeddings=256)
+    key = prologue_torch.spec_key(spec)
+    kc = torch.randn((1, 4, 2, 64), generator=torch.Generator().manual_seed(2))
+    ids = (torch.tensor([0, 3]), torch.tensor([100, 101]), torch.tensor([100, 101]))
+    want = rotary.rerotate_cache(kc.clone(), *ids, spec, from_seq_len=256, to_seq_len=5000)
+    got = kc.clone()
+    torch.ops.rotary.rerotate_cache(got, *ids, key, None, "nhd", None, 1.0, 1, 256, 5000)
+    assert torch.equal(got, want)
+    assert not torch.equal(got, kc)  # the base switch moved the keys (same positions)
+    torch.library.opcheck(torch.ops.rotary.rerotate_cache.default, (kc.clone(), *ids, key, None, "nhd", None, 1.0, 1,
+                                                                     256, 5000), test_utils=("test_schema", "test_faketensor"))
+
+
+def _decode_graphs(model, patched: bool):
+    """Graphs and graph breaks of three compiled decode steps (torch.compile without fullgraph, as generate()'s own
+    compilation), and their logits."""
+    if patched:
+        prologue_torch.patch_prologue(model)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    cache = transformers.StaticCache(config=model.config, max_cache_len=30)
+    graphs, logits = [], []
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        with torch.no_grad():
+            model(ids, cache=cache, use_cache=True)
+
+            def step(tok, pos):
+                return model(input_ids=tok, cache=cache, use_cache=True, cache_position=pos,
+                             position_ids=pos[None].expand(2, 1)).logits
+
+            f = torch.compile(step, backend=lambda gm, ex: (graphs.append(gm), gm.forward)[1])
+            tok = ids[:, -1:]
+            for s in range(3):
+                logits.append(f(tok, torch.tensor([7 + s])))
+                tok = logits[-1][:, -1:].argmax(-1)
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    finally:
+        if patched:
+            prologue_torch.unpatch_prologue(model)
+        torch._dynamo.reset()
+    return len(graphs), breaks, logits
+
+
+def test_a_compiled_patched_model_makes_the_graphs_the_unpatched_one_makes():
+    # The start of the new tokens in the cache stays a tensor: int(cumulative_length) broke the graph in every
+    # patched layer (9 graphs where the unpatched model makes 2 over three decode steps).
+    model = _tiny("qwen3")
+    n_want, breaks_want, want = _decode_graphs(model, False)
+    n_got, breaks_got, got = _decode_graphs(model, True)
+    assert (n_got, breaks_got) == (n_want, breaks_want) and breaks_got == 0
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_batch_or_prompt_the_static_cache_cannot_hold_fails_as_in_the_unpatched_model():
+    # The patched layers leave such calls to the original forward, whose StaticCache update reports them (the fused
+    # call accepted a batch of 1 into a cache of 2 and failed later in o_proj; a long prompt named cache_positions).
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    errors = {}
+    for patched in (False, True):
+        model = _tiny("llama")
+        if patched:
+            prologue_torch.patch_prologue(model)
+        with torch.no_grad():
+            short = transformers.StaticCache(config=model.config, max_cache_len=5)
+            with pytest.raises(Exception) as long_prompt:
+                model(ids, cache=short, use_cache=True)
+            cache = transformers.StaticCache(config=model.config, max_cache_len=20)
+            model(ids, cache=cache, use_cache=True)
+            with pytest.raises(Exception) as other_batch:
+                model(ids[:1, :1], cache=cache, use_cache=True)
+        errors[patched] = [(type(e.value), str(e.value)) for e in (long_prompt, other_batch)]
+    assert errors[True] == errors[False]
