@@ -59,14 +59,18 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _scale_arg(where: str, cache: torch.Tensor, cache_name: str, tensor: Optional[torch.Tensor], tensor_name: str,
-               value: float, value_name: str, example: str = "") -> Any:
-    """The scale the Python API takes for `cache`: the per-tensor float `value` of an fp8 cache, else the int8
-    scale `tensor` (or None). A scale of the other kind is an error, never ignored."""
+               value: float, value_name: str) -> Any:
+    """The scale the Python API takes for `cache`: an fp8 cache's per-tensor scale, the float `value` or a
+    one-element float32 `tensor` (vLLM keeps its fp8 scales as tensors; a tensor also stays a graph input under
+    torch.compile, where float(tensor) cannot), else the int8 scale `tensor` (or None). A float scale given to a
+    cache of the other kind, or an fp8 scale given twice, is an error, never ignored."""
     if cache.dtype in _FP8:
         if tensor is not None:
-            raise ValueError(f"[{where}] {tensor_name} tensors are for int8 caches; an fp8 cache takes its per-tensor "
-                             f"scale as {value_name} (a float{', e.g. ' + example if example else ''}), got a "
-                             f"{tensor_name} tensor of shape {list(tensor.shape)}")
+            if value != 1.0:
+                raise ValueError(f"[{where}] an fp8 cache's per-tensor scale is {value_name} (a float) or a "
+                                 f"one-element {tensor_name} tensor, got both ({value_name} {value} and a "
+                                 f"{tensor_name} tensor of shape {list(tensor.shape)})")
+            return tensor
         return value
     if value != 1.0:
         raise ValueError(f"[{where}] {value_name} is the scale of an fp8 cache, but {cache_name} dtype is {cache.dtype}; "
@@ -84,19 +88,17 @@ def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions:
 
     k_scale / v_scale: the int8 caches' scale tensors (written); fp8_k_scale / fp8_v_scale: the fp8 caches'
     per-tensor scales (stored = fp8(x / scale)). A scale of the other kind is an error, never ignored."""
-    ks = _scale_arg("rotary_prologue", k_cache, "k_cache", k_scale, "k_scale", fp8_k_scale, "fp8_k_scale",
-                    "float(layer._k_scale)")
-    vs = _scale_arg("rotary_prologue", v_cache, "v_cache", v_scale, "v_scale", fp8_v_scale, "fp8_v_scale",
-                    "float(layer._v_scale)")
+    ks = _scale_arg("rotary_prologue", k_cache, "k_cache", k_scale, "k_scale", fp8_k_scale, "fp8_k_scale")
+    vs = _scale_arg("rotary_prologue", v_cache, "v_cache", v_scale, "v_scale", fp8_v_scale, "fp8_v_scale")
     try:
         _prologue.prologue(q, k, v, positions, _spec(spec, "rotary_prologue"), k_cache=k_cache, v_cache=v_cache,
                            slot_mapping=slot_mapping, cache_positions=cache_positions, cache_layout=cache_layout,
                            q_norm_weight=q_norm_weight, k_norm_weight=k_norm_weight, norm_eps=norm_eps,
                            norm_offset=norm_offset, k_scale=ks, v_scale=vs, q_out=q_out, layout=layout, threads=threads)
     except (TypeError, ValueError) as e:  # an fp8 cache's scale is the op's fp8_k_scale / fp8_v_scale
-        raise_named(e, tuple((old, new) for old, new, cache in (("k_scale", "fp8_k_scale", k_cache),
-                                                                 ("v_scale", "fp8_v_scale", v_cache))
-                             if cache is not None and cache.dtype in _FP8), "rotary_prologue")
+        raise_named(e, tuple((old, new) for old, new, cache, tensor in (("k_scale", "fp8_k_scale", k_cache, k_scale),
+                                                                         ("v_scale", "fp8_v_scale", v_cache, v_scale))
+                             if cache is not None and cache.dtype in _FP8 and tensor is None), "rotary_prologue")
         raise
 
 
@@ -198,7 +200,7 @@ def _rerotate_op(k_cache: torch.Tensor, slots: torch.Tensor, from_positions: tor
                                  cache_layout=cache_layout, k_scale=scale, threads=threads,
                                  from_seq_len=from_seq_len, to_seq_len=to_seq_len)
     except (TypeError, ValueError) as e:  # an fp8 cache's scale is the op's fp8_scale
-        raise_named(e, (("k_scale", "fp8_scale"),) if k_cache.dtype in _FP8 else (), where)
+        raise_named(e, (("k_scale", "fp8_scale"),) if k_cache.dtype in _FP8 and k_scale is None else (), where)
         raise
 
 

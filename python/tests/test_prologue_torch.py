@@ -167,13 +167,13 @@ def test_patched_layers_keep_the_original_forward_when_a_parameter_needs_a_gradi
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
-def test_the_ops_refuse_a_scale_of_the_other_kind():
-    # vLLM keeps its fp8 scales as tensors; passed as k_scale they were dropped and the cache written with scale 1.
+def test_the_ops_refuse_a_scale_of_the_other_kind_or_given_twice():
     key = prologue_torch.spec_key(rotary.Spec(64))
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
     f8 = torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
-    cases = [(dict(k_cache=f8, v_cache=f8.clone(), k_scale=torch.tensor([2.0])), "k_scale tensors are for int8 caches"),
+    cases = [(dict(k_cache=f8, v_cache=f8.clone(), k_scale=torch.tensor([2.0]), fp8_k_scale=2.0), "got both"),
+             (dict(k_cache=f8, v_cache=f8.clone(), v_scale=torch.ones((2, 4, 2))), r"^\[rotary_prologue\] v_scale must hold one value"),
              (dict(k_cache=torch.zeros((2, 4, 2, 64)), v_cache=torch.zeros((2, 4, 2, 64)), fp8_v_scale=0.5),
               "fp8_v_scale is the scale of an fp8 cache")]
     for over, needle in cases:
@@ -181,9 +181,46 @@ def test_the_ops_refuse_a_scale_of_the_other_kind():
         with pytest.raises(ValueError, match=needle):
             torch.ops.rotary.prologue(*args)
     kc8 = torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
-    with pytest.raises(ValueError, match="k_scale tensors are for int8 caches"):
+    with pytest.raises(ValueError, match=r"^\[rotary_rerotate_cache\] k_scale must hold one value"):
         torch.ops.rotary.rerotate_cache(kc8, torch.tensor([1]), torch.tensor([0]), torch.tensor([3]), key, None, "nhd",
                                         torch.ones((2, 4, 2)), 1.0, 1)
+
+
+def test_fp8_scales_given_as_tensors_equal_floats_and_compile_in_one_graph():
+    # vLLM keeps its fp8 scales as tensors. The ops take one as k_scale / v_scale (one element) as well as the float
+    # fp8_k_scale / fp8_v_scale; under torch.compile(fullgraph=True) float(tensor) cannot be traced, a tensor can.
+    key = prologue_torch.spec_key(rotary.Spec(64))
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    f8 = torch.zeros((2, 4, 2, 64), dtype=torch.float8_e4m3fn)
+    ks, vs = torch.tensor([0.02]), torch.tensor([0.05])
+    want = [q.clone(), f8.clone(), f8.clone()]
+    torch.ops.rotary.prologue(*_op_args(want[0], k, v, want[1], want[2], key, fp8_k_scale=0.02, fp8_v_scale=0.05))
+    eager = [q.clone(), f8.clone(), f8.clone()]
+    torch.ops.rotary.prologue(*_op_args(eager[0], k, v, eager[1], eager[2], key, k_scale=ks, v_scale=vs))
+
+    def step(qq, kc, vc, kscale, vscale):
+        torch.ops.rotary.prologue(*_op_args(qq, k, v, kc, vc, key, k_scale=kscale, v_scale=vscale))
+
+    compiled = [q.clone(), f8.clone(), f8.clone()]
+    torch._dynamo.reset()
+    try:
+        torch.compile(step, fullgraph=True, backend="aot_eager")(*compiled, ks, vs)
+    finally:
+        torch._dynamo.reset()
+    for got in (eager, compiled):
+        for a, b in zip(got, want):
+            assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                               b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    assert compiled[1].view(torch.uint8).any() and torch.equal(ks, torch.tensor([0.02]))
+    kc = want[1].clone()
+    torch.ops.rotary.rerotate_cache(kc, torch.tensor([5, 2]), torch.tensor([10, 12]), torch.tensor([3, 4]), key, None,
+                                    "nhd", None, 0.02, 1)
+    kt = want[1].clone()
+    torch.ops.rotary.rerotate_cache(kt, torch.tensor([5, 2]), torch.tensor([10, 12]), torch.tensor([3, 4]), key, None,
+                                    "nhd", ks, 1.0, 1)
+    assert torch.equal(kt.view(torch.uint8), kc.view(torch.uint8)) and not torch.equal(kc.view(torch.uint8),
+                                                                                        want[1].view(torch.uint8))
 
 
 def test_rerotate_op_equals_rotating_at_the_new_positions():
