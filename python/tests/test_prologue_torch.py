@@ -452,7 +452,7 @@ def _decode_graphs(model, patched: bool):
 
 def test_a_compiled_patched_model_makes_the_graphs_the_unpatched_one_makes():
     # The start of the new tokens in the cache stays a tensor: int(cumulative_length) broke the graph in every
-    # patched layer (9 graphs where the unpatched model makes 2 over three decode steps).
+    # patched layer (12 graphs and 15 breaks where the unpatched model makes 2 graphs over three decode steps).
     model = _tiny("qwen3")
     n_want, breaks_want, want = _decode_graphs(model, False)
     n_got, breaks_got, got = _decode_graphs(model, True)
