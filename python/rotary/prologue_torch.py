@@ -87,7 +87,8 @@ def _prologue_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions:
     """q rotated in place (after its norm) or into q_out; k and v written into the caches; int8 scales written.
 
     k_scale / v_scale: the int8 caches' scale tensors (written); fp8_k_scale / fp8_v_scale: the fp8 caches'
-    per-tensor scales (stored = fp8(x / scale)). A scale of the other kind is an error, never ignored."""
+    per-tensor scales (stored = fp8(x / scale)), or instead one-element k_scale / v_scale tensors (only read). A
+    float scale for a cache of the other kind, or an fp8 scale given both ways, is an error, never ignored."""
     ks = _scale_arg("rotary_prologue", k_cache, "k_cache", k_scale, "k_scale", fp8_k_scale, "fp8_k_scale")
     vs = _scale_arg("rotary_prologue", v_cache, "v_cache", v_scale, "v_scale", fp8_v_scale, "fp8_v_scale")
     try:
