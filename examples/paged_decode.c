@@ -1,5 +1,5 @@
 /* Example (C): a paged-KV-cache decode loop serving two sequences of different lengths from one shared block pool
- * with rotary_prologue (RoPE + cache write in one call per step); built and run by ctest, checks its own cache. */
+ * with rotary_prologue (RoPE + cache write in one call per step); built and run by ctest, checks its own q and cache. */
 #include <math.h>
 #include <rotary/rotary_c.h>
 #include <stdio.h>
@@ -62,13 +62,49 @@ static int step(rotary_rope_t* rope, const int count[NSEQ], int pad) {
     fprintf(stderr, "%s\n", rotary_last_error());
     return 1;
   }
+  /* q was rotated in place: it must equal rotating the token's q alone with rotary_rope_apply, and every
+   * half-split pair (d, d + D/2) must keep its length (a rotation; this preset's attention factor is 1). */
+  t = 0;
+  for (int n = 0; n < NSEQ; ++n)
+    for (int i = 0; i < count[n]; ++i, ++t) {
+      const int pos = seq_len[n] + i;
+      float want[HQ][D];
+      int64_t shape[4] = {1, 1, HQ, D};
+      rotary_apply_args_t r;
+      for (int h = 0; h < HQ; ++h)
+        for (int d = 0; d < D; ++d) want[h][d] = value(n, pos, h, d, 0);
+      rotary_apply_args_init(&r);
+      rotary_tensor_contiguous(&r.q, want, ROTARY_DTYPE_F32, 4, shape);
+      r.positions.offset = pos;
+      r.threads = 1;
+      if (rotary_rope_apply(rope, &r) != ROTARY_OK) return 1;
+      for (int h = 0; h < HQ; ++h)
+        for (int d = 0; d < D / 2; ++d) {
+          const double x = value(n, pos, h, d, 0), y = value(n, pos, h, d + D / 2, 0);
+          const double len = hypot(q[t][h][d], q[t][h][d + D / 2]);
+          if (fabs(q[t][h][d] - want[h][d]) > 1e-6 || fabs(q[t][h][d + D / 2] - want[h][d + D / 2]) > 1e-6 ||
+              fabs(len - hypot(x, y)) > 1e-5) {
+            fprintf(stderr, "q of sequence %d, position %d, head %d, channel %d is not its rotation\n", n, pos, h, d);
+            return 1;
+          }
+        }
+    }
   for (int n = 0; n < NSEQ; ++n) seq_len[n] += count[n];
   return 0;
 }
 
-/* Checks every cached row against rotating that token's k alone with rotary_rope_apply (an independent call). */
+/* Checks every cached row against rotating that token's k alone with rotary_rope_apply (an independent call),
+ * v against the token's v, and that every other row (padding tokens' slot -1, unused blocks) is still zero. */
 static double check(rotary_rope_t* rope) {
+  static int owned[NUM_BLOCKS][BLOCK];
   double worst = 0.0;
+  for (int n = 0; n < NSEQ; ++n)
+    for (int pos = 0; pos < seq_len[n]; ++pos) owned[block_table[n][pos / BLOCK]][pos % BLOCK] = 1;
+  for (int b = 0; b < NUM_BLOCKS; ++b)
+    for (int off = 0; off < BLOCK; ++off)
+      for (int h = 0; h < HKV && !owned[b][off]; ++h)
+        for (int d = 0; d < D; ++d)
+          if (k_cache[b][off][h][d] != 0.0f || v_cache[b][off][h][d] != 0.0f) return INFINITY;
   for (int n = 0; n < NSEQ; ++n)
     for (int pos = 0; pos < seq_len[n]; ++pos) {
       float k[HKV][D];

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/freqs_internal.h"
@@ -72,6 +73,9 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   attach_scale(p.rows, a.k_scale, a.k_cache, a.cache_layout, "k_scale", "k_cache", kWhere);
   if (p.rows.dtype == DType::kI8) check_disjoint(a.k_scale, "k_scale", a.k_cache, "k_cache", kWhere);
 
+  for (const auto& [v, name] : {std::pair{&a.slots, "slots"}, std::pair{&a.from_positions, "from_positions"},
+                                 std::pair{&a.to_positions, "to_positions"}})
+    if (absent(*v)) invalid(std::string(name) + " must be given, got none");
   read_indices(a.slots, "slots", a.slots.rank == 1 ? a.slots.shape[0] : 0, "[N]", kWhere, &p.slots);
   const auto n = static_cast<int64_t>(p.slots.size());
   read_indices(a.from_positions, "from_positions", n, "[N] = [" + str(n) + "] (one per slot)", kWhere, &p.from_pos);

@@ -136,6 +136,8 @@ std::vector<Case> cases() {
       {"rerotate slot out of range", [](Call& c) { c.rerotate = true; c.slots[0] = 99; }, K::kOutOfRange, {"slots[0] must be -1 (skip) or in [0, num_blocks * block_size = 8)", "got 99"}},
       {"rerotate cache of block_size 0", [](Call& c) { c.rerotate = true; c.r.k_cache = c.kc.view({4, 0, 1, 8}); c.r.k_scale = c.ks.view({4, 0, 1}); }, K::kOutOfRange, {"slots[0] must be -1 (skip) or in [0, num_blocks * block_size = 0)", "got 0"}},
       {"rerotate positions length", [](Call& c) { c.rerotate = true; c.r.to_positions.shape[0] = 3; }, K::kInvalidArgument, {"to_positions must have shape [N] = [4]", "[3]"}},
+      {"rerotate slots absent", [](Call& c) { c.rerotate = true; c.r.slots = {}; }, K::kInvalidArgument, {"[rotary_rerotate_cache] slots must be given, got none"}},
+      {"rerotate from_positions absent", [](Call& c) { c.rerotate = true; c.r.from_positions = {}; }, K::kInvalidArgument, {"[rotary_rerotate_cache] from_positions must be given, got none"}},
       {"rerotate negative position", [](Call& c) { c.rerotate = true; c.idx[3] = -5; }, K::kInvalidArgument, {"from_positions[3] must be >= 0", "-5"}},
       {"rerotate specs differ", [](Call& c) { c.rerotate = true; c.r.to = {c.other.get(), std::nullopt}; }, K::kInvalidArgument, {"to's spec must share head_dim 8", "got head_dim 16"}},
       {"rerotate from.seq_len past 2^31", [](Call& c) { c.rerotate = true; c.r.from.seq_len = int64_t(1) << 40; }, K::kOutOfRange, {"[rotary_rerotate_cache] from.seq_len must be <= 2^31 (positions are < 2^31)", "got 1099511627776"}},
