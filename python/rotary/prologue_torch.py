@@ -247,20 +247,18 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     # A gradient to track (the input's, or a trainable projection's or norm's): the original forward, which autograd
     # sees (the prologue is not differentiable).
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
-    B, S = hidden_states.shape[:2]
-    # A batch or a length the cache cannot hold: the original forward, whose StaticCache update reports it; so
-    # does a model on a GPU (the prologue runs on the CPU).
-    fits = layer is not None and hidden_states.device.type == "cpu" and (
-        not layer.is_initialized or (layer.keys.shape[0] == B and S <= layer.keys.shape[2]))
-    if layer is None or position_ids is None or needs_grad or not fits:
+    # A model on a GPU: the original forward (the prologue runs on the CPU).
+    if layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu":
         return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+    B, S = hidden_states.shape[:2]
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
     k = self.k_proj(hidden_states).view(B, S, -1, self.head_dim)
     v = self.v_proj(hidden_states).view(B, S, -1, self.head_dim)
     if not layer.is_initialized:
         layer.lazy_initialization(k.transpose(1, 2), v.transpose(1, 2))
-        if layer.keys.shape[0] != B or S > layer.keys.shape[2]:
-            return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
+    # A batch or a length the cache cannot hold: the original forward, whose StaticCache update reports it.
+    if layer.keys.shape[0] != B or S > layer.keys.shape[2]:
+        return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     # Each sequence's start in the cache, kept a tensor (no host read: one graph under torch.compile).
     start = layer.cumulative_length.to(torch.int64).reshape(1).expand(B).contiguous()
     q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)

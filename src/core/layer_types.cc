@@ -313,10 +313,11 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     std::string type, field;
     json dict;
     bool layer_entry = true;  ///< an entry of a nested dict (a flat one read per type: false)
-    bool truncate = true;     ///< a nested dict's own truncate, beside its layer types (RopeDict.nested_truncate)
   };
   std::vector<Entry> entries;
-  bool nested_truncate = true;  // the nested dict's "truncate" key beside its types (transformers' YaRN reads it)
+  // The nested dict's "truncate" key beside its types, which transformers' YaRN reads for every entry
+  // (RopeDict.nested_truncate; set before any entry is added).
+  bool nested_truncate = true;
   auto truncate_beside = [](const json& nested) {
     return !nested.contains("truncate") || detail::truthy(nested.at("truncate"));
   };
@@ -336,7 +337,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       if (!own_theta && has_value(*r.root, "rope_theta")) dict["rope_theta"] = r.root->at("rope_theta");
     }
     out.by_type.push_back({type, std::nullopt});
-    entries.push_back({type, field, std::move(dict), true, nested_truncate});
+    entries.push_back({type, field, std::move(dict), true});
   };
   if (const detail::ModelDefaults* g = gemma3_style(r, keys)) {
     // transformers v5 (Gemma3TextConfig.convert_rope_params_to_dict and its copies): gemma3_conversion.
@@ -408,8 +409,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     // parse_spec reads the default type of a model whose default frequencies span the whole head (Gemma 3) so.
     for (LayerTypeSpec& t : out.by_type)
       if (t.layer_type == e.type)
-        t.spec =
-            detail::normalized_in(detail::parse_spec(tr, {&e.dict, e.field, e.layer_entry, e.truncate}, name), name);
+        t.spec = detail::normalized_in(
+            detail::parse_spec(tr, {&e.dict, e.field, e.layer_entry, nested_truncate}, name), name);
   }
   return out;
 }
