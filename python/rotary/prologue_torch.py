@@ -236,6 +236,18 @@ def _original_forward(self, *args, **kwargs):
     return own(*args, **kwargs) if own is not None else type(self).forward(self, *args, **kwargs)
 
 
+def _one_eps(norm: Any) -> Optional[float]:
+    return None if norm is None else float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+
+
+def _norm_eps(q_norm: Any, k_norm: Any) -> Optional[float]:
+    """The eps of a layer's q/k norms for the fused call (which takes one): None where the two differ."""
+    q_eps, k_eps = _one_eps(q_norm), _one_eps(k_norm)
+    if q_eps is not None and k_eps is not None and q_eps != k_eps:
+        return None
+    return q_eps if q_eps is not None else k_eps if k_eps is not None else 1e-6
+
+
 def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, attention_mask, cache=None, **kwargs):
     """The model's attention forward with q/k norm + RoPE + StaticCache write as one rotary.prologue call."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -248,7 +260,10 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     # sees (the prologue is not differentiable).
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
     # A model on a GPU: the original forward (the prologue runs on the CPU).
-    if layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu":
+    q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
+    eps = _norm_eps(q_norm, k_norm)
+    # A k_norm eps other than q_norm's (changed after patching; patch_prologue refuses it): the original forward.
+    if layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu" or eps is None:
         return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     B, S = hidden_states.shape[:2]
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
@@ -261,8 +276,6 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
         return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     # Each sequence's start in the cache, kept a tensor (no host read: one graph under torch.compile).
     start = layer.cumulative_length.to(torch.int64).reshape(1).expand(B).contiguous()
-    q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
-    eps = float(getattr(q_norm, "variance_epsilon", getattr(q_norm, "eps", 1e-6))) if q_norm is not None else 1e-6
     query = torch.empty((B, q.shape[2], S, self.head_dim), dtype=q.dtype)  # [B, Hq, S, D], written by the op
     _call_prologue(
         q, k, v, position_ids.expand(B, S).contiguous(), self._rotary_spec_key,
@@ -294,8 +307,8 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
     a dynamic cache, a gradient to track: grad mode on with the input or a parameter of the layer requiring
     grad) runs the layer's original forward. spec: the model's RoPE (default: from its
     config, with the rotated width of the model's own RoPE module; rotary.torch.spec_of_module). A model with
-    attention of another class (other softcapping, norms, pairings...) raises NotImplementedError naming the
-    class, before anything is patched.
+    attention of another class (other softcapping, norms, pairings...), or a layer whose k_norm eps differs from
+    its q_norm eps (the fused call takes one), raises NotImplementedError naming it, before anything is patched.
     """
     import sys
 
@@ -308,6 +321,12 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
         found = ", ".join(other) if other else "no attention layer"
         raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: supports {' and '.join(_PROLOGUE_ATTENTION)} "
                                   f"layers (their forward is what the fused call reproduces), got {found}")
+    for module in attention:
+        q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
+        if _norm_eps(q_norm, k_norm) is None:
+            raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm eps "
+                                      f"{_one_eps(q_norm):g} and k_norm eps {_one_eps(k_norm):g} differ (the fused call "
+                                      "takes one)")
     if spec is None:
         ropes = [m for _, m in _rope_modules(model)]
         spec = spec_of_module(ropes[0], model.config) if len(ropes) == 1 else Spec.from_hf_config(model.config)

@@ -242,6 +242,14 @@ def test_converter_errors_carry_the_call_s_prefix_and_name_the_written_tensor():
             rotary.prologue(t.clone(), t, t, 0, spec, k_cache=torch.zeros(1, 4, 1, D, dtype=fnuz),
                             v_cache=torch.zeros(1, 4, 1, D, dtype=fnuz), slot_mapping=torch.arange(T), k_scale=1.0,
                             v_scale=1.0)
+    # fp8 caches kept as raw bytes (older vLLM allocates them as uint8): refused with the view to pass instead.
+    t, u8 = torch.ones(T, 1, D), torch.zeros(1, 4, 1, D, dtype=torch.uint8)
+    for cache, view in ((u8, r"cache\.view\(torch\.float8_e4m3fn\)"), (u8.numpy(), r"ml_dtypes\.float8_e4m3fn")):
+        with pytest.raises(TypeError, match=r"^\[rotary_prologue\] k_cache has an unsupported dtype .*fp8 bytes held as "
+                                            r"uint8: pass a float8 view of them, e\.g\. .*" + view):
+            rotary.prologue(t.clone(), t, t, 0, spec, k_cache=cache, v_cache=cache, slot_mapping=torch.arange(T),
+                            k_scale=1.0, v_scale=1.0)
+    assert not u8.any()
 
 
 def test_torch_uint64_slots_are_read_by_value_and_refused_past_int64():

@@ -480,3 +480,26 @@ def test_a_batch_or_prompt_the_static_cache_cannot_hold_fails_as_in_the_unpatche
                 model(ids[:1, :1], cache=cache, use_cache=True)
         errors[patched] = [(type(e.value), str(e.value)) for e in (long_prompt, other_batch)]
     assert errors[True] == errors[False]
+
+
+def test_a_k_norm_eps_other_than_q_norms_is_refused_or_left_to_the_original_forward():
+    # The fused call takes one eps: the patched layers used q_norm's for k too (k's rows normalised with the wrong eps).
+    model = _tiny("qwen3")
+    model.model.layers[1].self_attn.k_norm.variance_epsilon = 0.25
+    with pytest.raises(NotImplementedError, match=r"^\[rotary.patch_prologue\] Qwen3ForCausalLM: layer 1's q_norm eps "
+                                                  r"1e-06 and k_norm eps 0.25 differ \(the fused call takes one\)"):
+        prologue_torch.patch_prologue(model)
+    assert not any(hasattr(m, "_rotary_original_forward") for m in model.modules())  # nothing patched
+    # Changed after patching: that layer takes its original forward, with the model's results.
+    model = _tiny("qwen3")
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    prologue_torch.patch_prologue(model)
+    model.model.layers[1].self_attn.k_norm.variance_epsilon = 0.25
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    want = _generate(model, ids)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
