@@ -162,7 +162,7 @@ def python_section() -> str:
     out = ["## Python (`import rotary`, `import rotary.torch`)", ""]
     modules = (("rotary", module_all(pkg / "__init__.py") + module_all(pkg / "multimodal.py")
                 + module_all(pkg / "_prologue.py"), ["__init__.py", "multimodal.py", "_prologue.py", "_rotary.pyi"]),
-               ("rotary.torch", module_all(pkg / "torch.py"), ["torch.py"]),
+               ("rotary.torch", module_all(pkg / "torch.py"), ["torch.py", "_torch_flash.py"]),
                ("rotary.prologue_torch", module_all(pkg / "prologue_torch.py"), ["prologue_torch.py"]))
     for module, names, files in modules:
         defs = python_defs(files)

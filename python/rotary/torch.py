@@ -37,7 +37,7 @@ from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, 
 from rotary._torch_ops import spec_from_key, spec_key
 from rotary._torch_positions import _functorch_active, _peek_functorch, _positions, raise_offsets_error
 
-__all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
+__all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
            "spec_from_key", "patch", "unpatch", "is_patched", "supported_models", "spec_of_module"]
 
 ops = torch.ops.rotary
@@ -299,7 +299,8 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
     x: [B, S, H, D], or [T, H, D] with cu_seqlens [N+1] (varlen). cos/sin: [max_pos, R/2] (R <= D; channels R..
     pass through). interleaved: pairs (2i, 2i+1) instead of (i, i + R/2). seqlen_offsets: an int, or [B] ([N] for
     varlen): each sequence's first position (KV-cache decoding). max_seqlen is accepted and not needed.
-    Unlike flash-attn, a position at or past max_pos raises ValueError instead of leaving x unrotated.
+    Unlike flash-attn, a position at or past max_pos raises ValueError instead of leaving x unrotated, and
+    cu_seqlens must run from 0 to x's token count (flash-attn leaves tokens past its last entry alone).
     inplace=True on a leaf that requires grad (or a view of one) writes x and returns a tensor that carries the
     gradient, as flash-attn's does; float seqlen_offsets raise TypeError, as flash-attn asserts integer dtypes.
     """
@@ -477,3 +478,4 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
 # ----------------------------------------------------------------------------------------------- transformers patching
 
 from rotary._torch_patch import is_patched, patch, spec_of_module, supported_models, unpatch  # noqa: E402,F401
+from rotary._torch_flash import apply_rotary_emb_kv_, apply_rotary_emb_qkv_  # noqa: E402,F401

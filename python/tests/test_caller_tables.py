@@ -1,6 +1,6 @@
 """Caller cos/sin tables as a first-class path: rotary.apply_cos_sin / apply_qk_cos_sin, rotary.torch.apply_cos_sin
-and the flash-attn drop-in rotary.torch.apply_rotary_emb (in place, varlen cu_seqlens + per-sequence offsets, both
-pairings, autograd), vs flash-attn's own reference formula transcribed in float64 torch, torch autograd and
+and the flash-attn drop-ins rotary.torch.apply_rotary_emb, apply_rotary_emb_qkv_ and apply_rotary_emb_kv_ (in place,
+varlen cu_seqlens + per-sequence offsets, both pairings, autograd), vs flash-attn's own reference formula transcribed in float64 torch, torch autograd and
 onnxruntime (the ONNX operator's inverse)."""
 from __future__ import annotations
 
@@ -88,6 +88,59 @@ def test_flash_attn_apply_rotary_emb(inplace, interleaved, rotary_fraction, offs
     torch.testing.assert_close(x.grad.double(), x_pt.grad, atol=F32_ABS_TOL, rtol=0)
     if not inplace:
         assert torch.equal(x.detach(), base)
+
+
+@pytest.mark.parametrize("offsets_kind", ["zero", "int", "tensor"])
+@pytest.mark.parametrize("own_k_tables", [False, True])
+@pytest.mark.parametrize("layout", ["qkv", "qkv_gqa", "kv"])
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("grad", [False, True])
+def test_flash_attn_packed_qkv_and_kv_rotate_q_and_k_in_place(grad, interleaved, layout, own_k_tables, offsets_kind):
+    """flash-attn's apply_rotary_emb_qkv_ / apply_rotary_emb_kv_: q and k of the packed tensor rotated in place
+    (k by cos_k/sin_k when given), v's bits untouched; with a gradient, the returned tensor carries it (q and k's
+    parts rotated back, v's passed through) and equals the written tensor; without, the packed tensor itself."""
+    B, S, H, D, R = 3, 13, 4, 32, 16
+    torch.manual_seed(2)
+    shape = {"qkv": (B, S, 3, H, D), "qkv_gqa": (B, S, H + 2 * 2, D), "kv": (B, S, 2, H, D)}[layout]
+    base = torch.randn(shape)
+    cos, sin = _cos_sin(2 * S, R, seed=3)
+    cos_k, sin_k = _cos_sin(2 * S, R, seed=4) if own_k_tables and layout != "kv" else (cos, sin)
+    offs = _offsets(offsets_kind, B, S)
+    packed = base.clone().requires_grad_(grad)
+    if layout == "kv":
+        out = rt.apply_rotary_emb_kv_(packed, cos, sin, interleaved=interleaved, seqlen_offsets=offs)
+    else:
+        out = rt.apply_rotary_emb_qkv_(packed, cos, sin, cos_k if own_k_tables else None,
+                                       sin_k if own_k_tables else None, interleaved=interleaved, seqlen_offsets=offs,
+                                       num_heads_q=H if layout == "qkv_gqa" else None)
+    assert (out is packed) == (not grad) and torch.equal(packed.detach(), out.detach())
+    ref = base.double().requires_grad_()
+    parts = {"qkv": lambda t: (t[:, :, 0], t[:, :, 1], t[:, :, 2:]), "qkv_gqa": lambda t: (t[:, :, :H], t[:, :, H:H + 2],
+             t[:, :, H + 2:]), "kv": lambda t: (None, t[:, :, 0], t[:, :, 1:])}[layout]
+    q, k, v = parts(ref)
+    tables = [_fa_index_cos_sin(c.double(), s_.double(), offs, S) for c, s_ in ((cos, sin), (cos_k, sin_k))]
+    k = _fa_apply_rotary_emb_torch(k, *tables[1], interleaved)
+    want = [k, v] if q is None else [_fa_apply_rotary_emb_torch(q, *tables[0], interleaved), k, v]
+    want = torch.cat([w if w.dim() == len(shape) else w.unsqueeze(2) for w in want], dim=2)
+    torch.testing.assert_close(out.detach().double(), want.detach(), atol=F32_ABS_TOL, rtol=0)
+    assert torch.equal(parts(out.detach())[2], parts(base)[2])  # v's bits
+    if grad:
+        g = torch.randn_like(out)
+        out.backward(g)
+        want.backward(g.double())
+        torch.testing.assert_close(packed.grad.double(), ref.grad, atol=F32_ABS_TOL, rtol=0)
+
+
+def test_flash_attn_packed_forms_refuse_shapes_they_cannot_split():
+    cos, sin = _cos_sin(8, 8)
+    for x, kw, msg in ((torch.zeros(1, 4, 2, 2, 8), {}, r"qkv of rank 5 must have shape \[B, S, 3, H, D\], got \[1, 4, 2, 2, 8\]"),
+                       (torch.zeros(1, 4, 6, 8), {}, r"num_heads_q must be given for a qkv of shape"),
+                       (torch.zeros(1, 4, 7, 8), {"num_heads_q": 4}, r"qkv's 7 heads must be num_heads_q = 4 plus twice"),
+                       (torch.zeros(1, 4, 8), {}, r"qkv must have rank 5 .* or rank 4")):
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] " + msg):
+            rt.apply_rotary_emb_qkv_(x, cos, sin, **kw)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] kv must have shape \[B, S, 2, H, D\], got \[1, 4, 3, 2, 8\]"):
+        rt.apply_rotary_emb_kv_(torch.zeros(1, 4, 3, 2, 8), cos, sin)
 
 
 @pytest.mark.parametrize("offsets_kind", ["zero", "int", "tensor"])

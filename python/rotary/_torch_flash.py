@@ -1,0 +1,93 @@
+"""flash-attn's packed in-place rotations (apply_rotary_emb_qkv_, apply_rotary_emb_kv_) on rotary.torch.apply_rotary_emb.
+
+Exported by rotary.torch; the rotation itself, its checks and its gradient are apply_rotary_emb's.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+
+
+def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v) views of a packed [B, S, 3, H, D] tensor, or of [B, S, Hq + 2 Hk, D] with num_heads_q = Hq."""
+    if not isinstance(qkv, torch.Tensor):
+        raise TypeError(f"[rotary_apply] qkv must be a torch.Tensor, got {type(qkv).__name__}")
+    shape = list(qkv.shape)
+    if qkv.dim() == 5:
+        if shape[2] != 3:
+            raise ValueError(f"[rotary_apply] qkv of rank 5 must have shape [B, S, 3, H, D], got {shape}")
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    if qkv.dim() == 4:
+        if num_heads_q is None:
+            raise ValueError(f"[rotary_apply] num_heads_q must be given for a qkv of shape [B, S, Hq + 2*Hk, D], "
+                             f"got none (shape {shape})")
+        hq = int(num_heads_q)
+        hk2 = shape[2] - hq
+        if hq <= 0 or hk2 <= 0 or hk2 % 2 != 0:
+            raise ValueError(f"[rotary_apply] qkv's {shape[2]} heads must be num_heads_q = {hq} plus twice a "
+                             f"positive k head count, got {hk2} more (shape {shape})")
+        hk = hk2 // 2
+        return qkv[:, :, :hq], qkv[:, :, hq:hq + hk], qkv[:, :, hq + hk:]
+    raise ValueError(f"[rotary_apply] qkv must have rank 5 [B, S, 3, H, D] or rank 4 [B, S, Hq + 2*Hk, D], "
+                     f"got rank {qkv.dim()} (shape {shape})")
+
+
+def _tracks_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cos_k: Optional[torch.Tensor] = None,
+                          sin_k: Optional[torch.Tensor] = None, interleaved: bool = False, seqlen_offsets: Any = 0,
+                          num_heads_q: Optional[int] = None) -> torch.Tensor:
+    """flash-attn's apply_rotary_emb_qkv_: q and k of a packed qkv rotated in place (v untouched).
+
+    qkv: [B, S, 3, H, D], or [B, S, Hq + 2*Hk, D] (GQA/MQA) with num_heads_q = Hq. cos/sin: [max_pos, R/2]
+    (R <= D; channels R.. pass through); cos_k/sin_k: k's own tables (default: cos/sin). interleaved and
+    seqlen_offsets (an int or [B]) as in apply_rotary_emb. Returns the rotated qkv: qkv itself, or, when a
+    gradient is tracked (qkv or a table requires grad, grad mode on), a tensor equal to the written qkv that
+    carries the gradient (as apply_rotary_emb with inplace=True).
+    """
+    from rotary.torch import apply_rotary_emb
+
+    q, k, v = _split_qkv(qkv, num_heads_q)
+    cos_k = cos if cos_k is None else cos_k
+    sin_k = sin if sin_k is None else sin_k
+    if not _tracks_grad(qkv, cos, sin, cos_k, sin_k):
+        apply_rotary_emb(q, cos, sin, interleaved, True, seqlen_offsets)
+        apply_rotary_emb(k, cos_k, sin_k, interleaved, True, seqlen_offsets)
+        return qkv
+    # Recorded out of place, then written into qkv outside autograd; the gradient flows through the result.
+    # Tables that need gradients read q's and k's values: from a copy, which the write leaves alone.
+    if _tracks_grad(cos, sin, cos_k, sin_k):
+        q, k, v = _split_qkv(qkv.clone(), num_heads_q)
+    qr = apply_rotary_emb(q, cos, sin, interleaved, False, seqlen_offsets)
+    kr = apply_rotary_emb(k, cos_k, sin_k, interleaved, False, seqlen_offsets)
+    y = torch.stack([qr, kr, v], dim=2) if qkv.dim() == 5 else torch.cat([qr, kr, v], dim=2)
+    with torch.no_grad():
+        qkv.copy_(y)
+    return y
+
+
+def apply_rotary_emb_kv_(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleaved: bool = False,
+                         seqlen_offsets: Any = 0) -> torch.Tensor:
+    """flash-attn's apply_rotary_emb_kv_: k of a packed kv [B, S, 2, H, D] rotated in place (v untouched).
+
+    cos/sin, interleaved and seqlen_offsets as in apply_rotary_emb_qkv_. Returns kv itself, or, when a gradient
+    is tracked, a tensor equal to the written kv that carries the gradient.
+    """
+    from rotary.torch import apply_rotary_emb
+
+    if not isinstance(kv, torch.Tensor):
+        raise TypeError(f"[rotary_apply] kv must be a torch.Tensor, got {type(kv).__name__}")
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError(f"[rotary_apply] kv must have shape [B, S, 2, H, D], got {list(kv.shape)}")
+    if not _tracks_grad(kv, cos, sin):
+        apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
+        return kv
+    src = kv.clone() if _tracks_grad(cos, sin) else kv
+    kr = apply_rotary_emb(src[:, :, 0], cos, sin, interleaved, False, seqlen_offsets)
+    y = torch.stack([kr, src[:, :, 1]], dim=2)
+    with torch.no_grad():
+        kv.copy_(y)
+    return y
