@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
+import numpy as np
 import torch
+
+from rotary._torch_positions import _functorch_active
 
 
 def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -14,6 +17,10 @@ def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Ten
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"[rotary_apply] qkv must be a torch.Tensor, got {type(qkv).__name__}")
     shape = list(qkv.shape)
+    # Elements shared between q, k and v (an expanded tensor) would be rotated twice, and v changed.
+    if torch._debug_has_internal_overlap(qkv) == 1:
+        raise ValueError(f"[rotary_apply] qkv must not have internally overlapping elements (it is written in place), "
+                         f"got strides {list(qkv.stride())} for shape {shape}")
     if qkv.dim() == 5:
         if shape[2] != 3:
             raise ValueError(f"[rotary_apply] qkv of rank 5 must have shape [B, S, 3, H, D], got {shape}")
@@ -22,6 +29,8 @@ def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Ten
         if num_heads_q is None:
             raise ValueError(f"[rotary_apply] num_heads_q must be given for a qkv of shape [B, S, Hq + 2*Hk, D], "
                              f"got none (shape {shape})")
+        if isinstance(num_heads_q, bool) or not isinstance(num_heads_q, (int, np.integer)):
+            raise TypeError(f"[rotary_apply] num_heads_q must be an int, got {type(num_heads_q).__name__}")
         hq = int(num_heads_q)
         hk2 = shape[2] - hq
         if hq <= 0 or hk2 <= 0 or hk2 % 2 != 0:
@@ -46,20 +55,28 @@ def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     (R <= D; channels R.. pass through); cos_k/sin_k: k's own tables (default: cos/sin). interleaved and
     seqlen_offsets (an int or [B]) as in apply_rotary_emb. Returns the rotated qkv: qkv itself, or, when a
     gradient is tracked (qkv or a table requires grad, grad mode on), a tensor equal to the written qkv that
-    carries the gradient (as apply_rotary_emb with inplace=True).
+    carries the gradient (as apply_rotary_emb with inplace=True). A qkv whose elements overlap (an expanded
+    tensor) is refused; an error (k's own tables included) comes before anything is written.
     """
     from rotary.torch import apply_rotary_emb
 
     q, k, v = _split_qkv(qkv, num_heads_q)
+    own_k = cos_k is not None or sin_k is not None
     cos_k = cos if cos_k is None else cos_k
     sin_k = sin if sin_k is None else sin_k
     if not _tracks_grad(qkv, cos, sin, cos_k, sin_k):
+        if not own_k:  # k's call reads what q's read (same tables, offsets and tokens): it cannot fail after q's
+            apply_rotary_emb(q, cos, sin, interleaved, True, seqlen_offsets)
+            apply_rotary_emb(k, cos_k, sin_k, interleaved, True, seqlen_offsets)
+            return qkv
+        kr = apply_rotary_emb(k, cos_k, sin_k, interleaved, False, seqlen_offsets)  # k's errors before any write
         apply_rotary_emb(q, cos, sin, interleaved, True, seqlen_offsets)
-        apply_rotary_emb(k, cos_k, sin_k, interleaved, True, seqlen_offsets)
+        k.copy_(kr)
         return qkv
     # Recorded out of place, then written into qkv outside autograd; the gradient flows through the result.
-    # Tables that need gradients read q's and k's values: from a copy, which the write leaves alone.
-    if _tracks_grad(cos, sin, cos_k, sin_k):
+    # Tables that need gradients, and torch.func's transforms (whose Function saves its input), read q's and k's
+    # values: from a copy, which the write leaves alone.
+    if _tracks_grad(cos, sin, cos_k, sin_k) or _functorch_active():
         q, k, v = _split_qkv(qkv.clone(), num_heads_q)
     qr = apply_rotary_emb(q, cos, sin, interleaved, False, seqlen_offsets)
     kr = apply_rotary_emb(k, cos_k, sin_k, interleaved, False, seqlen_offsets)
@@ -82,10 +99,13 @@ def apply_rotary_emb_kv_(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         raise TypeError(f"[rotary_apply] kv must be a torch.Tensor, got {type(kv).__name__}")
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"[rotary_apply] kv must have shape [B, S, 2, H, D], got {list(kv.shape)}")
+    if torch._debug_has_internal_overlap(kv) == 1:
+        raise ValueError(f"[rotary_apply] kv must not have internally overlapping elements (it is written in place), "
+                         f"got strides {list(kv.stride())} for shape {list(kv.shape)}")
     if not _tracks_grad(kv, cos, sin):
         apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
         return kv
-    src = kv.clone() if _tracks_grad(cos, sin) else kv
+    src = kv.clone() if _tracks_grad(cos, sin) or _functorch_active() else kv
     kr = apply_rotary_emb(src[:, :, 0], cos, sin, interleaved, False, seqlen_offsets)
     y = torch.stack([kr, src[:, :, 1]], dim=2)
     with torch.no_grad():

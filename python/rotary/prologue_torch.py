@@ -236,13 +236,17 @@ def _original_forward(self, *args, **kwargs):
     return own(*args, **kwargs) if own is not None else type(self).forward(self, *args, **kwargs)
 
 
-def _one_eps(norm: Any) -> Optional[float]:
-    return None if norm is None else float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6)))
+def _one_eps(norm: Any, dtype: torch.dtype) -> Optional[float]:
+    """A norm's eps (None: no norm); torch.nn.RMSNorm's eps=None is the input dtype's machine eps, as it computes."""
+    if norm is None:
+        return None
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+    return float(torch.finfo(dtype).eps if eps is None else eps)
 
 
-def _norm_eps(q_norm: Any, k_norm: Any) -> Optional[float]:
+def _norm_eps(q_norm: Any, k_norm: Any, dtype: torch.dtype) -> Optional[float]:
     """The eps of a layer's q/k norms for the fused call (which takes one): None where the two differ."""
-    q_eps, k_eps = _one_eps(q_norm), _one_eps(k_norm)
+    q_eps, k_eps = _one_eps(q_norm, dtype), _one_eps(k_norm, dtype)
     if q_eps is not None and k_eps is not None and q_eps != k_eps:
         return None
     return q_eps if q_eps is not None else k_eps if k_eps is not None else 1e-6
@@ -261,7 +265,7 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
     # A model on a GPU: the original forward (the prologue runs on the CPU).
     q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
-    eps = _norm_eps(q_norm, k_norm)
+    eps = _norm_eps(q_norm, k_norm, hidden_states.dtype)
     # A k_norm eps other than q_norm's (changed after patching; patch_prologue refuses it): the original forward.
     if layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu" or eps is None:
         return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
@@ -323,10 +327,11 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
                                   f"layers (their forward is what the fused call reproduces), got {found}")
     for module in attention:
         q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)
-        if _norm_eps(q_norm, k_norm) is None:
+        dtype = getattr(getattr(module.q_proj, "weight", None), "dtype", torch.float32)
+        if _norm_eps(q_norm, k_norm, dtype) is None:
             raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm eps "
-                                      f"{_one_eps(q_norm):g} and k_norm eps {_one_eps(k_norm):g} differ (the fused call "
-                                      "takes one)")
+                                      f"{_one_eps(q_norm, dtype):g} and k_norm eps {_one_eps(k_norm, dtype):g} differ (the "
+                                      "fused call takes one)")
     if spec is None:
         ropes = [m for _, m in _rope_modules(model)]
         spec = spec_of_module(ropes[0], model.config) if len(ropes) == 1 else Spec.from_hf_config(model.config)

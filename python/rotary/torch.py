@@ -313,8 +313,10 @@ def apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, inte
                                                           or seqlen_offsets.dtype == torch.bool)):
         what = seqlen_offsets.dtype if isinstance(seqlen_offsets, torch.Tensor) else type(seqlen_offsets).__name__
         raise TypeError(f"[rotary_apply] seqlen_offsets must be an int or an integer tensor, got {what}")
-    leaf = x.is_leaf or (x._base is not None and x._base.is_leaf)
-    if inplace and leaf and x.requires_grad and torch.is_grad_enabled():
+    # is_leaf last: torch refuses to read it on a view made under no_grad whose base was written since (a packed
+    # qkv's k after its q, apply_rotary_emb_qkv_ under no_grad), and it matters only with a gradient to track.
+    if inplace and torch.is_grad_enabled() and x.requires_grad and (x.is_leaf or (x._base is not None
+                                                                             and x._base.is_leaf)):
         # flash-attn's form: its Function writes x (a leaf that requires grad, or a view of one) and differentiates
         # the returned tensor. torch refuses an in-place op on a leaf, so the rotation is recorded out of place and
         # written into x's memory outside autograd; gradients flow through the returned tensor. (Table gradients

@@ -62,7 +62,8 @@ rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
                           std::to_string(int(dt.bits)) + " bits); expected float32, float16, bfloat16, float64 "
                           "(int32/int64 for positions; int8, float8_e4m3fn, float8_e5m2 for caches and fp8 outputs)" +
                           // fp8 caches kept as raw bytes (older vLLM allocates them as uint8)
-                          (code == nb::dlpack::dtype_code::UInt && dt.bits == 8
+                          (code == nb::dlpack::dtype_code::UInt && dt.bits == 8 &&
+                                   (std::strstr(what, "cache") != nullptr || std::strstr(what, "out") != nullptr)
                                ? std::string("; fp8 bytes held as uint8: pass a float8 view of them, e.g. "
                                              "cache.view(torch.float8_e4m3fn) or ml_dtypes.float8_e4m3fn for numpy")
                                : std::string()))

@@ -131,6 +131,59 @@ def test_flash_attn_packed_qkv_and_kv_rotate_q_and_k_in_place(grad, interleaved,
         torch.testing.assert_close(packed.grad.double(), ref.grad, atol=F32_ABS_TOL, rtol=0)
 
 
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_flash_attn_packed_forms_rotate_without_grad_mode_a_tensor_that_requires_grad(mode):
+    """Under no_grad / inference_mode a qkv that requires grad is rotated in place like any other (k's view, made
+    before q was written, refused an is_leaf read; found by a review)."""
+    B, S, H, D = 2, 5, 2, 8
+    cos, sin = _cos_sin(2 * S, D)
+    base = torch.randn(B, S, H + 2 * 1, D)
+    want = rt.apply_rotary_emb_qkv_(base.clone(), cos, sin, num_heads_q=H)
+    ctx = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    for make in (lambda: base.clone().requires_grad_(), lambda: base.clone().requires_grad_() * 1):
+        x = make()
+        with ctx:
+            out = rt.apply_rotary_emb_qkv_(x, cos, sin, cos, sin, num_heads_q=H)
+        assert out is x and torch.equal(x.detach(), want)
+        kv = make()[:, :, :2].reshape(B, S, 2, 1, D).clone().detach().requires_grad_()
+        with ctx:
+            rt.apply_rotary_emb_kv_(kv, cos, sin)
+
+
+@pytest.mark.parametrize("form", ["qkv", "kv"])
+def test_flash_attn_packed_forms_differentiate_under_torch_func(form):
+    """torch.func.grad / jacrev of the packed forms equal eager autograd (the Function saves its input under
+    torch.func, and the write into the packed tensor changed that input; found by a review)."""
+    from torch.func import grad, jacrev
+
+    B, S, H, D = 2, 5, 2, 8
+    cos, sin = _cos_sin(2 * S, D)
+    shape = (B, S, 3, H, D) if form == "qkv" else (B, S, 2, H, D)
+    x, g = torch.randn(shape), torch.randn(shape)
+    fn = rt.apply_rotary_emb_qkv_ if form == "qkv" else rt.apply_rotary_emb_kv_
+    loss = lambda t: (fn(t * 1, cos, sin, seqlen_offsets=torch.tensor([0, 3])) * g).sum()  # noqa: E731
+    xe = x.clone().requires_grad_()
+    loss(xe).backward()
+    torch.testing.assert_close(grad(loss)(x), xe.grad, rtol=0, atol=0)
+    assert jacrev(lambda t: fn(t * 1, cos, sin)[0, 0].sum())(x).shape == shape
+
+
+def test_flash_attn_packed_forms_refuse_shared_elements_and_write_nothing_on_a_k_table_error():
+    cos, sin = _cos_sin(8, 8)
+    shared = torch.randn(1, 5, 1, 2, 8)
+    for fn, x in ((rt.apply_rotary_emb_qkv_, shared.expand(1, 5, 3, 2, 8)), (rt.apply_rotary_emb_kv_, shared.expand(1, 5, 2, 2, 8))):
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] (qkv|kv) must not have internally overlapping elements"):
+            fn(x, cos, sin)
+    assert torch.equal(shared, shared.clone())
+    qkv = torch.randn(1, 5, 3, 2, 8)
+    before = qkv.clone()
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] position 4 is out of range for cos/sin with 3 rows"):
+        rt.apply_rotary_emb_qkv_(qkv, cos, sin, cos[:3], sin[:3])  # k's own tables are too short: q is not written
+    assert torch.equal(qkv, before)
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] num_heads_q must be an int, got float"):
+        rt.apply_rotary_emb_qkv_(torch.zeros(1, 4, 6, 8), cos, sin, num_heads_q=2.5)
+
+
 def test_flash_attn_packed_forms_refuse_shapes_they_cannot_split():
     cos, sin = _cos_sin(8, 8)
     for x, kw, msg in ((torch.zeros(1, 4, 2, 2, 8), {}, r"qkv of rank 5 must have shape \[B, S, 3, H, D\], got \[1, 4, 2, 2, 8\]"),

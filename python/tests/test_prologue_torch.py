@@ -503,3 +503,25 @@ def test_a_k_norm_eps_other_than_q_norms_is_refused_or_left_to_the_original_forw
     assert torch.equal(got.sequences, want.sequences)
     for a, b in zip(got.logits, want.logits):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_norms_with_torch_s_default_eps_take_the_fused_path_with_that_eps():
+    # torch.nn.RMSNorm(eps=None) normalises with the input dtype's machine eps: patch_prologue read float(None).
+    model = _tiny("qwen3")
+    for layer in model.model.layers:
+        for name in ("q_norm", "k_norm"):
+            old = getattr(layer.self_attn, name)
+            norm = torch.nn.RMSNorm(16, eps=None)
+            with torch.no_grad():
+                norm.weight.copy_(old.weight)
+            setattr(layer.self_attn, name, norm)
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = _generate(model, ids)
+    assert len(prologue_torch.patch_prologue(model)) == 2
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
