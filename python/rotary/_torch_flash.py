@@ -12,13 +12,21 @@ import torch
 from rotary._torch_positions import _functorch_active
 
 
+def _overlaps(t: torch.Tensor) -> bool:
+    """Elements of t shared between indices (an expanded axis; other overlaps outside torch.compile, which cannot
+    trace torch's own test: a graph break there split the call into graphs torch could not compile)."""
+    if any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())):
+        return True
+    return not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(t) == 1
+
+
 def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(q, k, v) views of a packed [B, S, 3, H, D] tensor, or of [B, S, Hq + 2 Hk, D] with num_heads_q = Hq."""
     if not isinstance(qkv, torch.Tensor):
         raise TypeError(f"[rotary_apply] qkv must be a torch.Tensor, got {type(qkv).__name__}")
     shape = list(qkv.shape)
     # Elements shared between q, k and v (an expanded tensor) would be rotated twice, and v changed.
-    if torch._debug_has_internal_overlap(qkv) == 1:
+    if _overlaps(qkv):
         raise ValueError(f"[rotary_apply] qkv must not have internally overlapping elements (it is written in place), "
                          f"got strides {list(qkv.stride())} for shape {shape}")
     if qkv.dim() == 5:
@@ -99,7 +107,7 @@ def apply_rotary_emb_kv_(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
         raise TypeError(f"[rotary_apply] kv must be a torch.Tensor, got {type(kv).__name__}")
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"[rotary_apply] kv must have shape [B, S, 2, H, D], got {list(kv.shape)}")
-    if torch._debug_has_internal_overlap(kv) == 1:
+    if _overlaps(kv):
         raise ValueError(f"[rotary_apply] kv must not have internally overlapping elements (it is written in place), "
                          f"got strides {list(kv.stride())} for shape {list(kv.shape)}")
     if not _tracks_grad(kv, cos, sin):

@@ -168,6 +168,22 @@ def test_flash_attn_packed_forms_differentiate_under_torch_func(form):
     assert jacrev(lambda t: fn(t * 1, cos, sin)[0, 0].sum())(x).shape == shape
 
 
+def test_flash_attn_packed_qkv_compiles_with_its_gradient():
+    """flash-attn's test compiles apply_rotary_emb_qkv_ on a leaf that requires grad: torch's internal-overlap test
+    broke the graph there, into graphs AOT autograd refused (aliased leaf and non-leaf inputs)."""
+    torch.manual_seed(0)
+    base, g = torch.randn(2, 6, 3, 2, 16), torch.randn(2, 6, 3, 2, 16)
+    cos, sin = _cos_sin(12, 16)
+    outs = []
+    for fn in (rt.apply_rotary_emb_qkv_, torch.compile(rt.apply_rotary_emb_qkv_, backend="aot_eager")):
+        qkv = base.clone().requires_grad_()
+        out = fn(qkv, cos, sin, seqlen_offsets=2)
+        out.backward(g)
+        outs.append((out.detach(), qkv.detach(), qkv.grad))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_flash_attn_packed_forms_refuse_shared_elements_and_write_nothing_on_a_k_table_error():
     cos, sin = _cos_sin(8, 8)
     shared = torch.randn(1, 5, 1, 2, 8)
