@@ -302,6 +302,13 @@ def _generate(model, ids):
                               return_dict_in_generate=True, pad_token_id=0)
 
 
+def _assert_generated_alike(got, want):
+    """The same greedy tokens, and logits within 1e-5."""
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monkeypatch):
     model = _tiny(kind)
@@ -318,9 +325,7 @@ def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monke
         prologue_torch.unpatch_prologue(model)
     # one rotary call per layer per forward (1 prefill + 9 decode forwards for 10 new tokens)
     assert len(calls) == model.config.num_hidden_layers * 10
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    _assert_generated_alike(got, want)
 
 
 def test_generate_follows_the_width_transformers_rotates_not_a_partial_factor_it_ignores(monkeypatch):
@@ -337,9 +342,7 @@ def test_generate_follows_the_width_transformers_rotates_not_a_partial_factor_it
         got = _generate(model, ids)
     finally:
         prologue_torch.unpatch_prologue(model)
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    _assert_generated_alike(got, want)
 
 
 def test_patch_prologue_refuses_attention_it_does_not_reproduce_and_unpatch_restores_exactly():
@@ -376,9 +379,7 @@ def test_a_patched_model_saved_whole_loads_patched_and_generates_the_same(monkey
     monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
     got = _generate(loaded, ids)
     assert len(calls) == loaded.config.num_hidden_layers * 10  # the loaded layers take the fused path
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    _assert_generated_alike(got, want)
     prologue_torch.unpatch_prologue(loaded)
     assert not any(k.startswith("_rotary") or k == "forward" for m in loaded.modules() for k in m.__dict__)
 
@@ -500,9 +501,7 @@ def test_a_k_norm_eps_other_than_q_norms_is_refused_or_left_to_the_original_forw
     finally:
         prologue_torch.unpatch_prologue(model)
     want = _generate(model, ids)
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    _assert_generated_alike(got, want)
 
 
 def test_norms_with_torch_s_default_eps_take_the_fused_path_with_that_eps():
@@ -522,6 +521,4 @@ def test_norms_with_torch_s_default_eps_take_the_fused_path_with_that_eps():
         got = _generate(model, ids)
     finally:
         prologue_torch.unpatch_prologue(model)
-    assert torch.equal(got.sequences, want.sequences)
-    for a, b in zip(got.logits, want.logits):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    _assert_generated_alike(got, want)
