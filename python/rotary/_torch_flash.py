@@ -4,7 +4,7 @@ Exported by rotary.torch; the rotation itself, its checks and its gradient are a
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 import torch
@@ -12,27 +12,27 @@ import torch
 from rotary._torch_positions import _functorch_active
 
 
-def _overlaps(t: torch.Tensor) -> bool:
-    """Elements of t shared between indices (an expanded axis; other overlaps outside torch.compile, which cannot
-    trace torch's own test: a graph break there split the call into graphs torch could not compile)."""
-    if any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())):
-        return True
-    return not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(t) == 1
+def _check_packed(t: torch.Tensor, name: str) -> None:
+    """A packed tensor written in place: a tensor whose elements are not shared between indices (an expanded axis,
+    checked everywhere; other overlaps outside torch.compile, which cannot trace torch's own test: a graph break
+    there split the call into graphs torch could not compile). Shared elements would be rotated twice."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"[rotary_apply] {name} must be a torch.Tensor, got {type(t).__name__}")
+    if any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())) or (
+            not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(t) == 1):
+        raise ValueError(f"[rotary_apply] {name} must not have internally overlapping elements (it is written in "
+                         f"place), got strides {list(t.stride())} for shape {list(t.shape)}")
 
 
-def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(q, k, v) views of a packed [B, S, 3, H, D] tensor, or of [B, S, Hq + 2 Hk, D] with num_heads_q = Hq."""
-    if not isinstance(qkv, torch.Tensor):
-        raise TypeError(f"[rotary_apply] qkv must be a torch.Tensor, got {type(qkv).__name__}")
+def _qkv_parts(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Callable[[torch.Tensor], Tuple[torch.Tensor, ...]]:
+    """Checks a packed [B, S, 3, H, D] qkv, or [B, S, Hq + 2 Hk, D] with num_heads_q = Hq; returns the function
+    giving the (q, k, v) views of it or of a tensor of its shape (a copy)."""
+    _check_packed(qkv, "qkv")
     shape = list(qkv.shape)
-    # Elements shared between q, k and v (an expanded tensor) would be rotated twice, and v changed.
-    if _overlaps(qkv):
-        raise ValueError(f"[rotary_apply] qkv must not have internally overlapping elements (it is written in place), "
-                         f"got strides {list(qkv.stride())} for shape {shape}")
     if qkv.dim() == 5:
         if shape[2] != 3:
             raise ValueError(f"[rotary_apply] qkv of rank 5 must have shape [B, S, 3, H, D], got {shape}")
-        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        return lambda t: (t[:, :, 0], t[:, :, 1], t[:, :, 2])
     if qkv.dim() == 4:
         if num_heads_q is None:
             raise ValueError(f"[rotary_apply] num_heads_q must be given for a qkv of shape [B, S, Hq + 2*Hk, D], "
@@ -45,7 +45,7 @@ def _split_qkv(qkv: torch.Tensor, num_heads_q: Optional[int]) -> Tuple[torch.Ten
             raise ValueError(f"[rotary_apply] qkv's {shape[2]} heads must be num_heads_q = {hq} plus twice a "
                              f"positive k head count, got {hk2} more (shape {shape})")
         hk = hk2 // 2
-        return qkv[:, :, :hq], qkv[:, :, hq:hq + hk], qkv[:, :, hq + hk:]
+        return lambda t: (t[:, :, :hq], t[:, :, hq:hq + hk], t[:, :, hq + hk:])
     raise ValueError(f"[rotary_apply] qkv must have rank 5 [B, S, 3, H, D] or rank 4 [B, S, Hq + 2*Hk, D], "
                      f"got rank {qkv.dim()} (shape {shape})")
 
@@ -68,7 +68,8 @@ def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     """
     from rotary.torch import apply_rotary_emb
 
-    q, k, v = _split_qkv(qkv, num_heads_q)
+    parts = _qkv_parts(qkv, num_heads_q)
+    q, k, v = parts(qkv)
     own_k = cos_k is not None or sin_k is not None
     cos_k = cos if cos_k is None else cos_k
     sin_k = sin if sin_k is None else sin_k
@@ -85,7 +86,7 @@ def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     # Tables that need gradients, and torch.func's transforms (whose Function saves its input), read q's and k's
     # values: from a copy, which the write leaves alone.
     if _tracks_grad(cos, sin, cos_k, sin_k) or _functorch_active():
-        q, k, v = _split_qkv(qkv.clone(), num_heads_q)
+        q, k, v = parts(qkv.clone())
     qr = apply_rotary_emb(q, cos, sin, interleaved, False, seqlen_offsets)
     kr = apply_rotary_emb(k, cos_k, sin_k, interleaved, False, seqlen_offsets)
     y = torch.stack([qr, kr, v], dim=2) if qkv.dim() == 5 else torch.cat([qr, kr, v], dim=2)
@@ -103,13 +104,9 @@ def apply_rotary_emb_kv_(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     """
     from rotary.torch import apply_rotary_emb
 
-    if not isinstance(kv, torch.Tensor):
-        raise TypeError(f"[rotary_apply] kv must be a torch.Tensor, got {type(kv).__name__}")
+    _check_packed(kv, "kv")
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"[rotary_apply] kv must have shape [B, S, 2, H, D], got {list(kv.shape)}")
-    if _overlaps(kv):
-        raise ValueError(f"[rotary_apply] kv must not have internally overlapping elements (it is written in place), "
-                         f"got strides {list(kv.stride())} for shape {list(kv.shape)}")
     if not _tracks_grad(kv, cos, sin):
         apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
         return kv

@@ -1,0 +1,266 @@
+"""rotary.prologue_torch.patch_prologue on tiny HF Llama / Qwen3 models: generate() equal to the unpatched model, refusals, compile graphs."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rotary import _prologue, prologue_torch  # noqa: E402
+
+
+def test_patched_layers_keep_the_original_forward_when_a_parameter_needs_a_gradient():
+    # Fine-tuning only q_norm (or a LoRA-like q_proj) with a StaticCache in grad mode: the fused call would have
+    # given no gradient at all (q_norm) or refused (q_proj); the layer's own forward runs instead.
+    model = _tiny("qwen3")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for layer in model.model.layers:
+        layer.self_attn.q_norm.weight.requires_grad_(True)
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(7))
+
+    def grads():
+        model.zero_grad()
+        cache = transformers.StaticCache(config=model.config, max_cache_len=16)
+        model(ids, cache=cache, use_cache=True).logits.sum().backward()
+        return [layer.self_attn.q_norm.weight.grad.clone() for layer in model.model.layers]
+
+    want = grads()
+    prologue_torch.patch_prologue(model)
+    try:
+        got = grads()
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def _tiny(kind: str, **extra):
+    torch.manual_seed(0)
+    common = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6, **extra)
+    if kind == "llama":
+        cfg = transformers.LlamaConfig(**common)
+        model = transformers.LlamaForCausalLM(cfg)
+    else:
+        cfg = transformers.Qwen3Config(**common)
+        model = transformers.Qwen3ForCausalLM(cfg)
+        for layer in model.model.layers:  # non-trivial qk-norm weights (they start as ones)
+            with torch.no_grad():
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def _generate(model, ids):
+    cache = transformers.StaticCache(config=model.config, max_cache_len=40)
+    with torch.no_grad():
+        return model.generate(ids, max_new_tokens=10, do_sample=False, cache=cache, output_logits=True,
+                              return_dict_in_generate=True, pad_token_id=0)
+
+
+def _assert_generated_alike(got, want):
+    """The same greedy tokens, and logits within 1e-5."""
+    assert torch.equal(got.sequences, want.sequences)
+    for a, b in zip(got.logits, want.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monkeypatch):
+    model = _tiny(kind)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    want = _generate(model, ids)
+    patched = prologue_torch.patch_prologue(model)
+    assert len(patched) == model.config.num_hidden_layers
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    # one rotary call per layer per forward (1 prefill + 9 decode forwards for 10 new tokens)
+    assert len(calls) == model.config.num_hidden_layers * 10
+    _assert_generated_alike(got, want)
+
+
+def test_generate_follows_the_width_transformers_rotates_not_a_partial_factor_it_ignores(monkeypatch):
+    # Qwen3's default RoPE ignores rope_parameters["partial_rotary_factor"] (it rotates the whole head); the config
+    # alone says half. The Spec follows the model's own inv_freq (rotary.torch.spec_of_module).
+    model = _tiny("qwen3", rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5})
+    assert model.model.rotary_emb.inv_freq.numel() * 2 == 16
+    from rotary.torch import spec_of_module
+    assert spec_of_module(model.model.rotary_emb, model.config).rotary_dim == 16
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    _assert_generated_alike(got, want)
+
+
+def test_patch_prologue_refuses_attention_it_does_not_reproduce_and_unpatch_restores_exactly():
+    # Gemma2's attention softcaps its logits: the fused forward would have dropped that silently.
+    cfg = transformers.Gemma2Config(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16, attn_logit_softcapping=1.0)
+    gemma = transformers.Gemma2ForCausalLM(cfg).eval()
+    with pytest.raises(NotImplementedError, match=r"\[rotary.patch_prologue\] Gemma2ForCausalLM: .*got Gemma2Attention"):
+        prologue_torch.patch_prologue(gemma)
+    assert not any(hasattr(m, "_rotary_original_forward") for m in gemma.modules())
+    model = _tiny("llama")
+    layers = prologue_torch.patch_prologue(model)
+    prologue_torch.unpatch_prologue(model)
+    for layer in layers:  # no instance attribute left: the class's forward again
+        assert "forward" not in layer.__dict__ and not any(k.startswith("_rotary") for k in layer.__dict__)
+
+
+def test_a_patched_model_saved_whole_loads_patched_and_generates_the_same(monkeypatch):
+    # torch.save pickles the patched forwards: bound methods of the class pickled as getattr(module, "forward")
+    # and failed at torch.load.
+    import io
+
+    model = _tiny("qwen3")
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(7))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    prologue_torch.unpatch_prologue(model)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    got = _generate(loaded, ids)
+    assert len(calls) == loaded.config.num_hidden_layers * 10  # the loaded layers take the fused path
+    _assert_generated_alike(got, want)
+    prologue_torch.unpatch_prologue(loaded)
+    assert not any(k.startswith("_rotary") or k == "forward" for m in loaded.modules() for k in m.__dict__)
+
+
+def test_patched_layers_apply_the_attention_dropout_in_training_mode():
+    # A model in train() mode under no_grad (e.g. Monte Carlo dropout at inference) drops attention weights as its own
+    # forward does; the fused forward passed dropout=0.0 always.
+    model = _tiny("llama", attention_dropout=0.25)
+    prologue_torch.patch_prologue(model)
+    seen = []
+    try:
+        for layer in model.model.layers:
+            real = layer.self_attn._rotary_eager
+            layer.self_attn._rotary_eager = lambda *a, _real=real, **kw: (seen.append(kw["dropout"]), _real(*a, **kw))[1]
+        ids = torch.randint(1, 96, (1, 5), generator=torch.Generator().manual_seed(2))
+        for training in (False, True):
+            model.train(training)
+            with torch.no_grad():
+                model(ids, cache=transformers.StaticCache(config=model.config, max_cache_len=16), use_cache=True)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert seen == [0.0, 0.0, 0.25, 0.25]
+
+
+def _decode_graphs(model, patched: bool):
+    """Graphs and graph breaks of three compiled decode steps (torch.compile without fullgraph, as generate()'s own
+    compilation), and their logits."""
+    if patched:
+        prologue_torch.patch_prologue(model)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    cache = transformers.StaticCache(config=model.config, max_cache_len=30)
+    graphs, logits = [], []
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        with torch.no_grad():
+            model(ids, cache=cache, use_cache=True)
+
+            def step(tok, pos):
+                return model(input_ids=tok, cache=cache, use_cache=True, cache_position=pos,
+                             position_ids=pos[None].expand(2, 1)).logits
+
+            f = torch.compile(step, backend=lambda gm, ex: (graphs.append(gm), gm.forward)[1])
+            tok = ids[:, -1:]
+            for s in range(3):
+                logits.append(f(tok, torch.tensor([7 + s])))
+                tok = logits[-1][:, -1:].argmax(-1)
+        breaks = sum(torch._dynamo.utils.counters["graph_break"].values())
+    finally:
+        if patched:
+            prologue_torch.unpatch_prologue(model)
+        torch._dynamo.reset()
+    return len(graphs), breaks, logits
+
+
+def test_a_compiled_patched_model_makes_the_graphs_the_unpatched_one_makes():
+    # The start of the new tokens in the cache stays a tensor: int(cumulative_length) broke the graph in every
+    # patched layer (12 graphs and 15 breaks where the unpatched model makes 2 graphs over three decode steps).
+    model = _tiny("qwen3")
+    n_want, breaks_want, want = _decode_graphs(model, False)
+    n_got, breaks_got, got = _decode_graphs(model, True)
+    assert (n_got, breaks_got) == (n_want, breaks_want) and breaks_got == 0
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_a_batch_or_prompt_the_static_cache_cannot_hold_fails_as_in_the_unpatched_model():
+    # The patched layers leave such calls to the original forward, whose StaticCache update reports them (the fused
+    # call accepted a batch of 1 into a cache of 2 and failed later in o_proj; a long prompt named cache_positions).
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    errors = {}
+    for patched in (False, True):
+        model = _tiny("llama")
+        if patched:
+            prologue_torch.patch_prologue(model)
+        with torch.no_grad():
+            short = transformers.StaticCache(config=model.config, max_cache_len=5)
+            with pytest.raises(Exception) as long_prompt:
+                model(ids, cache=short, use_cache=True)
+            cache = transformers.StaticCache(config=model.config, max_cache_len=20)
+            model(ids, cache=cache, use_cache=True)
+            with pytest.raises(Exception) as other_batch:
+                model(ids[:1, :1], cache=cache, use_cache=True)
+        errors[patched] = [(type(e.value), str(e.value)) for e in (long_prompt, other_batch)]
+    assert errors[True] == errors[False]
+
+
+def test_a_k_norm_eps_other_than_q_norms_is_refused_or_left_to_the_original_forward():
+    # The fused call takes one eps: the patched layers used q_norm's for k too (k's rows normalised with the wrong eps).
+    model = _tiny("qwen3")
+    model.model.layers[1].self_attn.k_norm.variance_epsilon = 0.25
+    with pytest.raises(NotImplementedError, match=r"^\[rotary.patch_prologue\] Qwen3ForCausalLM: layer 1's q_norm eps "
+                                                  r"1e-06 and k_norm eps 0.25 differ \(the fused call takes one\)"):
+        prologue_torch.patch_prologue(model)
+    assert not any(hasattr(m, "_rotary_original_forward") for m in model.modules())  # nothing patched
+    # Changed after patching: that layer takes its original forward, with the model's results.
+    model = _tiny("qwen3")
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    prologue_torch.patch_prologue(model)
+    model.model.layers[1].self_attn.k_norm.variance_epsilon = 0.25
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    want = _generate(model, ids)
+    _assert_generated_alike(got, want)
+
+
+def test_norms_with_torch_s_default_eps_take_the_fused_path_with_that_eps():
+    # torch.nn.RMSNorm(eps=None) normalises with the input dtype's machine eps: patch_prologue read float(None).
+    model = _tiny("qwen3")
+    for layer in model.model.layers:
+        for name in ("q_norm", "k_norm"):
+            old = getattr(layer.self_attn, name)
+            norm = torch.nn.RMSNorm(16, eps=None)
+            with torch.no_grad():
+                norm.weight.copy_(old.weight)
+            setattr(layer.self_attn, name, norm)
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = _generate(model, ids)
+    assert len(prologue_torch.patch_prologue(model)) == 2
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    _assert_generated_alike(got, want)
