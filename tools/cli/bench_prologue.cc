@@ -6,8 +6,9 @@
 // pass (prologue without frequency sources or cache: q and k normalised in place), the rotation
 // (apply_table, q and k in place), and the cache write (prologue without sources or norm) — in the same
 // run (speedup = unfused / fused of that second, alternating pair). Bytes = q, k, v read + q, k cache, v cache written (+ int8 scales); the limit moves the
-// same bytes: prefill, the in-place stream over q's bytes then a non-temporal copy of the rest (before 2026-12-05 a
-// non-temporal copy of all of them); decode, memcpy on one thread. Decode steps write one fixed cache slot (its
+// same bytes: prefill, the in-place stream over q's bytes then a non-temporal copy of the rest from other memory
+// (before 2026-12-05 a non-temporal copy of all of them; until 2026-12-06 the copy read the stream's bytes);
+// decode, memcpy on one thread. Decode steps write one fixed cache slot (its
 // lines stay cached); cold_us times the fused step writing a different slot each call, cycling through the cache.
 #include <algorithm>
 #include <cstdint>
@@ -217,7 +218,10 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
               const size_t half = static_cast<size_t>(bytes / 2) & ~size_t{3};
               // Prefill's limit moves the call's bytes the way the call does: q's rows read and written in place
               // (the in-place stream over q's bytes), the rest copied with non-temporal stores (k, v read; the
-              // cache rows written). Decode (one thread, in cache): memcpy of the same bytes.
+              // cache rows written) from memory the stream did not just rewrite, as the call's k and v are other
+              // tensors than q (copied from the stream's own first bytes, part of them still in the L3, the limit
+              // ran up to a tenth faster: docs/performance.md). Decode (one thread, in cache): memcpy of the
+              // same bytes.
               const size_t q_bytes = static_cast<size_t>(ph.tokens * kHq * kD * dtype_size(dt)) & ~size_t{3};
               const size_t rest_half = static_cast<size_t>((bytes - 2.0 * static_cast<double>(q_bytes)) / 2) & ~size_t{3};
               auto limit_fn = [&] {
@@ -225,7 +229,7 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
                   limits.memcpy(half, 1);
                 } else {
                   limits.inplace_stream(q_bytes, thr);
-                  limits.nt_copy(rest_half, thr);
+                  limits.nt_copy(rest_half, thr, (q_bytes + 63) / 64 * 64);
                 }
               };
               const auto [sec, limit_sec] = time_pair(fused, limit_fn, timing);

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -187,8 +188,9 @@ Limits::Limits(size_t max_bytes) : team_(std::make_unique<Team>()), src_(max_byt
 
 Limits::~Limits() = default;
 
-void Limits::split(size_t n, int threads, const std::function<void(float*, float*, size_t)>& body) {
-  float* src = reinterpret_cast<float*>(src_.data());
+void Limits::split(size_t n, int threads, const std::function<void(float*, float*, size_t)>& body,
+                   size_t src_offset_floats) {
+  float* src = reinterpret_cast<float*>(src_.data()) + src_offset_floats;
   float* dst = reinterpret_cast<float*>(dst_.data());
   if (threads == 1) return body(src, dst, n);
   team_->run(threads, [&](int i) {
@@ -202,8 +204,11 @@ void Limits::inplace_stream(size_t bytes, int threads) {
   split(bytes / sizeof(float), threads, [](float* x, float*, size_t n) { rmw_widest(x, n); });
 }
 
-void Limits::nt_copy(size_t bytes, int threads) {
-  split(bytes / sizeof(float), threads, [](float* src, float* dst, size_t n) { nt_copy_widest(dst, src, n); });
+void Limits::nt_copy(size_t bytes, int threads, size_t src_offset) {
+  if (src_offset % 64 != 0 || src_offset + bytes > src_.bytes())
+    throw std::logic_error("Limits::nt_copy: source range past the buffer or not line-aligned");
+  split(bytes / sizeof(float), threads, [](float* src, float* dst, size_t n) { nt_copy_widest(dst, src, n); },
+        src_offset / sizeof(float));
 }
 
 void Limits::memcpy(size_t bytes, int threads) {

@@ -54,14 +54,17 @@ class Limits {
   ~Limits();
   /// In place: x = x*0.999 + 0.001 over the f32 values.
   void inplace_stream(size_t bytes, int threads);
-  /// Copy with non-temporal (cache-bypassing) stores.
-  void nt_copy(size_t bytes, int threads);
+  /// Copy with non-temporal (cache-bypassing) stores, reading from `src_offset` bytes into the source (a multiple
+  /// of 64; `src_offset + bytes` at most max_bytes): a copy after inplace_stream(n) reads bytes the stream did not
+  /// just touch when src_offset >= n, as a call whose copied rows are other tensors than its in-place ones.
+  void nt_copy(size_t bytes, int threads, size_t src_offset = 0);
   /// glibc memcpy.
   void memcpy(size_t bytes, int threads);
 
  private:
   class Team;
-  void split(size_t n_floats, int threads, const std::function<void(float*, float*, size_t)>& body);
+  void split(size_t n_floats, int threads, const std::function<void(float*, float*, size_t)>& body,
+             size_t src_offset_floats = 0);
   std::unique_ptr<Team> team_;
   Buffer src_, dst_;
 };
