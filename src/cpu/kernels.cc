@@ -228,33 +228,47 @@ void RunRows(const RowJob& job, int64_t r0, int64_t r1) {
   }
 }
 
+/// The job's tokens, each by RowsInRegisters<K> (K fixed for the call, so chosen once).
+template <Elem E, Pairing P, bool kStream, bool kPrefetch>
+void TokensInRegisters(size_t K, const TokenRowJob& r) {
+  using T = Storage<E>;
+  const auto h = static_cast<size_t>(r.half);
+  const int64_t pf = kPrefetch ? r.prefetch : 0;
+  WithRegisterVectors<P>(K, [&](auto k_tag) HWY_ATTR {
+    constexpr size_t kK = decltype(k_tag)::value;
+    for (int64_t j = 0; j < r.tokens; ++j)
+      RowsInRegisters<kK, E, P, kStream, kPrefetch>(static_cast<const T*>(r.in[j]), static_cast<T*>(r.out[j]), r.n,
+                                                    r.in_step, r.out_step, r.c[j], r.s[j], h, false, pf);
+  });
+}
+
 /// rotate_token_rows on this target: RowsInRegisters when the rotated part is whole register vectors.
 template <Elem E, Pairing P>
 bool RotateTokenRowsT(const TokenRowJob& r) {
   const size_t K = RegisterVectors<P>(r.half, r.rotary_dim);
   if (K == 0) return false;
   using T = Storage<E>;
-  const auto* in = static_cast<const T*>(r.in);
-  auto* out = static_cast<T*>(r.out);
-  const auto h = static_cast<size_t>(r.half);
   if (r.stream) {
     const hn::ScalableTag<float> d;
-    const auto line_unit = (P == Pairing::kHalfSplit ? h : static_cast<size_t>(r.rotary_dim)) * sizeof(T);
+    const auto line_unit = (P == Pairing::kHalfSplit ? static_cast<size_t>(r.half) : static_cast<size_t>(r.rotary_dim)) *
+                           sizeof(T);
     const auto es = static_cast<int64_t>(sizeof(T));
     if (HWY_TARGET == HWY_SCALAR || hn::Lanes(d) * sizeof(T) < 16 || line_unit % kLine != 0 ||
-        reinterpret_cast<uintptr_t>(out) % kLine != 0 || (r.out_step * es) % static_cast<int64_t>(kLine) != 0)
+        (r.out_step * es) % static_cast<int64_t>(kLine) != 0)
       return false;
+    for (int64_t j = 0; j < r.tokens; ++j)
+      if (reinterpret_cast<uintptr_t>(r.out[j]) % kLine != 0) return false;
     if (r.prefetch != 0) {
-      RowsInRegistersK<E, P, true, true>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, r.prefetch);
+      TokensInRegisters<E, P, true, true>(K, r);
     } else {
-      RowsInRegistersK<E, P, true, false>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, 0);
+      TokensInRegisters<E, P, true, false>(K, r);
     }
     return true;
   }
   if (r.prefetch != 0) {
-    RowsInRegistersK<E, P, false, true>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, r.prefetch);
+    TokensInRegisters<E, P, false, true>(K, r);
   } else {
-    RowsInRegistersK<E, P, false, false>(K, in, out, r.n, r.in_step, r.out_step, r.c, r.s, h, false, 0);
+    TokensInRegisters<E, P, false, false>(K, r);
   }
   return true;
 }

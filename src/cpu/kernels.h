@@ -31,18 +31,22 @@ struct RowJob {
 /// resolved once per call). Results are bit-identical whatever the split of rows into ranges.
 void run_rows(const RowJob& job, int64_t r0, int64_t r1);
 
-/// One token's rows of one tensor for rotate_token_rows: row k from in + k * in_step to out + k * out_step
-/// (elements; input and output of one dtype, the same rows or apart), rotated by the token's plain cos/sin
-/// rows `c`, `s` (`half` values each, attention factor folded in). Channels past rotary_dim are not touched.
+/// Rows of one tensor for rotate_token_rows, for `tokens` tokens: token j's row k from in[j] + k * in_step to
+/// out[j] + k * out_step (elements; input and output of one dtype, the same rows or apart), rotated by the
+/// token's plain cos/sin rows c[j], s[j] (`half` values each, attention factor folded in). Channels past
+/// rotary_dim are not touched. One call for a chunk of tokens saves a dispatch and a setup per token (a
+/// prologue call of 64 bf16 Llama-3-8B-shaped tokens in cache 26 -> 24 us: docs/performance.md, "A chunk's q
+/// and k rows in one call").
 struct TokenRowJob {
   DType dtype = DType::kF32;  ///< f32, f16 or bf16
   Pairing pairing = Pairing::kHalfSplit;
   int64_t half = 0, rotary_dim = 0;
-  const void* in = nullptr;
-  void* out = nullptr;
+  int64_t tokens = 0;
+  const void* const* in = nullptr;
+  void* const* out = nullptr;
+  const float* const* c = nullptr;
+  const float* const* s = nullptr;
   int64_t n = 0, in_step = 0, out_step = 0;
-  const float* c = nullptr;
-  const float* s = nullptr;
   int64_t prefetch = 0;  ///< bytes past each input row to prefetch while it is read (0: none)
   /// Non-temporal stores (the caller flushes them: hwy::FlushStream). Taken only where every output row,
   /// and each half of a half-split row, is whole cache lines on line boundaries and the target stores
@@ -50,7 +54,7 @@ struct TokenRowJob {
   bool stream = false;
 };
 
-/// Rotates `rows` with the token's cos/sin held in registers (the apply kernels' RowsInRegisters:
+/// Rotates the job's rows with each token's cos/sin held in registers (the apply kernels' RowsInRegisters:
 /// the same operations as every other row path, so the same results) and returns true; returns false,
 /// touching nothing, when the rotated part is not a whole number of vectors that path takes on the
 /// dispatched target (or, with `stream`, when the rows cannot be streamed). For callers with rows of their

@@ -1,7 +1,8 @@
 // CPU SIMD kernels of the prologue family (Highway, compiled per ISA target): the token walk, the cache writes, re-rotation.
 //
-// foreach_target.h re-includes this file once per target, and with it prologue_rows-inl.h (load, norm,
-// rotate, store of one head row) and quantize-inl.h (int8 / fp8 rows). The switch over the input dtype and
+// foreach_target.h re-includes this file once per target, and with it cache_rows-inl.h (StoreRow, CacheRows: a
+// row through norm and rotation into a cache's storage), prologue_rows-inl.h (load, norm, rotate, store of one
+// head row) and quantize-inl.h (int8 / fp8 rows). The switch over the input dtype and
 // pairing is RunPrologue; each row's output storage (q's dtype, a cache's dtype) is chosen by StoreRow.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/prologue_kernels.cc"
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cpu/bf16_native-inl.h"
+#include "cpu/cache_rows-inl.h"
 #include "cpu/elements-inl.h"
 #include "cpu/kernels.h"
 #include "cpu/prologue_kernels.h"
@@ -24,138 +26,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-/// Per-thread f32 scratch.
-inline float* PrologueScratch(size_t floats) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < floats) buf.resize(floats);
-  return buf.data();
-}
-
-/// A row of `D` channels from `in` (EI) through norm and rotation into storage of dtype `dt` at `out`
-/// (f32/f16/bf16 directly; i8 and fp8 through the f32 scratch `tmp`, then quantised — f32 rows that nothing
-/// changes, v, straight from `in`). Returns the i8 scale.
-/// Out of line: inlined at each of its call sites (with the cache writer) it made this file 4x slower to compile
-/// (86 s instead of 21 s per target, GCC -O3). Called per row only on the general path (CacheRows' loop
-/// over a token's heads is one call per token and tensor).
-template <Elem EI, Pairing P>
-HWY_NOINLINE float StoreRow(const Storage<EI>* in, void* out, DType dt, float tensor_scale, size_t D,
-                            const RowRotation& rot, const float* w, float eps, float* tmp, float rms = 0.0f) {
-  switch (dt) {
-    case DType::kF32: Row<EI, Elem::kF32, P>(in, static_cast<float*>(out), D, rot, w, eps, rms); return 1.0f;
-    case DType::kF16: Row<EI, Elem::kF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms); return 1.0f;
-    case DType::kBF16:
-#if ROTARY_BF16_NATIVE
-      if (NativeBF16()) {
-        Row<EI, Elem::kBF16Native, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms);
-        return 1.0f;
-      }
-#endif
-      Row<EI, Elem::kBF16, P>(in, static_cast<uint16_t*>(out), D, rot, w, eps, rms);
-      return 1.0f;
-    default: break;
-  }
-  // f32 rows that nothing changes (v) are quantised from where they are, else from their f32 result in `tmp`.
-  const float* y = tmp;
-  bool from_input = false;
-  if constexpr (EI == Elem::kF32) {
-    from_input = rot.R == 0 && w == nullptr;
-    if (from_input) y = in;
-  }
-  if (!from_input) Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, rms);
-  if (dt == DType::kI8) return StoreRowI8(y, D, static_cast<int8_t*>(out));
-  if (dt == DType::kF8E4M3) StoreRowFp8<true>(y, D, static_cast<uint8_t*>(out), tensor_scale);
-  else StoreRowFp8<false>(y, D, static_cast<uint8_t*>(out), tensor_scale);
-  return tensor_scale;
-}
-
-/// The f32 row `y` (D a multiple of the vector width, `out` 64-byte aligned) narrowed to EO with
-/// non-temporal stores; 16-bit rows of targets whose narrowed vector is under 16 bytes (SSE4, EMU128)
-/// store normally (a non-temporal store needs a whole, aligned register).
-template <Elem EO>
-HWY_INLINE void StreamRow(const float* HWY_RESTRICT y, Storage<EO>* HWY_RESTRICT out, size_t D) {
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  constexpr bool kWhole = EO == Elem::kF32 || hn::MaxLanes(d) * sizeof(uint16_t) >= 16;
-  for (size_t i = 0; i < D; i += N) StoreX<EO, kWhole>(d, hn::LoadU(d, y + i), out + i);
-}
-
-/// The row `in` copied to `out` (D values of T, whole 64-byte lines, `out` on a line) with non-temporal stores.
-template <class T>
-HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, size_t D) {
-  const hn::ScalableTag<uint8_t> d8;
-  const size_t N = hn::Lanes(d8);
-  const auto* src = reinterpret_cast<const uint8_t*>(in);
-  auto* dst = reinterpret_cast<uint8_t*>(out);
-  for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
-}
-
-/// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `rows`, `in_sh` apart (`w` non-null:
-/// with RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores
-/// (PrologueJob::stream_cache), copied when nothing changes the values (v into a cache of its dtype), else
-/// through the f32 scratch `tmp`. Out of line, one call per token and tensor: a call per row cost the prologue
-/// bench's prefill ratios 3.6 % on AVX2 (geometric mean of 32 configurations), and inlined at its two call
-/// sites it cost compile time.
-template <Elem EI, Pairing P>
-HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRows& c, int64_t slot, int64_t heads,
-                            const RowRotation& rot, const float* w, float eps, float* tmp, bool stream,
-                            float* rms) {
-  const size_t es = dtype_size(c.dtype);
-  const auto D = static_cast<size_t>(c.dim);
-  // int8 / fp8 rows of whole vectors, fully rotated or not rotated, stay in registers (quantize_rows-inl.h);
-  // the others go through the scratch row (StoreRow). Quantised rows are never streamed (cpu_prologue.cc).
-  if ((c.dtype == DType::kI8 || c.dtype == DType::kF8E4M3 || c.dtype == DType::kF8E5M2) &&
-      WithQuantRowVectors<EI>(D, rot.R, [&](auto kv_tag) HWY_ATTR {
-        FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
-          void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-          const float scale = QuantRowInRegisters<decltype(kv_tag)::value, EI, P>(rows + head * in_sh, out, c.dtype,
-                                                                                  c.tensor_scale, rot, w, r);
-          if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
-        });
-      }))
-    return;
-  constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
-  const bool unchanged = rot.R == 0 && w == nullptr && c.dtype == kInput;  // rows copied as they are
-  // Rows that nothing changes into a cache of their dtype (v, or k without rotation and norm), stored
-  // normally, are copied: the token's heads in one copy when they are adjacent in the input and in the
-  // cache (the common v of a decode step: one 2 KiB copy instead of 8 calls down to StoreRow's memcpy).
-  if (!stream && unchanged && heads > 0) {
-    char* first = static_cast<char*>(c.data) + c.row_offset(slot, 0) * static_cast<int64_t>(es);
-    const size_t row_bytes = D * es;
-    if (rot.pf != 0) {
-      for (int64_t head = 0; head < heads; ++head)
-        for (size_t off = 0; off < row_bytes; off += kLine)
-          PrefetchAhead(reinterpret_cast<const char*>(rows + head * in_sh) + off, rot.pf);
-    }
-    if (in_sh == c.dim && c.s_head == c.dim) {
-      std::memcpy(first, rows, static_cast<size_t>(heads) * row_bytes);
-    } else {
-      for (int64_t head = 0; head < heads; ++head)
-        std::memcpy(first + head * c.s_head * static_cast<int64_t>(es), rows + head * in_sh, row_bytes);
-    }
-    return;
-  }
-  FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
-    const Storage<EI>* in = rows + head * in_sh;
-    void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
-    if (stream) {
-      if (unchanged) {
-        StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
-        return;
-      }
-      Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, r);
-      if (c.dtype == DType::kF32) StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
-      else if (c.dtype == DType::kF16) StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);
-#if ROTARY_BF16_NATIVE
-      else if (NativeBF16()) StreamRow<Elem::kBF16Native>(tmp, static_cast<uint16_t*>(out), D);
-#endif
-      else StreamRow<Elem::kBF16>(tmp, static_cast<uint16_t*>(out), D);
-      return;
-    }
-    const float scale = StoreRow<EI, P>(in, out, c.dtype, c.tensor_scale, D, rot, w, eps, tmp, r);
-    if (c.dtype == DType::kI8) c.scales[c.scale_offset(slot, head)] = scale;
-  });
-}
 
 /// Tokens per pass of RunTokensT (at most; fewer where their cos/sin rows would pass kChunkFloats).
 constexpr int64_t kChunkTokens = 64;
@@ -186,6 +56,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   float* resolved = scratch;  // the chunk's cos | sin rows computed here (2h per token; table rows are read in place)
   const float* chunk_c[kChunkTokens];
   const float* chunk_s[kChunkTokens];
+  // A chunk's rows for tokens_in_registers: each token's first input and output row, and cos/sin rows (k's skip
+  // the tokens of slot -1).
+  const void* chunk_in[kChunkTokens];
+  void* chunk_out[kChunkTokens];
+  const float* rows_c[kChunkTokens];
+  const float* rows_s[kChunkTokens];
   float* cd = scratch + chunk_floats + 16;
   float* sd = cd + R;
   float* tmp = sd + R + 16;
@@ -218,18 +94,25 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   fast.pairing = P;
   fast.half = rp.half;
   fast.rotary_dim = rp.rotary_dim;
-  // The rows [in, in + n*in_step) to out (steps in elements) in registers; the channels past R are
-  // copied when the rows move. False: not done. Whether the path applies depends only on the call's
-  // dtype, pairing and dims and on the target, so the first refusal holds for the whole call.
-  // Streamed cache rows (`to_cache` with job.stream_cache) take the path streaming where their halves are
-  // whole lines; the first refusal of that holds for the call too (cache rows share their alignment).
+  const float* tok_c = nullptr;  // the current token's plain cos / sin rows (set by `token`)
+  const float* tok_s = nullptr;
+  // Tokens' rows in registers: token j's rows [in[j], in[j] + n*in_step) to out[j] (steps in elements), by its
+  // cos/sin rows c[j], s[j]; the channels past R are copied when the rows move. False: not done. Whether the
+  // path applies depends only on the call's dtype, pairing and dims and on the target, so the first refusal
+  // holds for the whole call. Streamed cache rows (`to_cache` with job.stream_cache) take the path streaming
+  // where their halves are whole lines; the first refusal of that holds for the call too (cache rows share
+  // their alignment).
   bool registers_apply = p.rotate, registers_stream = stream;
-  auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf,
-                          bool to_cache = false) {
+  auto tokens_in_registers = [&](int64_t tokens, const void* const* in, void* const* out, const float* const* c,
+                                 const float* const* sn, int64_t n, int64_t in_step, int64_t out_step, int64_t pf,
+                                 bool to_cache) {
     if (!registers_apply || (to_cache && stream && !registers_stream)) return false;
     TokenRowJob r = fast;
+    r.tokens = tokens;
     r.in = in;
     r.out = out;
+    r.c = c;
+    r.s = sn;
     r.n = n;
     r.in_step = in_step;
     r.out_step = out_step;
@@ -239,9 +122,20 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       if (r.stream) return registers_stream = false;
       return registers_apply = false;
     }
-    if (R < D && static_cast<const void*>(in) != static_cast<const void*>(out))
-      for (int64_t k = 0; k < n; ++k) std::memcpy(out + k * out_step + R, in + k * in_step + R, (D - R) * sizeof(T));
+    if (R < D)
+      for (int64_t j = 0; j < tokens; ++j)
+        if (in[j] != out[j])
+          for (int64_t k = 0; k < n; ++k)
+            std::memcpy(static_cast<T*>(out[j]) + k * out_step + R, static_cast<const T*>(in[j]) + k * in_step + R,
+                        (D - R) * sizeof(T));
     return true;
+  };
+  // One token's rows (the current token's cos/sin).
+  auto in_registers = [&](const T* in, T* out, int64_t n, int64_t in_step, int64_t out_step, int64_t pf,
+                          bool to_cache = false) {
+    const void* row_in = in;
+    void* row_out = out;
+    return tokens_in_registers(1, &row_in, &row_out, &tok_c, &tok_s, n, in_step, out_step, pf, to_cache);
   };
   const bool k_cache_fast = p.k_cache.present() && p.k_norm == nullptr && p.k_cache.dtype == qdt;
   const bool k_norm_fast = p.k_cache.present() && p.k_norm != nullptr && p.k_cache.dtype == qdt;
@@ -299,12 +193,12 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     if constexpr (EI == Elem::kBF16) {
       native = NativeBF16();
       if (native)
-        done = HalfNormRowsInRegistersK<EI, Elem::kBF16Native>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps,
+        done = HalfNormRowsInRegistersK<EI, Elem::kBF16Native>(in, out, n, in_step, out_step, tok_c, tok_s, w, p.eps,
                                                                h, pf, streamed);
     }
 #endif
     if (!native)
-      done = HalfNormRowsInRegistersK<EI, EI>(in, out, n, in_step, out_step, fast.c, fast.s, w, p.eps, h, pf, streamed);
+      done = HalfNormRowsInRegistersK<EI, EI>(in, out, n, in_step, out_step, tok_c, tok_s, w, p.eps, h, pf, streamed);
     if (!done) (streamed ? norm_stream : norm_registers) = false;
     return done;
   };
@@ -315,7 +209,7 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   auto rows = [&]() -> const RowRotation& {
     if constexpr (P == Pairing::kInterleaved) {
       if (p.rotate && !per_channel) {
-        InterleavedChannelRows(fast.c, fast.s, h, false, cd, sd);
+        InterleavedChannelRows(tok_c, tok_s, h, false, cd, sd);
         rot.c = cd;
         rot.s = sd;
         per_channel = true;
@@ -329,8 +223,8 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
     if (p.rotate && (parts & 3) != 0) {
       const float* c = chunk_c[i];
       const float* sn = chunk_s[i];
-      fast.c = c;
-      fast.s = sn;
+      tok_c = c;
+      tok_s = sn;
 #if ROTARY_PROLOGUE_BF16_BLOCKS
       if (q_blocks || k_blocks) {
         RunsToBlockOrder(nb_k, c, h, 1, csb);
@@ -395,8 +289,39 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       token(c0, 0, 7);
       continue;
     }
+    // The chunk's q rows, and its k rows, without a norm into storage of the input's dtype: one call for all
+    // the chunk's tokens where they take the register path (token by token below where they do not).
+    bool q_done = false, k_done = false;
+    if (p.rotate && p.q_index >= 0 && p.q_norm == nullptr) {
+      const PlanTensor& t = rp.t[p.q_index];
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = (c0 + i) / rp.S, s = (c0 + i) % rp.S;
+        chunk_in[i] = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
+        chunk_out[i] = static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+      }
+      q_done = tokens_in_registers(n, chunk_in, chunk_out, chunk_c, chunk_s, t.heads, t.in_sh, t.out_sh, pf_q, false);
+    }
+    if (p.rotate && p.k_index >= 0 && p.k_norm == nullptr && (k_cache_fast || !p.k_cache.present())) {
+      const PlanTensor& t = rp.t[p.k_index];
+      const PlanRows& kc = p.k_cache;
+      int64_t m = 0;  // tokens with rows to write (a cache skips slot -1)
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t b = (c0 + i) / rp.S, s = (c0 + i) % rp.S;
+        const int64_t slot = p.slots != nullptr ? p.slots[c0 + i] : -1;
+        if (kc.present() && slot < 0) continue;
+        chunk_in[m] = static_cast<const T*>(t.in) + b * t.in_sb + s * t.in_ss;
+        chunk_out[m] = kc.present() ? static_cast<T*>(kc.data) + kc.row_offset(slot, 0)
+                                    : static_cast<T*>(t.out) + b * t.out_sb + s * t.out_ss;
+        rows_c[m] = chunk_c[i];
+        rows_s[m] = chunk_s[i];
+        ++m;
+      }
+      k_done = m == 0 || tokens_in_registers(m, chunk_in, chunk_out, rows_c, rows_s, t.heads, t.in_sh,
+                                             kc.present() ? kc.s_head : t.out_sh, pf_k, kc.present());
+    }
     for (int parts : {1, 2, 4})
-      for (int64_t i = 0; i < n; ++i) token(c0 + i, i, parts);
+      if (!(parts == 1 && q_done) && !(parts == 2 && k_done))
+        for (int64_t i = 0; i < n; ++i) token(c0 + i, i, parts);
   }
   if (stream) hwy::FlushStream();
 }

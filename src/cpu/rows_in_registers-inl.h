@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cpu/bf16_native-inl.h"
 #include "cpu/elements-inl.h"
@@ -184,22 +185,31 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
   }
 }
 
+/// fn(std::integral_constant<size_t, K>{}) for the K of RegisterVectors, chosen at run time.
+template <Pairing P, typename Fn>
+HWY_INLINE void WithRegisterVectors(size_t K, Fn&& fn) {
+  switch (K) {
+    case 1: return fn(std::integral_constant<size_t, 1>{});
+    case 2: return fn(std::integral_constant<size_t, 2>{});
+    case 4: return fn(std::integral_constant<size_t, 4>{});
+    case 8: return fn(std::integral_constant<size_t, 8>{});
+    default:
+      if constexpr (P == Pairing::kInterleaved) {
+        return fn(std::integral_constant<size_t, 16>{});
+      }
+      HWY_ASSERT(false);  // RegisterVectors never returns another K
+  }
+}
+
 /// RowsInRegisters with K chosen at run time.
 template <Elem E, Pairing P, bool kStream, bool kPrefetch>
 HWY_INLINE void RowsInRegistersK(size_t K, const Storage<E>* in, Storage<E>* out, int64_t n, int64_t in_step,
                                  int64_t out_step, const float* c, const float* s, size_t h, bool inverse,
                                  int64_t pf_delta) {
-  switch (K) {
-    case 1: return RowsInRegisters<1, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-    case 2: return RowsInRegisters<2, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-    case 4: return RowsInRegisters<4, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-    case 8: return RowsInRegisters<8, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-    default:
-      if constexpr (P == Pairing::kInterleaved) {
-        return RowsInRegisters<16, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse, pf_delta);
-      }
-      HWY_ASSERT(false);  // RegisterVectors never returns another K
-  }
+  WithRegisterVectors<P>(K, [&](auto k_tag) HWY_ATTR {
+    RowsInRegisters<decltype(k_tag)::value, E, P, kStream, kPrefetch>(in, out, n, in_step, out_step, c, s, h, inverse,
+                                                                      pf_delta);
+  });
 }
 
 }  // namespace rotary::detail::cpu::HWY_NAMESPACE
