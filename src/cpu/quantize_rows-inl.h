@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "cpu/elements-inl.h"
@@ -36,6 +37,32 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
   HWY_DASSERT(stored == kV * N);
   (void)stored;
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+/// The int8 values of the row y (its largest magnitude `amax`, its scale fl32(amax / 127) = `scale`) into q,
+/// with a division only for the vectors that need one; false (q untouched, the caller divides) unless the
+/// scale is finite and normal. Each lane's product t = fl32(y * fl32(127 / amax)) is within
+/// 3 * 2^-24 * |y / scale| < 2.3e-5 of the quotient y / scale (|y / scale| <= 127 * (1 + 2^-23)), and
+/// fl32(y / scale) within 2^-18 of it: where every lane of a vector lies more than 2^-13 from a half-integer,
+/// t and fl32(y / scale) round to the same integer, neither is a tie and neither passes 127.5 (so QuantiseI8's
+/// clamp changes nothing); the other vectors (a tie, or beside one) are divided as QuantiseI8 does. The bytes
+/// are StoreRowI8's. AVX-512 only: a 512-bit division costs several core cycles on Zen 4, and a row's eight were
+/// most of an int8 row's time there (docs/performance.md); on AVX2 (Zen 3) the division measured faster.
+template <size_t kV, class D>
+HWY_INLINE bool Int8ByProduct(D d, const hn::Vec<D>* y, float amax, float scale,
+                              hn::Vec<hn::RebindToSigned<D>>* q) {
+  if (!(std::isfinite(scale) && scale >= std::numeric_limits<float>::min())) return false;
+  using V = hn::Vec<D>;
+  const V inv = hn::Set(d, 127.0f / amax), edge = hn::Set(d, 0.5f - 0x1p-13f);
+  for (size_t j = 0; j < kV; ++j) {
+    const V t = hn::Mul(y[j], inv);
+    V r = hn::Round(t);
+    if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Gt(hn::Abs(hn::Sub(t, r)), edge)))) r = QuantiseI8(d, y[j], hn::Set(d, scale));
+    q[j] = WholeToI32(d, r);
+  }
+  return true;
+}
+#endif
 
 /// One row of D = kV * N channels from `in` (EI) into a quantised cache row `out` of dtype `dt` (kI8: returns
 /// its scale; fp8: `tensor_scale`): each value ((x * r) * w with a norm, r the row's RmsFactor) rotated by
@@ -76,7 +103,17 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     VI m[4] = {hn::Zero(di), hn::Zero(di), hn::Zero(di), hn::Zero(di)};
     for (size_t j = 0; j < kV; ++j) m[j % 4] = hn::Max(m[j % 4], hn::And(hn::BitCast(di, y[j]), hn::Set(di, 0x7FFFFFFF)));
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
-    scale = Int8RowScale(bits_f32(static_cast<uint32_t>(bits)), bits > 0x7F800000);
+    const float amax = bits_f32(static_cast<uint32_t>(bits));
+    scale = Int8RowScale(amax, bits > 0x7F800000);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // 16-bit rows stored as they are (v) keep their 8 or 11 significant bits, and their quotients land on
+    // half-integers often (a fifth of the vectors of uniform bf16 rows): those stay with the division.
+    const bool rounded_values = EI == Elem::kF32 || rot.R != 0 || w != nullptr;
+    if (rounded_values && Int8ByProduct<kV>(d, y, amax, scale, q)) {
+      StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
+      return scale;
+    }
+#endif
     if (UsableInt8Scale(scale)) {
       const V vs = hn::Set(d, scale);
       for (size_t j = 0; j < kV; ++j) q[j] = WholeToI32(d, QuantiseI8(d, y[j], vs));

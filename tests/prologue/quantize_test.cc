@@ -183,13 +183,14 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
 }
 
 /// The same with scales other than 1, where fl32(y / scale) is a real division (an encoder that multiplies by
-/// the reciprocal, or takes the sign from the quotient, fails here): y = fl32(x * scale) and its neighbours
-/// for x on the ties and edges above, so that the quotients land on, just below and just above the rounding
-/// boundaries; scales across the range, tiny and huge ones included. Rows of 80 values take the scratch-row
+/// the reciprocal where that is not exact, or takes the sign from the quotient, fails here): y = fl32(x * scale)
+/// and its neighbours for x on the ties and edges above, so that the quotients land on, just below and just
+/// above the rounding boundaries; scales across the range, tiny and huge ones included, and powers of two
+/// with a finite, subnormal or infinite inverse (where a product by the inverse is, or is not, the quotient). Rows of 80 values take the scratch-row
 /// writers, rows of 64 (whole vectors on AVX2 and AVX-512) the rows kept in registers (quantize_rows-inl.h).
 TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
   const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f,
-                          1e-39f, 0x1p-126f};
+                          1e-39f, 0x1p-126f, 0x1p-130f, 0x1p-149f, 0x1p127f, 0.5f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
