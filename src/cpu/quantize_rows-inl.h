@@ -41,9 +41,10 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 /// The int8 values of the row y (its largest magnitude `amax`, its scale fl32(amax / 127) = `scale`) into q,
 /// with a division only for the vectors that need one; false (q untouched, the caller divides) unless the
-/// scale is finite and normal. Each lane's product t = fl32(y * fl32(127 / amax)) is within
-/// 3 * 2^-24 * |y / scale| < 2.3e-5 of the quotient y / scale (|y / scale| <= 127 * (1 + 2^-23)), and
-/// fl32(y / scale) within 2^-18 of it: where every lane of a vector lies more than 2^-13 from a half-integer,
+/// scale is finite and normal. Then fl32(127 / amax) is normal too (amax <= FLT_MAX), and each lane's product
+/// t = fl32(y * fl32(127 / amax)) is within about 3 * 2^-24 * |y / scale| < 2.3e-5 of the quotient y / scale
+/// (|y / scale| <= 127 * (1 + 2^-23); within 2^-150 where t is subnormal), and fl32(y / scale) within 2^-18 of
+/// it: where every lane of a vector lies more than 2^-13 from a half-integer,
 /// t and fl32(y / scale) round to the same integer, neither is a tie and neither passes 127.5 (so QuantiseI8's
 /// clamp changes nothing); the other vectors (a tie, or beside one) are divided as QuantiseI8 does. The bytes
 /// are StoreRowI8's. AVX-512 only: a 512-bit division costs several core cycles on Zen 4, and a row's eight were
@@ -57,7 +58,8 @@ HWY_INLINE bool Int8ByProduct(D d, const hn::Vec<D>* y, float amax, float scale,
   for (size_t j = 0; j < kV; ++j) {
     const V t = hn::Mul(y[j], inv);
     V r = hn::Round(t);
-    if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Gt(hn::Abs(hn::Sub(t, r)), edge)))) r = QuantiseI8(d, y[j], hn::Set(d, scale));
+    if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Gt(hn::Abs(hn::Sub(t, r)), edge))))
+      r = QuantiseI8(d, y[j], hn::Set(d, scale));
     q[j] = WholeToI32(d, r);
   }
   return true;
