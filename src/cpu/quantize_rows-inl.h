@@ -3,7 +3,8 @@
 // A Highway "-inl.h" piece, re-included per target by prologue_kernels.cc. StoreRow's general path writes the
 // f32 result to a scratch row, reads it back for the int8 maximum and again to quantise it; here the row stays
 // in kV vectors. The operations are NormRotateRow's and StoreRowI8's / StoreRowFp8's (the same f32 values, the
-// same maximum, the same division), so the stored bytes and scales are theirs.
+// same maximum, the same quotients: int8's from a corrected product instead of a division on x86), so the stored
+// bytes and scales are theirs.
 #if defined(ROTARY_CPU_QUANTIZE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_QUANTIZE_ROWS_INL_H_
 #undef ROTARY_CPU_QUANTIZE_ROWS_INL_H_
@@ -16,7 +17,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include "cpu/elements-inl.h"
@@ -38,29 +38,32 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
   (void)stored;
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-/// The int8 values of the row y (its largest magnitude `amax`, its scale fl32(amax / 127) = `scale`) into q,
-/// with a division only for the vectors that need one; false (q untouched, the caller divides) unless the
-/// scale is finite and normal. Then fl32(127 / amax) is normal too (amax <= FLT_MAX), and each lane's product
-/// t = fl32(y * fl32(127 / amax)) is within about 3 * 2^-24 * |y / scale| < 2.3e-5 of the quotient y / scale
-/// (|y / scale| <= 127 * (1 + 2^-23); within 2^-150 where t is subnormal), and fl32(y / scale) within 2^-18 of
-/// it: where every lane of a vector lies more than 2^-13 from a half-integer,
-/// t and fl32(y / scale) round to the same integer, neither is a tie and neither passes 127.5 (so QuantiseI8's
-/// clamp changes nothing); the other vectors (a tie, or beside one) are divided as QuantiseI8 does. The bytes
-/// are StoreRowI8's. AVX-512 only: a 512-bit division costs several core cycles on Zen 4, and a row's eight were
-/// most of an int8 row's time there (docs/performance.md); on AVX2 (Zen 3) the division measured faster.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+/// The int8 values of the row y (its scale fl32(amax / 127) = `scale`) into q without a division; false (q
+/// untouched, the caller divides) unless 2^-100 <= scale <= 2^100. Each lane's quotient is Markstein's
+/// corrected product: with inv = fl32(1 / scale), correctly rounded, t = fl32(y * inv) is within an ulp of
+/// y / scale, the residual y - scale * t is exact in one fused multiply-add, and fl32(t + residual * inv) is
+/// fl32(y / scale) itself (Markstein's theorem, which needs no underflow: where |y / scale| >= 2^-2 the
+/// residual's last bit is >= 2^-148 for these scales; smaller quotients round to 0 either way). So the integer
+/// is QuantiseI8's: the quotient is within 127.5 (|y| <= amax), where the clamp changes nothing, and it is
+/// rounded to nearest even (on AVX-512 by the conversion's embedded rounding, whatever MXCSR holds). Replaces a
+/// division per vector, several core cycles for 512 bits on Zen 4 (docs/performance.md).
 template <size_t kV, class D>
-HWY_INLINE bool Int8ByProduct(D d, const hn::Vec<D>* y, float amax, float scale,
-                              hn::Vec<hn::RebindToSigned<D>>* q) {
-  if (!(std::isfinite(scale) && scale >= std::numeric_limits<float>::min())) return false;
+HWY_INLINE bool Int8ByCorrectedProduct(D d, const hn::Vec<D>* y, float scale, hn::Vec<hn::RebindToSigned<D>>* q) {
+  if (!(scale >= 0x1p-100f && scale <= 0x1p100f)) return false;
   using V = hn::Vec<D>;
-  const V inv = hn::Set(d, 127.0f / amax), edge = hn::Set(d, 0.5f - 0x1p-13f);
+  const V vs = hn::Set(d, scale), inv = hn::Set(d, 1.0f / scale);
   for (size_t j = 0; j < kV; ++j) {
     const V t = hn::Mul(y[j], inv);
-    V r = hn::Round(t);
-    if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Gt(hn::Abs(hn::Sub(t, r)), edge))))
-      r = QuantiseI8(d, y[j], hn::Set(d, scale));
-    q[j] = WholeToI32(d, r);
+    const V quotient = hn::MulAdd(hn::NegMulAdd(t, vs, y[j]), inv, t);
+#if HWY_TARGET <= HWY_AVX3
+    if constexpr (hn::MaxLanes(D()) == 16) {
+      q[j] = hn::Vec<hn::RebindToSigned<D>>{
+          _mm512_cvt_roundps_epi32(quotient.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+      continue;
+    }
+#endif
+    q[j] = WholeToI32(d, RoundHalfEven(d, quotient));
   }
   return true;
 }
@@ -107,11 +110,8 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
     const float amax = bits_f32(static_cast<uint32_t>(bits));
     scale = Int8RowScale(amax, bits > 0x7F800000);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // 16-bit rows stored as they are (v) keep their 8 or 11 significant bits, and their quotients land on
-    // half-integers often (a fifth of the vectors of uniform bf16 rows): those stay with the division.
-    const bool rounded_values = EI == Elem::kF32 || rot.R != 0 || w != nullptr;
-    if (rounded_values && Int8ByProduct<kV>(d, y, amax, scale, q)) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    if (Int8ByCorrectedProduct<kV>(d, y, scale, q)) {
       StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
       return scale;
     }
