@@ -38,15 +38,26 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
   (void)stored;
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The corrected product needs fused multiply-adds: Highway's AVX2 and AVX-512 targets have them unless
+// HWY_DISABLE_BMI2_FMA makes MulAdd a multiply and an add (then every int8 row divides).
+#undef ROTARY_INT8_CORRECTED_PRODUCT
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_BMI2_FMA)
+#define ROTARY_INT8_CORRECTED_PRODUCT 1
+#else
+#define ROTARY_INT8_CORRECTED_PRODUCT 0
+#endif
+
+#if ROTARY_INT8_CORRECTED_PRODUCT
 /// The int8 values of the row y (its scale fl32(amax / 127) = `scale`) into q without a division; false (q
 /// untouched, the caller divides) unless 2^-100 <= scale <= 2^100. Each lane's quotient is Markstein's
 /// corrected product: with inv = fl32(1 / scale), correctly rounded, t = fl32(y * inv) is within an ulp of
 /// y / scale, the residual y - scale * t is exact in one fused multiply-add, and fl32(t + residual * inv) is
 /// fl32(y / scale) itself (Markstein's theorem, which needs no underflow: where |y / scale| >= 2^-2 the
-/// residual's last bit is >= 2^-148 for these scales; smaller quotients round to 0 either way). So the integer
-/// is QuantiseI8's: the quotient is within 127.5 (|y| <= amax), where the clamp changes nothing, and it is
-/// rounded to nearest even (on AVX-512 by the conversion's embedded rounding, whatever MXCSR holds). Replaces a
+/// residual's last bit is >= 2^-148 for these scales; smaller quotients, where the residual may be inexact,
+/// round to 0 either way). So the integer is QuantiseI8's: the quotient is within 127.5 (|y| <= amax), where
+/// the clamp changes nothing, and it is rounded to nearest even (on AVX-512 by the conversion's embedded
+/// rounding). As everywhere in rotary, the default rounding mode (to nearest) is assumed: under a directed mode
+/// set by the caller, 1 / scale is not correctly rounded and the integers may differ from a division's. Replaces a
 /// division per vector, several core cycles for 512 bits on Zen 4 (docs/performance.md).
 template <size_t kV, class D>
 HWY_INLINE bool Int8ByCorrectedProduct(D d, const hn::Vec<D>* y, float scale, hn::Vec<hn::RebindToSigned<D>>* q) {
@@ -110,7 +121,7 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
     const float amax = bits_f32(static_cast<uint32_t>(bits));
     scale = Int8RowScale(amax, bits > 0x7F800000);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#if ROTARY_INT8_CORRECTED_PRODUCT
     if (Int8ByCorrectedProduct<kV>(d, y, scale, q)) {
       StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
       return scale;

@@ -198,13 +198,17 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
 /// the reciprocal where that is not exact, or takes the sign from the quotient, fails here): y = fl32(x * scale)
 /// and its neighbours for x on the ties and edges above, so that the quotients land on, just below and just
 /// above the rounding boundaries; scales across the range, tiny and huge ones included (int8 rows of maximum
-/// 127 * 2.6e36, near FLT_MAX), and powers of two whose inverse is finite, subnormal or infinite (fp8: a product
-/// by the inverse is, or is not, the quotient; int8: rows of normal, subnormal and infinite scale). Rows of 80
+/// 127 * 2.6e36, near FLT_MAX), powers of two whose inverse is finite, subnormal or infinite (fp8: a product
+/// by the inverse is, or is not, the quotient; int8: rows of normal, subnormal and infinite scale), and scales
+/// on both sides of the bounds of the int8 corrected product (quantize_rows-inl.h). Rows of 80
 /// values take the scratch-row writers, rows of 64 (whole vectors on AVX2 and AVX-512) the rows kept in
 /// registers (quantize_rows-inl.h).
 TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
   const float scales[] = {0.37f, 3.1e-5f, 1.7e4f, 0.999999940f, 1.00000012f, 7.0f / 3.0f, 0x1p-64f, 0x1p64f, 1e-30f, 1e25f,
-                          1e-39f, 0x1p-126f, 0x1p-130f, 0x1p-149f, 0x1p127f, 0.5f, 2.6e36f};
+                          1e-39f, 0x1p-126f, 0x1p-130f, 0x1p-149f, 0x1p127f, 0.5f, 2.6e36f,
+                          // around the x86 int8 writers' range for the corrected product, [2^-100, 2^100]:
+                          // below it, a residual underflows (scale 0x1.2468aep-125, y / scale = 1.5: a reviewer's)
+                          0x1.2468aep-125f, 0x1.2468aep-101f, 0x1.2468aep-100f, 0x1p-100f, 0x1.fffffep+99f, 0x1p100f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
@@ -266,7 +270,7 @@ TEST(Quantize, HalfPrecisionRowsOnTiesQuantiseAsTheScalarRule) {
               const float y = exact(static_cast<float>(k) / 2 * rs);  // on or beside the tie
               for (int64_t i = 0; i < W; ++i) {
                 const float yi = i % 3 == 0 ? y : exact(i % 3 == 1 ? y * (1.0f + 0x1p-8f) : y * (1.0f - 0x1p-8f));
-                v.push_back(i == 0 ? amax : (i % 2 ? -yi : std::min(yi, amax)));
+                v.push_back(i == 0 ? amax : (i % 2 ? -1.0f : 1.0f) * std::min(yi, amax));
               }
             }
           }
