@@ -140,6 +140,16 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
     }
     return;
   }
+  // The same rows streamed: the token's heads in one copy where they are adjacent in the input and in the cache,
+  // the input prefetched `rot.pf` bytes ahead.
+  if (stream && unchanged && heads > 0 && in_sh == c.dim && c.s_head == c.dim) {
+    const auto* src = reinterpret_cast<const uint8_t*>(rows);
+    const size_t bytes = static_cast<size_t>(heads) * D * es;
+    if (rot.pf != 0)
+      for (size_t off = 0; off < bytes; off += kLine) PrefetchAhead(src + off, rot.pf);
+    StreamCopyRow(src, static_cast<uint8_t*>(c.data) + c.row_offset(slot, 0) * static_cast<int64_t>(es), bytes);
+    return;
+  }
   FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
     const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
