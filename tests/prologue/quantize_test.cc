@@ -266,7 +266,7 @@ TEST(Quantize, HalfPrecisionRowsOnTiesQuantiseAsTheScalarRule) {
         for (int e : {-6, 0, 3, 7})
           for (float m : {127.0f, 126.0f, 100.0f, 96.0f, 120.0f}) {
             const float amax = std::ldexp(m, e), rs = amax / 127.0f;
-            for (int k = 0; k <= 254; k += 1) {
+            for (int k = 0; k <= 254; ++k) {
               const float y = exact(static_cast<float>(k) / 2 * rs);  // on or beside the tie
               for (int64_t i = 0; i < W; ++i) {
                 const float yi = i % 3 == 0 ? y : exact(i % 3 == 1 ? y * (1.0f + 0x1p-8f) : y * (1.0f - 0x1p-8f));
