@@ -97,7 +97,7 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
 
 /// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `rows`, `in_sh` apart (`w` non-null:
 /// with RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores
-/// (PrologueJob::stream_cache), copied when nothing changes the values (v into a cache of its dtype), else
+/// (PrologueJob::stream_cache); copied when nothing changes the values (v into a cache of its dtype), else
 /// through the f32 scratch `tmp`. Out of line, one call per token and tensor: a call per row cost the prologue
 /// bench's prefill ratios 3.6 % on AVX2 (geometric mean of 32 configurations), and inlined at its two call
 /// sites it cost compile time.
@@ -121,10 +121,11 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
     return;
   constexpr DType kInput = EI == Elem::kF32 ? DType::kF32 : EI == Elem::kF16 ? DType::kF16 : DType::kBF16;
   const bool unchanged = rot.R == 0 && w == nullptr && c.dtype == kInput;  // rows copied as they are
-  // Rows that nothing changes into a cache of their dtype (v, or k without rotation and norm), stored
-  // normally, are copied: the token's heads in one copy when they are adjacent in the input and in the
-  // cache (the common v of a decode step: one 2 KiB copy instead of 8 calls down to StoreRow's memcpy).
-  if (!stream && unchanged && heads > 0) {
+  // Rows that nothing changes into a cache of their dtype (v, or k without rotation and norm) are copied, with
+  // non-temporal stores when `stream`: the token's heads in one copy when they are adjacent in the input and in
+  // the cache (the common v of a decode step: one 2 KiB copy instead of 8 calls down to StoreRow's memcpy; of a
+  // streamed prefill: one copy instead of one per head), the input prefetched `rot.pf` bytes ahead.
+  if (unchanged && heads > 0) {
     char* first = static_cast<char*>(c.data) + c.row_offset(slot, 0) * static_cast<int64_t>(es);
     const size_t row_bytes = D * es;
     if (rot.pf != 0) {
@@ -132,32 +133,22 @@ HWY_NOINLINE void CacheRows(const Storage<EI>* rows, int64_t in_sh, const PlanRo
         for (size_t off = 0; off < row_bytes; off += kLine)
           PrefetchAhead(reinterpret_cast<const char*>(rows + head * in_sh) + off, rot.pf);
     }
+    auto copy = [stream](char* dst, const Storage<EI>* src, size_t bytes) HWY_ATTR {
+      if (stream) StreamCopyRow(reinterpret_cast<const uint8_t*>(src), reinterpret_cast<uint8_t*>(dst), bytes);
+      else std::memcpy(dst, src, bytes);
+    };
     if (in_sh == c.dim && c.s_head == c.dim) {
-      std::memcpy(first, rows, static_cast<size_t>(heads) * row_bytes);
+      copy(first, rows, static_cast<size_t>(heads) * row_bytes);
     } else {
       for (int64_t head = 0; head < heads; ++head)
-        std::memcpy(first + head * c.s_head * static_cast<int64_t>(es), rows + head * in_sh, row_bytes);
+        copy(first + head * c.s_head * static_cast<int64_t>(es), rows + head * in_sh, row_bytes);
     }
-    return;
-  }
-  // The same rows streamed: the token's heads in one copy where they are adjacent in the input and in the cache,
-  // the input prefetched `rot.pf` bytes ahead.
-  if (stream && unchanged && heads > 0 && in_sh == c.dim && c.s_head == c.dim) {
-    const auto* src = reinterpret_cast<const uint8_t*>(rows);
-    const size_t bytes = static_cast<size_t>(heads) * D * es;
-    if (rot.pf != 0)
-      for (size_t off = 0; off < bytes; off += kLine) PrefetchAhead(src + off, rot.pf);
-    StreamCopyRow(src, static_cast<uint8_t*>(c.data) + c.row_offset(slot, 0) * static_cast<int64_t>(es), bytes);
     return;
   }
   FactorsAhead<EI>(rows, heads, in_sh, D, w, eps, rot.pf, rms, [&](int64_t head, float r) HWY_ATTR {
     const Storage<EI>* in = rows + head * in_sh;
     void* out = static_cast<char*>(c.data) + c.row_offset(slot, head) * static_cast<int64_t>(es);
     if (stream) {
-      if (unchanged) {
-        StreamCopyRow(in, static_cast<Storage<EI>*>(out), D);
-        return;
-      }
       Row<EI, Elem::kF32, P>(in, tmp, D, rot, w, eps, r);
       if (c.dtype == DType::kF32) StreamRow<Elem::kF32>(tmp, static_cast<float*>(out), D);
       else if (c.dtype == DType::kF16) StreamRow<Elem::kF16>(tmp, static_cast<uint16_t*>(out), D);

@@ -119,8 +119,7 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     VI m[4] = {hn::Zero(di), hn::Zero(di), hn::Zero(di), hn::Zero(di)};
     for (size_t j = 0; j < kV; ++j) m[j % 4] = hn::Max(m[j % 4], hn::And(hn::BitCast(di, y[j]), hn::Set(di, 0x7FFFFFFF)));
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
-    const float amax = bits_f32(static_cast<uint32_t>(bits));
-    scale = Int8RowScale(amax, bits > 0x7F800000);
+    scale = Int8RowScale(bits_f32(static_cast<uint32_t>(bits)), bits > 0x7F800000);
 #if ROTARY_INT8_CORRECTED_PRODUCT
     if (Int8ByCorrectedProduct<kV>(d, y, scale, q)) {
       StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
