@@ -95,6 +95,27 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
+/// Prefetches every line of the rows (slot, 0 .. heads-1) of cache `c`, rows the call is about to store from inputs
+/// of `in_size`-byte elements (absent caches, and caches of narrower elements: nothing). A decode step's slot is one
+/// its sequence has not written yet, so its lines are usually in no cache: fetched before the chunk's q rows are
+/// computed, they arrive while q is rotated instead of stalling the k and v stores (a lone token, or a batch of
+/// decode tokens of different sequences). Narrowed rows (f32 into bf16, anything into int8 / fp8: fewer lines,
+/// longer to compute) gained nothing on AVX3 and lost 0.05-0.2 us on AVX2, so they are left out. Inline: an
+/// out-of-line function made only of prefetches is pure to GCC, which dropped the calls. Measured in
+/// docs/performance.md ("The decode step's cache lines fetched early").
+HWY_INLINE void PrefetchSlotRows(const PlanRows& c, int64_t slot, size_t in_size) {
+  if (!c.present() || dtype_size(c.dtype) < in_size) return;
+  const size_t es = dtype_size(c.dtype);
+  const size_t bytes = static_cast<size_t>(c.dim) * es;  // channels adjacent (the SIMD paths' caches: cpu_prologue.cc)
+  if (bytes == 0) return;
+  for (int64_t head = 0; head < c.heads; ++head) {
+    // Every line holding a byte of the row (one more than bytes / kLine where the row does not start on a line).
+    const auto first = reinterpret_cast<uintptr_t>(c.data) + static_cast<uintptr_t>(c.row_offset(slot, head)) * es;
+    for (uintptr_t line = first & ~uintptr_t{kLine - 1}; line < first + bytes; line += kLine)
+      hwy::Prefetch(reinterpret_cast<const char*>(line));
+  }
+}
+
 /// Writes rows (slot, 0 .. heads-1) of a cache from the token's rows `rows`, `in_sh` apart (`w` non-null:
 /// with RMSNorm, the factors from FactorsAhead, `rms` its scratch or null); `stream`: with non-temporal stores
 /// (PrologueJob::stream_cache); copied when nothing changes the values (v into a cache of its dtype), else

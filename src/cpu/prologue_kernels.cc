@@ -285,6 +285,13 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       for (int64_t i = 0; i < n; ++i)
         resolve_cos_sin(rp.pos, p.source_of(c0 + i), rp.half, (c0 + i) / rp.S, (c0 + i) % rp.S,
                         resolved + i * 2 * rp.half, &chunk_c[i], &chunk_s[i]);
+    // The chunk's cache rows, fetched while its q rows are computed (PrefetchSlotRows; streamed rows are not read).
+    if (!stream && p.slots != nullptr)
+      for (int64_t i = 0; i < n; ++i)
+        if (p.slots[c0 + i] >= 0) {
+          PrefetchSlotRows(p.k_cache, p.slots[c0 + i], sizeof(T));
+          PrefetchSlotRows(p.v_cache, p.slots[c0 + i], sizeof(T));
+        }
     if (n == 1) {
       token(c0, 0, 7);
       continue;
