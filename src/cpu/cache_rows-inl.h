@@ -1,8 +1,9 @@
-// Per-target row writers of the prologue family: a head row through norm and rotation into a cache's storage (StoreRow, CacheRows).
+// Per-target row writers of the prologue family: a head row through norm and rotation into a cache's storage (StoreRow, CacheRows, PrefetchSlotRows).
 //
 // A Highway "-inl.h" piece, re-included per target by prologue_kernels.cc (the token walk and re-rotation). Rows of
 // the input's dtype without a norm take the apply kernels' register path instead (cpu/kernels.h rotate_token_rows);
-// int8 / fp8 rows of whole vectors stay in registers (quantize_rows-inl.h); the rest come here.
+// int8 / fp8 rows of whole vectors stay in registers (quantize_rows-inl.h); the rest come here. PrefetchSlotRows
+// fetches a token's cache lines before its rows are computed.
 #if defined(ROTARY_CPU_CACHE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_CACHE_ROWS_INL_H_
 #undef ROTARY_CPU_CACHE_ROWS_INL_H_
@@ -100,16 +101,16 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
 /// its sequence has not written yet, so its lines are usually in no cache: fetched before the chunk's q rows are
 /// computed, they arrive while q is rotated instead of stalling the k and v stores (a lone token, or a batch of
 /// decode tokens of different sequences). Narrowed rows (f32 into bf16, anything into int8 / fp8: fewer lines,
-/// longer to compute) gained nothing on AVX3 and lost 0.05-0.2 us on AVX2, so they are left out. Inline: an
-/// out-of-line function made only of prefetches is pure to GCC, which dropped the calls. Measured in
-/// docs/performance.md ("The decode step's cache lines fetched early").
+/// longer to compute) gained nothing on AVX3 and lost on AVX2 forced (a cold slot 0.05-0.2 us, f32 into int8
+/// 0.2-0.3 us), so they are left out. Inline: an out-of-line function made only of prefetches is pure to GCC,
+/// which dropped the calls. Measured in docs/performance.md ("The decode step's cache lines fetched early").
 HWY_INLINE void PrefetchSlotRows(const PlanRows& c, int64_t slot, size_t in_size) {
   if (!c.present() || dtype_size(c.dtype) < in_size) return;
   const size_t es = dtype_size(c.dtype);
   const size_t bytes = static_cast<size_t>(c.dim) * es;  // channels adjacent (the SIMD paths' caches: cpu_prologue.cc)
   if (bytes == 0) return;
   for (int64_t head = 0; head < c.heads; ++head) {
-    // Every line holding a byte of the row (one more than bytes / kLine where the row does not start on a line).
+    // Every line holding a byte of the row: ceil((first % kLine + bytes) / kLine) lines.
     const auto first = reinterpret_cast<uintptr_t>(c.data) + static_cast<uintptr_t>(c.row_offset(slot, head)) * es;
     for (uintptr_t line = first & ~uintptr_t{kLine - 1}; line < first + bytes; line += kLine)
       hwy::Prefetch(reinterpret_cast<const char*>(line));

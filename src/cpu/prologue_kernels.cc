@@ -31,7 +31,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr int64_t kChunkTokens = 64;
 constexpr int64_t kChunkFloats = 16384;
 
-/// Tokens [g0, g1) in chunks of up to kChunkTokens: each token's cos/sin once, then the chunk's q rows, its k
+/// Tokens [g0, g1) in chunks of up to kChunkTokens: the chunk's cache rows prefetched where they are not streamed
+/// (PrefetchSlotRows), each token's cos/sin once, then the chunk's q rows, its k
 /// rows (cache or k_out), then its v rows, one pass per tensor. Token by token (q, k and v rows of one token, then
 /// the next: six short interleaved streams instead of two or three long ones) took 1.06-1.14x the time at the
 /// median of the prologue bench's prefill configurations, up to 1.3-1.4x for f32 inputs (Llama-3-8B shapes,
@@ -281,17 +282,18 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
   };
   for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
     const int64_t n = std::min(chunk, g1 - c0);
-    if (p.rotate)
-      for (int64_t i = 0; i < n; ++i)
-        resolve_cos_sin(rp.pos, p.source_of(c0 + i), rp.half, (c0 + i) / rp.S, (c0 + i) % rp.S,
-                        resolved + i * 2 * rp.half, &chunk_c[i], &chunk_s[i]);
-    // The chunk's cache rows, fetched while its q rows are computed (PrefetchSlotRows; streamed rows are not read).
+    // The chunk's cache rows, fetched while its cos/sin and q rows are computed (PrefetchSlotRows; streamed rows are
+    // not read).
     if (!stream && p.slots != nullptr)
       for (int64_t i = 0; i < n; ++i)
         if (p.slots[c0 + i] >= 0) {
           PrefetchSlotRows(p.k_cache, p.slots[c0 + i], sizeof(T));
           PrefetchSlotRows(p.v_cache, p.slots[c0 + i], sizeof(T));
         }
+    if (p.rotate)
+      for (int64_t i = 0; i < n; ++i)
+        resolve_cos_sin(rp.pos, p.source_of(c0 + i), rp.half, (c0 + i) / rp.S, (c0 + i) % rp.S,
+                        resolved + i * 2 * rp.half, &chunk_c[i], &chunk_s[i]);
     if (n == 1) {
       token(c0, 0, 7);
       continue;
