@@ -1,4 +1,4 @@
-// Per-target row writers of the prologue family: a head row through norm and rotation into a cache's storage (StoreRow, CacheRows, PrefetchSlotRows).
+// Per-target row writers of the prologue family: a head row through norm and rotation into a cache's storage (StoreRow, CacheRows).
 //
 // A Highway "-inl.h" piece, re-included per target by prologue_kernels.cc (the token walk and re-rotation). Rows of
 // the input's dtype without a norm take the apply kernels' register path instead (cpu/kernels.h rotate_token_rows);

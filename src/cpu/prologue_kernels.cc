@@ -32,8 +32,8 @@ constexpr int64_t kChunkTokens = 64;
 constexpr int64_t kChunkFloats = 16384;
 
 /// Tokens [g0, g1) in chunks of up to kChunkTokens: the chunk's cache rows prefetched where they are not streamed
-/// (PrefetchSlotRows), each token's cos/sin once, then the chunk's q rows, its k
-/// rows (cache or k_out), then its v rows, one pass per tensor. Token by token (q, k and v rows of one token, then
+/// (PrefetchSlotRows), each token's cos/sin once, then the chunk's q rows, its k rows (cache or k_out), then its v
+/// rows, one pass per tensor. Token by token (q, k and v rows of one token, then
 /// the next: six short interleaved streams instead of two or three long ones) took 1.06-1.14x the time at the
 /// median of the prologue bench's prefill configurations, up to 1.3-1.4x for f32 inputs (Llama-3-8B shapes,
 /// T = 4096, one thread, Zen 4, AVX3 and AVX2; docs/performance.md). The results are the same: the rows a call
