@@ -96,16 +96,16 @@ HWY_INLINE void StreamCopyRow(const T* HWY_RESTRICT in, T* HWY_RESTRICT out, siz
   for (size_t i = 0; i < D * sizeof(T); i += N) hn::Stream(hn::LoadU(d8, src + i), d8, dst + i);
 }
 
-/// Prefetches every line of the rows (slot, 0 .. heads-1) of cache `c`, rows the call is about to store from inputs
-/// of `in_size`-byte elements (absent caches, and caches of narrower elements: nothing). A decode step's slot is one
-/// its sequence has not written yet, so its lines are usually in no cache: fetched before the chunk's q rows are
-/// computed, they arrive while q is rotated instead of stalling the k and v stores (a lone token, or a batch of
-/// decode tokens of different sequences). Narrowed rows (f32 into bf16, anything into int8 / fp8: fewer lines,
-/// longer to compute) gained nothing on AVX3 and lost on AVX2 forced (a cold slot 0.05-0.2 us, f32 into int8
-/// 0.2-0.3 us), so they are left out. Inline: an out-of-line function made only of prefetches is pure to GCC,
-/// which dropped the calls. Measured in docs/performance.md ("The decode step's cache lines fetched early").
-HWY_INLINE void PrefetchSlotRows(const PlanRows& c, int64_t slot, size_t in_size) {
-  if (!c.present() || dtype_size(c.dtype) < in_size) return;
+/// Prefetches every line of the rows (slot, 0 .. heads-1) of cache `c` (absent: nothing), rows the call is about
+/// to store. A decode step's slot is one its sequence has not written yet, so its lines are usually in no cache:
+/// fetched before the chunk's q rows are computed, they arrive while q is rotated instead of stalling the k and v
+/// stores (a lone token, or a batch of decode tokens of different sequences). The token walk (RunTokensT) calls
+/// it only for caches whose elements are at least as wide as the input's: narrowed rows (f32 into bf16, anything
+/// into int8 / fp8: fewer lines, longer to compute) gained nothing on AVX3 and lost on AVX2 forced (a cold slot
+/// 0.05-0.2 us, f32 into int8 0.2-0.3 us). Inline: an out-of-line function made only of prefetches is pure to
+/// GCC, which dropped the calls. Measured in docs/performance.md ("The decode step's cache lines fetched early").
+HWY_INLINE void PrefetchSlotRows(const PlanRows& c, int64_t slot) {
+  if (!c.present()) return;
   const size_t es = dtype_size(c.dtype);
   const size_t bytes = static_cast<size_t>(c.dim) * es;  // channels adjacent (the SIMD paths' caches: cpu_prologue.cc)
   if (bytes == 0) return;

@@ -280,15 +280,18 @@ void RunTokensT(const PrologueJob& job, int64_t g0, int64_t g1) {
       CacheRows<EI, P>(in, p.v.in_sh, p.v_cache, slot, p.v.heads, none, nullptr, 0.0f, tmp, stream, nullptr);
     }
   };
+  // PrefetchSlotRows for caches of elements at least as wide as the input's (one dtype for both caches), whose rows
+  // are not streamed (non-temporal stores read no line).
+  const bool prefetch_slots =
+      !stream && p.slots != nullptr && p.k_cache.present() && dtype_size(p.k_cache.dtype) >= sizeof(T);
   for (int64_t c0 = g0; c0 < g1; c0 += chunk) {
     const int64_t n = std::min(chunk, g1 - c0);
-    // The chunk's cache rows, fetched while its cos/sin and q rows are computed (PrefetchSlotRows; streamed rows are
-    // not read).
-    if (!stream && p.slots != nullptr)
+    // The chunk's cache rows, fetched while its cos/sin and q rows are computed.
+    if (prefetch_slots)
       for (int64_t i = 0; i < n; ++i)
         if (p.slots[c0 + i] >= 0) {
-          PrefetchSlotRows(p.k_cache, p.slots[c0 + i], sizeof(T));
-          PrefetchSlotRows(p.v_cache, p.slots[c0 + i], sizeof(T));
+          PrefetchSlotRows(p.k_cache, p.slots[c0 + i]);
+          PrefetchSlotRows(p.v_cache, p.slots[c0 + i]);
         }
     if (p.rotate)
       for (int64_t i = 0; i < n; ++i)
