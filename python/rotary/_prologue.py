@@ -257,7 +257,7 @@ def prologue(
                 and type(cache_layout) is str
                 and cu_seqlens is None and seq_offsets is None and batch_offsets is None and spec_index is None
                 and k_scale is None and v_scale is None and not isinstance(q, np.ndarray)
-                # torch tensors read field by field (the entry declines, returning 1, any call it cannot take as is)
+                # torch tensors read in C++ (the entry declines, returning 1, any call it cannot take as is)
                 and _rotary._torch_prologue(q, k, v, q_out, positions, spec, cache_layout, k_cache, v_cache, slot_mapping,
                                             cache_positions, q_norm_weight, k_norm_weight, eps, offset_w, layout,
                                             threads) == 0):

@@ -27,9 +27,10 @@ Registration style (follow it when adding an operator, e.g. torch.ops.rotary.pro
     direct define/impl, not `torch.library.custom_op`. Measured for a decode-sized in-place call (docs/performance.md,
     "PyTorch operators"): custom_op's Python ADInplaceOrView and autograd layers cost several times the direct
     registration's dispatch.
-  * A kernel per device key: "CPU" (rotary's kernels through _rotary._torch_apply: tensors read field by field, no
-    DLPack) and "CUDA" (rotary's CUDA backend on the current stream when the extension has it, else the torch
-    composite of rotary._torch_composite), plus a fake kernel (torch.library.register_fake).
+  * A kernel per device key: "CPU" (rotary's kernels through _rotary._torch_apply: tensors read through torch's
+    DLPack C exchange table or field by field, never through __dlpack__()) and "CUDA" (rotary's CUDA backend on the
+    current stream when the extension has it, else the torch composite of rotary._torch_composite), plus a fake
+    kernel (torch.library.register_fake).
   * Functional operators: torch.library.register_autograd(backward, setup_context=...), the backward built from the
     operators themselves (differentiable again); positions are saved with save_for_backward (version-checked).
   * In-place operators (name ending in "_", mutated arguments annotated `(a!)`, returning ()): their kernels refuse

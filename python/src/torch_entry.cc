@@ -1,9 +1,11 @@
-// Binds pointer-level entry points for rotary.torch's operators: torch tensors are read field by field (no DLPack).
+// Binds pointer-level entry points for rotary.torch's operators: torch tensors are read without __dlpack__().
 //
 // torch.Tensor.__dlpack__ is Python code costing several microseconds per tensor, which dominated a decode-sized
-// operator call. These entries read data_ptr(), shape, stride(), dtype and is_neg() through the C API instead. They
-// are private (rotary/_torch_ops.py is the only caller); inputs that the core cannot read as they are (a broadcast
-// axis, a negative-bit view) are reported back as a bit mask so the caller can materialise them and call again.
+// operator call. These entries read a plain torch.Tensor or nn.Parameter through torch's DLPack C exchange table
+// (`__dlpack_c_exchange_api__`, torch >= 2.10: one C call filling a borrowed DLTensor), and any other tensor, or
+// any tensor that table declines, through data_ptr(), shape, stride(), dtype and is_neg() by the C API. They are
+// private (rotary/_torch_ops.py and rotary.prologue are the callers); inputs that the core cannot read as they are
+// (a broadcast axis, a negative-bit view) are reported back so the caller can materialise them and call again.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
@@ -35,7 +37,39 @@ struct TorchNames {
   PyObject* requires_grad = nullptr;
   PyObject* is_grad_enabled = nullptr;  ///< torch.is_grad_enabled
   PyObject* tensor_type = nullptr;      ///< torch.Tensor
+  PyObject* parameter_type = nullptr;   ///< torch.nn.Parameter
+  /// The DLPack exchange table's borrowed-DLTensor export (null: torch has none of version 1). It fills `out` with
+  /// pointers into the tensor's own shape and strides, valid while the tensor lives and is not resized.
+  int (*dltensor_of)(void* py_object, nb::dlpack::dltensor* out) = nullptr;
 };
+
+/// DLPack's DLPackExchangeAPI, version 1 (dlpack.h v1.3): a versioned header, then five function pointers; only
+/// `dltensor_from_py_object_no_sync` is called here.
+struct DLPackExchangeTable {
+  uint32_t major, minor;
+  void* prev_api;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, nb::dlpack::dltensor* out);
+  void* current_work_stream;
+};
+
+/// The borrowed-DLTensor export of torch's exchange table (type(tensor).__dlpack_c_exchange_api__), or null.
+auto find_dltensor_export(nb::handle tensor_type) -> int (*)(void*, nb::dlpack::dltensor*) {
+  PyObject* cap = PyObject_GetAttrString(tensor_type.ptr(), "__dlpack_c_exchange_api__");
+  if (cap == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  auto* table = static_cast<const DLPackExchangeTable*>(PyCapsule_GetPointer(cap, "dlpack_exchange_api"));
+  Py_DECREF(cap);  // the table is static in torch, alive for the process
+  if (table == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return table->major == 1 ? table->dltensor_from_py_object_no_sync : nullptr;
+}
 
 const TorchNames& names() {
   // Built on first use (rotary.torch has imported torch by then); the references live for the process.
@@ -58,6 +92,8 @@ const TorchNames& names() {
     t.requires_grad = PyUnicode_InternFromString("requires_grad");
     t.is_grad_enabled = keep("is_grad_enabled");
     t.tensor_type = keep("Tensor");
+    t.parameter_type = nb::object(torch.attr("nn").attr("Parameter")).release().ptr();
+    t.dltensor_of = find_dltensor_export(t.tensor_type);
     return t;
   }();
   return n;
@@ -128,11 +164,52 @@ rotary::DType torch_dtype(nb::handle t, const char* what) {
                            .c_str());
 }
 
+/// Whether the entries use torch's exchange table where it exists (off only in tests of the attribute reads).
+bool g_table_reads = true;
+
+/// The view of `t` through torch's DLPack exchange table, for a plain torch.Tensor or nn.Parameter on the CPU of
+/// a dtype the entries take; false for anything else, which the attribute reads then take (and name in errors).
+bool dlpack_view(nb::handle t, rotary::TensorView& v, bool& needs_copy) {
+  const TorchNames& n = names();
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(t.ptr()));
+  if (!g_table_reads || n.dltensor_of == nullptr || (type != n.tensor_type && type != n.parameter_type)) return false;
+  nb::dlpack::dltensor d;
+  if (n.dltensor_of(t.ptr(), &d) != 0) {  // e.g. a sparse or meta tensor: torch declines it
+    PyErr_Clear();
+    return false;
+  }
+  constexpr int32_t kDLCPU = 1;
+  if (d.device.device_type != kDLCPU || d.dtype.lanes != 1 || d.ndim < 0 || d.ndim > rotary::kMaxRank) return false;
+  const auto code = static_cast<nb::dlpack::dtype_code>(d.dtype.code);
+  const int bits = d.dtype.bits;
+  using C = nb::dlpack::dtype_code;
+  if (code == C::Float && bits == 32) v.dtype = rotary::DType::kF32;
+  else if (code == C::Float && bits == 16) v.dtype = rotary::DType::kF16;
+  else if (code == C::Bfloat && bits == 16) v.dtype = rotary::DType::kBF16;
+  else if (code == C::Float && bits == 64) v.dtype = rotary::DType::kF64;
+  else if (code == C::Int && bits == 64) v.dtype = rotary::DType::kI64;
+  else if (code == C::Int && bits == 32) v.dtype = rotary::DType::kI32;
+  else return false;  // the attribute reads name the dtype in their error
+  v.rank = d.ndim;
+  int64_t compact = 1;  // DLPack allows null strides for a row-major tensor
+  for (int i = d.ndim - 1; i >= 0; --i) {
+    v.shape[i] = d.shape[i];
+    v.strides[i] = d.strides != nullptr ? d.strides[i] : compact;
+    compact *= d.shape[i];
+    if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
+  }
+  // The table exports a negative-bit view (e.g. the .imag of a conjugate) as its raw memory, the values negated.
+  if (PyObject_IsTrue(call0(t, n.is_neg).ptr())) needs_copy = true;
+  v.data = static_cast<char*>(d.data) + d.byte_offset;
+  return true;
+}
+
 /// A TensorView of a torch tensor. `needs_copy` is set when the core cannot read the memory as the tensor's value:
 /// an axis longer than 1 with a zero stride (inputs only; outputs are never copied) or a negative-bit view.
 rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool& needs_copy) {
   const TorchNames& n = names();
   rotary::TensorView v;
+  if (dlpack_view(t, v, needs_copy)) return v;
   v.dtype = torch_dtype(t, what);
   if (!device && !PyObject_IsTrue(getattr(t, n.is_cpu).ptr()))
     throw nb::value_error((std::string("[rotary] ") + what + " is not a CPU tensor (the other tensors of this call are)")
@@ -330,6 +407,30 @@ void bind_torch_entry(nb::module_& m) {
       "Private (rotary.prologue's torch path): the prologue of torch CPU tensors read field by field (no DLPack) "
       "for one Spec and an int offset or a tensor of position ids. Returns 0 when done, 1 (having done nothing) "
       "when the call must go through the generic conversion.");
+
+  m.def(
+      "_torch_read_by_table",
+      [](nb::handle t) -> bool {
+        if (!torch_imported()) return false;
+        rotary::TensorView v;
+        bool need = false;
+        return dlpack_view(t, v, need);
+      },
+      nb::arg("t"),
+      "Private (tests): whether the torch entries read `t` through torch's DLPack exchange table (a plain CPU "
+      "torch.Tensor or nn.Parameter of a dtype they take, on a torch that has the table) rather than attribute by "
+      "attribute.");
+
+  m.def(
+      "_torch_table_reads",
+      [](bool on) {
+        const bool was = g_table_reads;
+        g_table_reads = on;
+        return was;
+      },
+      nb::arg("on"),
+      "Private (tests): turns the exchange-table reads on or off (the attribute reads then take every tensor, as "
+      "on a torch without the table); returns the previous setting.");
 
   m.def("_cuda_available", [] { return rotary::backend_available(rotary::Backend::kCuda); },
         "Private (rotary.torch): True when rotary's CUDA backend is built in and a device is present.");

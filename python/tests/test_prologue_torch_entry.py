@@ -1,5 +1,5 @@
-"""rotary.prologue's direct entry for torch CPU tensors (read field by field, no DLPack): which calls take it, and that
-they give the numpy path's bytes and the generic path's errors."""
+"""rotary.prologue's direct entry for torch CPU tensors (no __dlpack__: torch's exchange table or attribute reads): which
+calls take it, and that they give the numpy path's bytes and the generic path's errors, with either way of reading."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,65 @@ import pytest
 import rotary
 
 ml_dtypes = pytest.importorskip("ml_dtypes")  # the numpy twins of bf16/fp8 tensors
+
+
+@pytest.fixture(autouse=True, params=["table", "attributes"])
+def reads(request):
+    """Every test twice: tensors read through torch's DLPack exchange table (where torch has one), and attribute by
+    attribute (as on a torch without it, and for subclasses and other devices)."""
+    pytest.importorskip("torch")
+    was = rotary._rotary._torch_table_reads(request.param == "table")
+    yield request.param
+    rotary._rotary._torch_table_reads(was)
+
+
+def test_plain_cpu_tensors_are_read_through_the_exchange_table_where_torch_has_one(reads):
+    torch = pytest.importorskip("torch")
+    table = reads == "table" and hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+
+    class Sub(torch.Tensor):
+        pass
+
+    x = torch.randn(4, 64)
+    taken = [x, x.t(), x.bfloat16()[:, ::2], x.half(), x.double(), torch.tensor([1, 2]), torch.tensor([1, 2], dtype=torch.int32),
+             torch.nn.Parameter(torch.ones(64)), x.expand(2, 4, 64), x._neg_view(), torch.tensor(3.0)]
+    declined = [x.as_subclass(Sub), x.to(torch.int8), x.to(torch.float8_e4m3fn), torch.ones(2, dtype=torch.bool),
+                torch.empty(2, 64, device="meta"), x.to_sparse(), torch.randn(3, dtype=torch.complex64)]
+    assert [rotary._rotary._torch_read_by_table(t) for t in taken] == [table] * len(taken)
+    assert not any(rotary._rotary._torch_read_by_table(t) for t in declined)
+
+
+def test_negative_bit_and_broadcast_inputs_are_read_as_their_values_and_parameters_directly(monkeypatch):
+    # The exchange table exports a negative-bit view (the .imag of a conjugate) as its raw memory: the entry must
+    # still send it to the generic path, which materialises its value. A Parameter norm weight (HF's, under
+    # no_grad) is read directly. The bytes equal those of the plain tensors.
+    torch = pytest.importorskip("torch")
+    import rotary._prologue as rp
+
+    calls = []
+    real = rp._rotary._torch_prologue
+    monkeypatch.setattr(rp._rotary, "_torch_prologue", lambda *a: calls.append(real(*a)) or calls[-1])
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(3, h, 64, generator=g) for h in (4, 2, 2))
+    w = 1.0 + 0.2 * torch.randn(64, generator=g)
+    spec = rotary.Spec(64)
+    slots = torch.tensor([6, 1, 3])
+
+    def run(kk, ww):
+        qt, kc, vc = q.clone(), torch.zeros(2, 4, 2, 64), torch.zeros(2, 4, 2, 64)
+        with torch.no_grad():
+            rotary.prologue(qt, kk, v, 17, spec, k_cache=kc, v_cache=vc, slot_mapping=slots, q_norm_weight=ww,
+                            k_norm_weight=ww, threads=1)
+        return qt, kc, vc
+
+    want = run(k, w)
+    neg_k = torch.complex(torch.zeros_like(k), -k).conj().imag  # value k, memory -k
+    assert neg_k.is_neg() and torch.equal(neg_k, k)
+    calls.clear()
+    for got in (run(neg_k, w), run(k, torch.nn.Parameter(w.clone())), run(k, w._neg_view()._neg_view())):
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+    assert calls == [1, 0, 0]
 
 
 @pytest.mark.parametrize("dtype,cache,layout,norm", [("float32", "float32", "nhd", False), ("bfloat16", "bfloat16", "nhd", True),
