@@ -1,8 +1,9 @@
-"""torch.ops.rotary.prologue / rerotate_cache (torch.library ops that mutate the caches) and patch_prologue for HF attention.
+"""torch.ops.rotary.prologue / prologue_q_out / rerotate_cache (torch.library ops writing the caches), patch_prologue.
 
 The ops take the Spec as its JSON text (``json.dumps(spec.to_dict())``, see ``spec_key``) because a
 torch.library schema holds tensors and plain values only. Their schemas mark every tensor they write as
-``Tensor(a!)``; the fake (meta) kernels write nothing and return nothing, so torch.compile and FakeTensor
+``Tensor(a!)`` (prologue: q, or q_out when given, which its schema cannot tell apart, so both; prologue_q_out:
+q_out, never q); the fake (meta) kernels write nothing and return nothing, so torch.compile and FakeTensor
 tracing see the mutations without running rotary.
 
 ``patch_prologue(model)`` makes each attention layer of a transformers Llama or Qwen3 model (the latter with
@@ -108,23 +109,67 @@ _prologue_op = torch.library.custom_op("rotary::prologue",
                                        device_types="cpu")(_prologue_impl)
 
 
-def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
-                   q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
-                   q_out, threads) -> None:
-    """torch.ops.rotary.prologue(...), or its implementation called directly where that is indistinguishable
-    (rotary.torch._eager: plain CPU tensors needing no gradient, outside torch.compile, torch.func, dispatch and
-    function modes, jit tracing and the profiler), with the mutated tensors' version counters bumped as the
-    operator's dispatch does. The dispatcher's layers cost ~14 µs per call, most of a decode step's prologue."""
-    if not _eager(q, k, v, positions, k_cache, v_cache, slot_mapping, cache_positions, q_norm_weight, k_norm_weight,
-                  k_scale, v_scale, q_out):
-        return torch.ops.rotary.prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions,
-                                         cache_layout, layout, q_norm_weight, k_norm_weight, norm_eps, norm_offset,
-                                         k_scale, v_scale, fp8_k_scale, fp8_v_scale, q_out, threads)
-    # The op's mutates_args, bumped before the kernel runs (as its ADInplaceOrView layer does, error or not).
-    torch._C._increment_version([t for t in (q, q_out, k_cache, v_cache, k_scale, v_scale) if t is not None])
+def _prologue_q_out_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, spec: str,
+                         k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: Optional[torch.Tensor],
+                         cache_positions: Optional[torch.Tensor], cache_layout: str, layout: str,
+                         q_norm_weight: Optional[torch.Tensor], k_norm_weight: Optional[torch.Tensor], norm_eps: float,
+                         norm_offset: float, k_scale: Optional[torch.Tensor], v_scale: Optional[torch.Tensor],
+                         fp8_k_scale: float, fp8_v_scale: float, q_out: torch.Tensor, threads: int) -> None:
+    """rotary::prologue with q only read: its rotation (after its norm) is written to q_out, which must not share
+    memory with q (the schema marks q unwritten, so torch.compile neither copies q nor orders it after the call)."""
+    _check_q_out_apart(q, q_out)
     _prologue_impl(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
                    q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
                    q_out, threads)
+
+
+def _check_q_out_apart(q: torch.Tensor, q_out: torch.Tensor) -> None:
+    """ValueError when the bytes q_out spans meet those q spans (what torch's storages can share; separate
+    allocations never meet): prologue_q_out's schema says q is not written."""
+    if not isinstance(q, torch.Tensor) or not isinstance(q_out, torch.Tensor) or q.numel() == 0 or q_out.numel() == 0:
+        return  # the implementation reports tensors of the wrong kind, and empty ones write nothing
+
+    def span(t: torch.Tensor):
+        lo = hi = t.data_ptr()
+        size = t.element_size()
+        for n, st in zip(t.shape, t.stride()):
+            if st < 0:
+                lo += st * (n - 1) * size
+            else:
+                hi += st * (n - 1) * size
+        return lo, hi + size
+
+    (a0, a1), (b0, b1) = span(q), span(q_out)
+    if a0 < b1 and b0 < a1:
+        raise ValueError("[rotary_prologue] q_out must not share memory with q in prologue_q_out (q is only read "
+                         "there); rotate q in place with prologue and q_out None")
+
+
+_prologue_q_out_op = torch.library.custom_op("rotary::prologue_q_out",
+                                             mutates_args=("q_out", "k_cache", "v_cache", "k_scale", "v_scale"),
+                                             device_types="cpu")(_prologue_q_out_impl)
+
+
+def _call_prologue(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
+                   q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale,
+                   q_out, threads) -> None:
+    """torch.ops.rotary.prologue(...), or prologue_q_out(...) with a q_out (its schema leaves q unwritten), or the
+    op's implementation called directly where that is indistinguishable (rotary.torch._eager: plain CPU tensors
+    needing no gradient, outside torch.compile, torch.func, dispatch and function modes, jit tracing and the
+    profiler), with the mutated tensors' version counters bumped as the operator's dispatch does. The
+    dispatcher's layers cost ~14 µs per call, most of a decode step's prologue."""
+    if not _eager(q, k, v, positions, k_cache, v_cache, slot_mapping, cache_positions, q_norm_weight, k_norm_weight,
+                  k_scale, v_scale, q_out):
+        op = torch.ops.rotary.prologue if q_out is None else torch.ops.rotary.prologue_q_out
+        return op(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
+                  q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale, q_out,
+                  threads)
+    # The op's mutates_args, bumped before the kernel runs (as its ADInplaceOrView layer does, error or not).
+    torch._C._increment_version([t for t in (q if q_out is None else None, q_out, k_cache, v_cache, k_scale, v_scale)
+                                 if t is not None])
+    impl = _prologue_impl if q_out is None else _prologue_q_out_impl
+    impl(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cache_positions, cache_layout, layout,
+         q_norm_weight, k_norm_weight, norm_eps, norm_offset, k_scale, v_scale, fp8_k_scale, fp8_v_scale, q_out, threads)
 
 
 _IMPL = torch.library.Library("rotary", "IMPL")  # noqa: TOR901 - the prologue op's Autograd kernel below
@@ -170,8 +215,9 @@ def _register_views(name: str) -> None:
     _IMPL.impl(name, torch.library.fallthrough_kernel, "Conjugate")
 
 
-_register_refusal("prologue", _prologue.GRAD_REFUSED, "rotary_prologue")
-_register_views("prologue")
+for _name in ("prologue", "prologue_q_out"):
+    _register_refusal(_name, _prologue.GRAD_REFUSED, "rotary_prologue")
+    _register_views(_name)
 
 
 @_prologue_op.register_fake
@@ -182,6 +228,9 @@ def _prologue_fake(q, k, v, positions, spec, k_cache, v_cache, slot_mapping, cac
                        slot_mapping=slot_mapping, cache_positions=cache_positions, q_norm_weight=q_norm_weight,
                        k_norm_weight=k_norm_weight, k_scale=k_scale, v_scale=v_scale, q_out=q_out)
     return None
+
+
+_prologue_q_out_op.register_fake(_prologue_fake)
 
 
 @torch.library.custom_op("rotary::rerotate_cache", mutates_args=("k_cache", "k_scale"), device_types="cpu")
@@ -304,7 +353,7 @@ _PROLOGUE_ATTENTION = ("LlamaAttention", "Qwen3Attention")
 
 
 def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
-    """Routes every Llama/Qwen3 attention layer of `model` through torch.ops.rotary.prologue; returns them.
+    """Routes every Llama/Qwen3 attention layer of `model` through torch.ops.rotary.prologue_q_out; returns them.
 
     A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
     StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,

@@ -17,6 +17,58 @@ def test_the_ops_are_registered_with_mutating_schemas():
     for arg in ("q", "k_cache", "v_cache"):
         assert f"Tensor(" in s and f"!) {arg}" in s, s
     assert "!) k_cache" in str(torch.ops.rotary.rerotate_cache.default._schema)
+    mutable = {a.name for a in torch.ops.rotary.prologue_q_out.default._schema.arguments
+               if a.alias_info is not None and a.alias_info.is_write}
+    assert mutable == {"q_out", "k_cache", "v_cache", "k_scale", "v_scale"}, mutable
+
+
+def test_prologue_q_out_leaves_q_unwritten_in_its_schema_and_its_version():
+    # rotary::prologue's schema marks q written even when q_out takes the rotation (a custom op's mutated arguments
+    # are fixed): its version counter moves, and torch.compile orders q's later readers after the call.
+    # rotary::prologue_q_out reads q only: same bytes, q's version unchanged, opcheck's schema test (which fails an
+    # op writing an argument its schema leaves unwritten) and fake-tensor test pass.
+    key = prologue_torch.spec_key(rotary.Spec(64))
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn((3, h, 64), generator=g) for h in (4, 2, 2))
+    w = 1.0 + 0.2 * torch.randn(64, generator=g)
+    got = {}
+    for name in ("prologue", "prologue_q_out"):
+        qq, kc, vc, out = q.clone(), torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64)), torch.empty((3, 4, 64))
+        before = (qq._version, out._version)
+        getattr(torch.ops.rotary, name)(*_op_args(qq, k, v, kc, vc, key, q_out=out, q_norm_weight=w, k_norm_weight=w))
+        got[name] = (out, kc, vc, qq._version - before[0], out._version - before[1])
+        assert torch.equal(qq, q)
+    (o1, k1, v1, dq1, do1), (o2, k2, v2, dq2, do2) = got["prologue"], got["prologue_q_out"]
+    assert torch.equal(o1, o2) and torch.equal(k1, k2) and torch.equal(v1, v2) and k1.any()
+    assert dq1 > 0 and dq2 == 0 and do1 == do2 > 0
+    args = _op_args(q.clone(), k, v, torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64)), key,
+                    q_out=torch.empty((3, 4, 64)), q_norm_weight=w, k_norm_weight=w)
+    torch.library.opcheck(torch.ops.rotary.prologue_q_out.default, tuple(args), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.rotary.prologue.default, tuple(_op_args(q.clone(), k, v, torch.zeros((2, 4, 2, 64)),
+                                                                            torch.zeros((2, 4, 2, 64)), key)),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("call", ["op", "patched layers' call"])
+def test_prologue_q_out_refuses_a_q_out_sharing_qs_memory_before_writing(call):
+    # Its schema says q is not written: a q_out on q's bytes (q itself, a view of it) would write q behind the
+    # schema's back, so it is refused, naming q_out, before the caches are touched. Disjoint views of one buffer pass.
+    key = prologue_torch.spec_key(rotary.Spec(64))
+    g = torch.Generator().manual_seed(9)
+    buf = torch.randn((2, 3, 4, 64), generator=g)
+    q, k, v = buf[0], torch.randn((3, 2, 64), generator=g), torch.randn((3, 2, 64), generator=g)
+    fn = torch.ops.rotary.prologue_q_out if call == "op" else prologue_torch._call_prologue
+    for out in (q, q[:, :, :], buf.view(-1)[64:64 + 3 * 4 * 64].view(3, 4, 64)):
+        kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
+        q0 = q.clone()
+        with pytest.raises(ValueError, match=r"^\[rotary_prologue\] q_out must not share memory with q in prologue_q_out"):
+            fn(*_op_args(q, k, v, kc, vc, key, q_out=out))
+        assert torch.equal(q, q0) and not kc.any() and not vc.any()
+    kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
+    fn(*_op_args(q, k, v, kc, vc, key, q_out=buf[1]))
+    want = torch.empty((3, 4, 64))
+    torch.ops.rotary.prologue(*_op_args(q.clone(), k, v, torch.zeros_like(kc), torch.zeros_like(vc), key, q_out=want))
+    assert torch.equal(buf[1], want) and kc.any()
 
 
 def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
@@ -49,9 +101,10 @@ def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
 
 
 def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_otherwise(monkeypatch):
-    # _call_prologue (what patched attention layers call): in plain eager code the op's implementation directly,
-    # with the same results and the same version-counter bumps as torch.ops.rotary.prologue; under a dispatch
-    # mode (as under torch.compile, torch.func, jit tracing or the profiler) the operator itself, which the mode sees.
+    # _call_prologue (what patched attention layers call, with a q_out): in plain eager code the op's implementation
+    # directly, with the same results and the same version-counter bumps as torch.ops.rotary.prologue_q_out (q_out
+    # and the caches, not q); under a dispatch mode (as under torch.compile, torch.func, jit tracing or the profiler)
+    # the operator itself, which the mode sees.
     from torch.utils._python_dispatch import TorchDispatchMode
 
     key = prologue_torch.spec_key(rotary.Spec(64, base=10000.0))
@@ -67,10 +120,10 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
                    "bhsd", "bshd", t["w"], t["w"], 1e-6, 0.0, None, None, 1.0, 1.0, out, 1)
 
     direct = []  # calls of the implementation by _call_prologue's own direct branch (the operator keeps its reference)
-    real = prologue_torch._prologue_impl
-    monkeypatch.setattr(prologue_torch, "_prologue_impl", lambda *a: (direct.append(1), real(*a))[1])
+    real = prologue_torch._prologue_q_out_impl
+    monkeypatch.setattr(prologue_torch, "_prologue_q_out_impl", lambda *a: (direct.append(1), real(*a))[1])
     results = []
-    for fn, want in ((prologue_torch._call_prologue, [1]), (torch.ops.rotary.prologue, [])):
+    for fn, want in ((prologue_torch._call_prologue, [1]), (torch.ops.rotary.prologue_q_out, [])):
         direct.clear()
         t, a = args()
         before = [x._version for x in (t["q"], a[-2], t["kc"], t["vc"], t["k"])]
@@ -80,7 +133,9 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
                         before))
     (o1, k1, v1, after1, before1), (o2, k2, v2, after2, before2) = results
     assert torch.equal(o1, o2) and torch.equal(k1, k2) and torch.equal(v1, v2) and k1.abs().sum() > 0
-    assert [x - y for x, y in zip(after1, before1)] == [x - y for x, y in zip(after2, before2)]
+    bumps = [x - y for x, y in zip(after1, before1)]
+    assert bumps == [x - y for x, y in zip(after2, before2)]
+    assert bumps[0] == bumps[-1] == 0 and min(bumps[1:4]) > 0  # q and k unwritten; q_out and the caches written
 
     seen = []
 
@@ -93,7 +148,7 @@ def test_patched_layers_run_the_kernel_directly_in_eager_code_and_the_operator_o
     direct.clear()
     with Seen():
         prologue_torch._call_prologue(*a)
-    assert any("rotary.prologue" in name for name in seen), seen
+    assert any("rotary.prologue_q_out" in name for name in seen), seen  # a q_out: the op that leaves q unwritten
     assert direct == []
     assert torch.equal(t["kc"], k1)
 
