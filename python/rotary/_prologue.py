@@ -298,7 +298,7 @@ GRAD_REFUSED = ("q", "k", "v", "q_out", "k_out", "q_norm_weight", "k_norm_weight
 
 # Why each caller's writes have no gradient, and what to do instead.
 _NOT_DIFFERENTIABLE = {
-    "rotary_prologue": "the prologue is not differentiable (it writes q in place and k, v into a cache): call it "
+    "rotary_prologue": "the prologue is not differentiable (it writes q, in place or to q_out, and k, v into a cache): call it "
                        "under torch.no_grad() or torch.inference_mode(); for training, rotate with rotary.torch.apply_qk",
     "rotary_rerotate_cache": "re-rotating a cache is not differentiable (it rewrites the cache in place): call it "
                              "under torch.no_grad() or torch.inference_mode()",
@@ -307,7 +307,7 @@ _NOT_DIFFERENTIABLE = {
 
 def _refuse_autograd(named: Sequence[Any], where: str = "rotary_prologue") -> None:
     """RuntimeError (torch's kind for autograd misuse) when grad mode is on and a torch tensor of the call requires
-    grad: the prologue writes q in place and k, v into a cache, and re-rotation rewrites a cache, through no
+    grad: the prologue writes q (in place or to q_out) and k, v into a cache, and re-rotation rewrites a cache, through no
     autograd formula, so a gradient through them would be silently wrong."""
     for name, x in named:
         if x is not None and _is_torch(x) and x.requires_grad and _torch_module().is_grad_enabled():

@@ -50,18 +50,25 @@ def test_prologue_q_out_leaves_q_unwritten_in_its_schema_and_its_version():
 
 
 @pytest.mark.parametrize("call", ["op", "patched layers' call"])
-def test_prologue_q_out_refuses_a_q_out_sharing_qs_memory_before_writing(call):
-    # Its schema says q is not written: a q_out on q's bytes (q itself, a view of it) would write q behind the
-    # schema's back, so it is refused, naming q_out, before the caches are touched. Disjoint views of one buffer pass.
+def test_prologue_q_out_refuses_q_itself_none_or_an_overlapping_q_out_before_writing(call):
+    # Its schema says q is not written: q_out None (the dispatcher passes None for a required tensor), q itself or
+    # a view at q's address would rotate q in place behind the schema's back, and a q_out overlapping q otherwise
+    # is refused by the prologue's own aliasing rule; each names q_out, before the caches are touched. A view of
+    # the same buffer apart from q passes.
     key = prologue_torch.spec_key(rotary.Spec(64))
     g = torch.Generator().manual_seed(9)
     buf = torch.randn((2, 3, 4, 64), generator=g)
     q, k, v = buf[0], torch.randn((3, 2, 64), generator=g), torch.randn((3, 2, 64), generator=g)
     fn = torch.ops.rotary.prologue_q_out if call == "op" else prologue_torch._call_prologue
-    for out in (q, q[:, :, :], buf.view(-1)[64:64 + 3 * 4 * 64].view(3, 4, 64)):
+    own = r"^\[rotary_prologue\] q_out must (not be q|be a tensor) in prologue_q_out"
+    cases = [(None, own), (q, own), (q[:, :, :], own),
+             (buf.view(-1)[64:64 + 3 * 4 * 64].view(3, 4, 64), r"^\[rotary_prologue\] q_out must either be q itself")]
+    for out, needle in cases:
+        if out is None and call != "op":
+            continue  # _call_prologue with q_out None is the in-place operator, prologue
         kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
         q0 = q.clone()
-        with pytest.raises(ValueError, match=r"^\[rotary_prologue\] q_out must not share memory with q in prologue_q_out"):
+        with pytest.raises(ValueError, match=needle):
             fn(*_op_args(q, k, v, kc, vc, key, q_out=out))
         assert torch.equal(q, q0) and not kc.any() and not vc.any()
     kc, vc = torch.zeros((2, 4, 2, 64)), torch.zeros((2, 4, 2, 64))
@@ -69,6 +76,9 @@ def test_prologue_q_out_refuses_a_q_out_sharing_qs_memory_before_writing(call):
     want = torch.empty((3, 4, 64))
     torch.ops.rotary.prologue(*_op_args(q.clone(), k, v, torch.zeros_like(kc), torch.zeros_like(vc), key, q_out=want))
     assert torch.equal(buf[1], want) and kc.any()
+    # q_out None also fails opcheck's schema test (q would be written); refused instead.
+    with pytest.raises(ValueError, match=own):
+        torch.ops.rotary.prologue_q_out(*_op_args(q.clone(), k, v, kc, vc, key))
 
 
 def test_prologue_op_writes_the_cache_and_the_fake_kernel_traces():
