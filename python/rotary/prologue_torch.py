@@ -6,8 +6,8 @@ torch.library schema holds tensors and plain values only. Their schemas mark eve
 q_out, never q); the fake (meta) kernels write nothing and return nothing, so torch.compile and FakeTensor
 tracing see the mutations without running rotary.
 
-``patch_prologue(model)`` makes each attention layer of a transformers Llama or Qwen3 model (the latter with
-its q/k RMSNorm) run q_norm/k_norm, the rotation and the StaticCache write as ONE rotary call per layer,
+``patch_prologue(model)`` makes each attention layer of a transformers Llama, Mistral, Qwen2 or Qwen3 model (the
+last with its q/k RMSNorm) run q_norm/k_norm, the rotation and the StaticCache write as ONE rotary call per layer,
 writing k and v straight into the StaticCache's [B, Hkv, S_max, D] tensors (cache_layout "bhsd").
 """
 from __future__ import annotations
@@ -336,18 +336,28 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     attn_output, attn_weights = attention_interface(
         self, query, layer.keys, layer.values, attention_mask,
         dropout=self.attention_dropout if self.training else 0.0, scaling=self.scaling,
-        sliding_window=getattr(self, "sliding_window", None), **kwargs)
+        sliding_window=_sliding_window(self), **kwargs)
     attn_output = attn_output.reshape(B, S, -1).contiguous()
     return self.o_proj(attn_output), attn_weights
 
 
-# Attention classes whose forward _fused_forward reproduces (q/k/v/o projections, Qwen3's per-head q/k RMSNorm before a
-# half-split rotation, scaled dot-product attention with an optional sliding window, nothing else).
-_PROLOGUE_ATTENTION = ("LlamaAttention", "Qwen3Attention")
+# Attention classes whose forward _fused_forward reproduces (q/k/v/o projections, with or without biases, Qwen3's
+# per-head q/k RMSNorm before a half-split rotation, scaled dot-product attention with an optional sliding window,
+# nothing else).
+_PROLOGUE_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention")
+
+
+def _sliding_window(self) -> Optional[int]:
+    """The sliding_window the layer's own forward gives its attention function: Mistral's config's, Qwen2/Qwen3's
+    per-layer attribute (None for full-attention layers), none for Llama."""
+    if type(self).__name__ == "MistralAttention":
+        return getattr(self.config, "sliding_window", None)
+    return getattr(self, "sliding_window", None)
 
 
 def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
-    """Routes every Llama/Qwen3 attention layer of `model` through torch.ops.rotary.prologue_q_out; returns them.
+    """Routes every Llama/Mistral/Qwen2/Qwen3 attention layer of `model` through torch.ops.rotary.prologue_q_out;
+    returns them.
 
     A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
     StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
@@ -366,7 +376,7 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
     other = sorted({type(m).__name__ for m in attention if type(m).__name__ not in _PROLOGUE_ATTENTION})
     if other or not attention:
         found = ", ".join(other) if other else "no attention layer"
-        raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: supports {' and '.join(_PROLOGUE_ATTENTION)} "
+        raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: supports {', '.join(_PROLOGUE_ATTENTION)} "
                                   f"layers (their forward is what the fused call reproduces), got {found}")
     for module in attention:
         q_norm, k_norm = getattr(module, "q_norm", None), getattr(module, "k_norm", None)

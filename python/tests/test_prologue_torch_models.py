@@ -1,4 +1,5 @@
-"""rotary.prologue_torch.patch_prologue on tiny HF Llama / Qwen3 models: generate() equal to the unpatched model, refusals, compile graphs."""
+"""rotary.prologue_torch.patch_prologue on tiny HF Llama / Mistral / Qwen2 / Qwen3 models: generate() equal to the unpatched
+model, refusals, compile graphs."""
 from __future__ import annotations
 
 import pytest
@@ -42,6 +43,16 @@ def _tiny(kind: str, **extra):
     if kind == "llama":
         cfg = transformers.LlamaConfig(**common)
         model = transformers.LlamaForCausalLM(cfg)
+    elif kind == "mistral":
+        cfg = transformers.MistralConfig(**{"sliding_window": None, **common})
+        model = transformers.MistralForCausalLM(cfg)
+    elif kind == "qwen2":  # biased q/k/v projections
+        cfg = transformers.Qwen2Config(**common)
+        model = transformers.Qwen2ForCausalLM(cfg)
+        for layer in model.model.layers:  # non-zero biases (they start as zeros)
+            with torch.no_grad():
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.uniform_(-0.5, 0.5)
     else:
         cfg = transformers.Qwen3Config(**common)
         model = transformers.Qwen3ForCausalLM(cfg)
@@ -67,7 +78,7 @@ def _assert_generated_alike(got, want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
 def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monkeypatch):
     model = _tiny(kind)
     ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
@@ -84,6 +95,40 @@ def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monke
     # one rotary call per layer per forward (1 prefill + 9 decode forwards for 10 new tokens)
     assert len(calls) == model.config.num_hidden_layers * 10
     _assert_generated_alike(got, want)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "mistral"])
+def test_sliding_window_layers_keep_their_own_forward_and_generate_the_same(kind, monkeypatch):
+    # A sliding-window layer's StaticCache layer is a StaticSlidingWindowLayer (a ring of the last tokens), which
+    # the fused call does not write: such layers run their own forward; Qwen2's full-attention layers take the
+    # fused path, with the sliding window their own forward passes (None) and the model's results.
+    if kind == "qwen2":
+        model = _tiny("qwen2", use_sliding_window=True, sliding_window=4, max_window_layers=1)
+    else:
+        model = _tiny("mistral", sliding_window=4)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert len(calls) == (10 if kind == "qwen2" else 0)  # Qwen2's layer 0 is full attention, layer 1 slides
+    _assert_generated_alike(got, want)
+
+
+def test_the_sliding_window_given_to_attention_is_the_one_the_layer_s_own_forward_gives():
+    # Mistral's forward passes its config's sliding_window, Qwen2's and Qwen3's their per-layer attribute, Llama's none.
+    seen = {}
+    for kind, extra in (("mistral", dict(sliding_window=6)), ("qwen2", dict(use_sliding_window=True, sliding_window=6,
+                                                                             max_window_layers=1)),
+                        ("qwen3", {}), ("llama", {})):
+        model = _tiny(kind, **extra)
+        seen[kind] = [prologue_torch._sliding_window(layer.self_attn) for layer in model.model.layers]
+    assert seen == {"mistral": [6, 6], "qwen2": [None, 6], "qwen3": [None, None], "llama": [None, None]}
 
 
 def test_generate_follows_the_width_transformers_rotates_not_a_partial_factor_it_ignores(monkeypatch):
