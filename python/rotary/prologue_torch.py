@@ -6,9 +6,9 @@ torch.library schema holds tensors and plain values only. Their schemas mark eve
 q_out, never q); the fake (meta) kernels write nothing and return nothing, so torch.compile and FakeTensor
 tracing see the mutations without running rotary.
 
-``patch_prologue(model)`` makes each attention layer of a transformers Llama, Mistral, Qwen2 or Qwen3 model (the
-last with its q/k RMSNorm) run q_norm/k_norm, the rotation and the StaticCache write as ONE rotary call per layer,
-writing k and v straight into the StaticCache's [B, Hkv, S_max, D] tensors (cache_layout "bhsd").
+``patch_prologue(model)`` makes each attention layer of a transformers Gemma 3, Llama, Mistral, Qwen2 or Qwen3 model
+(Gemma 3 and Qwen3 with their q/k RMSNorm) run q_norm/k_norm, the rotation and the StaticCache write as ONE rotary
+call per layer, writing k and v straight into the StaticCache's [B, Hkv, S_max, D] tensors (cache_layout "bhsd").
 """
 from __future__ import annotations
 
@@ -295,6 +295,17 @@ def _norm_eps(q_norm: Any, k_norm: Any, dtype: torch.dtype) -> Optional[float]:
     return q_eps if q_eps is not None else k_eps if k_eps is not None else 1e-6
 
 
+# RMSNorm classes that scale by (1 + w) (Gemma's): the fused call takes them as norm_offset 1.0.
+_OFFSET_NORMS = ("Gemma3RMSNorm",)
+
+
+def _norm_offset(q_norm: Any, k_norm: Any) -> Optional[float]:
+    """The norm_offset of a layer's q/k norms for the fused call: 1.0 for Gemma's x * (1 + w), 0.0 for x * w (or no
+    norm); None where the two differ (the fused call takes one)."""
+    offsets = {1.0 if type(n).__name__ in _OFFSET_NORMS else 0.0 for n in (q_norm, k_norm) if n is not None}
+    return None if len(offsets) > 1 else offsets.pop() if offsets else 0.0
+
+
 def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, attention_mask, cache=None, **kwargs):
     """The model's attention forward with q/k norm + RoPE + StaticCache write as one rotary.prologue call."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -308,9 +319,11 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
     needs_grad = torch.is_grad_enabled() and (hidden_states.requires_grad or any(p.requires_grad for p in self.parameters()))
     # A model on a GPU: the original forward (the prologue runs on the CPU).
     q_norm, k_norm = getattr(self, "q_norm", None), getattr(self, "k_norm", None)
-    eps = _norm_eps(q_norm, k_norm, hidden_states.dtype)
-    # A k_norm eps other than q_norm's (changed after patching; patch_prologue refuses it): the original forward.
-    if layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu" or eps is None:
+    eps, norm_offset = _norm_eps(q_norm, k_norm, hidden_states.dtype), _norm_offset(q_norm, k_norm)
+    # A k_norm eps or kind other than q_norm's (changed after patching; patch_prologue refuses it), or a layer type
+    # without RoPE: the original forward.
+    if (layer is None or position_ids is None or needs_grad or hidden_states.device.type != "cpu" or eps is None
+            or norm_offset is None or self._rotary_spec_key is None):
         return _original_forward(self, hidden_states, position_embeddings, attention_mask, cache=cache, **kwargs)
     B, S = hidden_states.shape[:2]
     q = self.q_proj(hidden_states).view(B, S, -1, self.head_dim)      # [B, S, Hq, D]
@@ -328,7 +341,7 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
         q, k, v, position_ids.expand(B, S).contiguous(), self._rotary_spec_key,
         layer.keys, layer.values, None, start, "bhsd", "bshd",
         None if q_norm is None else q_norm.weight.detach(), None if k_norm is None else k_norm.weight.detach(),
-        eps, 0.0, None, None, 1.0, 1.0, query.transpose(1, 2), 1)
+        eps, norm_offset, None, None, 1.0, 1.0, query.transpose(1, 2), 1)
     layer.cumulative_length.add_(S)
     attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, None)
     if attention_interface is None:
@@ -344,22 +357,23 @@ def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, atten
 # Attention classes whose forward _fused_forward reproduces (q/k/v/o projections, with or without biases, Qwen3's
 # per-head q/k RMSNorm before a half-split rotation, scaled dot-product attention with an optional sliding window,
 # nothing else).
-_PROLOGUE_ATTENTION = ("LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention")
+_PROLOGUE_ATTENTION = ("Gemma3Attention", "LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention")
 
 
 def _sliding_window(self) -> Optional[int]:
-    """The sliding_window the layer's own forward gives its attention function: Mistral's config's, Qwen2/Qwen3's
-    per-layer attribute (None for full-attention layers), none for Llama."""
+    """The sliding_window the layer's own forward gives its attention function: Mistral's config's, Gemma 3's and
+    Qwen2/Qwen3's per-layer attribute (None for full-attention layers), none for Llama."""
     if type(self).__name__ == "MistralAttention":
         return getattr(self.config, "sliding_window", None)
     return getattr(self, "sliding_window", None)
 
 
 def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
-    """Routes every Llama/Mistral/Qwen2/Qwen3 attention layer of `model` through torch.ops.rotary.prologue_q_out;
-    returns them.
+    """Routes every Gemma 3/Llama/Mistral/Qwen2/Qwen3 attention layer of `model` through
+    torch.ops.rotary.prologue_q_out; returns them.
 
-    A layer's q_norm / k_norm (Qwen3) become the prologue's norm weights. Only layers whose cache layer is a
+    A layer's q_norm / k_norm (Qwen3's x * w, Gemma 3's x * (1 + w): norm_offset 1.0) become the prologue's norm
+    weights; Gemma 3's layers take the RoPE of their layer type (sliding or full attention). Only layers whose cache layer is a
     StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
     a dynamic cache, a gradient to track: grad mode on with the input or a parameter of the layer requiring
     grad) runs the layer's original forward. spec: the model's RoPE (default: from its
@@ -368,8 +382,6 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
     its q_norm eps (the fused call takes one), raises NotImplementedError naming it, before anything is patched.
     """
     import sys
-
-    from ._torch_patch import _rope_modules, spec_of_module
 
     attention = [m for m in model.modules()
                  if all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "layer_idx", "head_dim"))]
@@ -385,17 +397,18 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
             raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm eps "
                                       f"{_one_eps(q_norm, dtype):g} and k_norm eps {_one_eps(k_norm, dtype):g} differ (the "
                                       "fused call takes one)")
-    if spec is None:
-        ropes = [m for _, m in _rope_modules(model)]
-        spec = spec_of_module(ropes[0], model.config) if len(ropes) == 1 else Spec.from_hf_config(model.config)
-    key = spec_key(spec)
+        if _norm_offset(q_norm, k_norm) is None:
+            raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm "
+                                      f"{type(q_norm).__name__} and k_norm {type(k_norm).__name__} scale differently, "
+                                      "x * (1 + w) and x * w (the fused call takes one norm_offset)")
+    keys = _layer_spec_keys(model, attention, spec)
     patched = []
     for module in attention:
         if hasattr(module, "_rotary_original_forward"):
             continue
         mod = sys.modules[type(module).__module__]
         module._rotary_eager = getattr(mod, "eager_attention_forward")
-        module._rotary_spec_key = key
+        module._rotary_spec_key = keys[module.layer_idx]
         module._rotary_own_forward = "forward" in module.__dict__  # restored exactly by unpatch_prologue
         # The instance's own forward or None (the class's, called through the type): a bound method of the
         # class would pickle as getattr(module, "forward"). A partial, not a bound method, for the same reason:
@@ -404,6 +417,30 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
         module.forward = functools.partial(_fused_forward, module)
         patched.append(module)
     return patched
+
+
+def _layer_spec_keys(model: Any, attention: List[Any], spec: Optional[Spec]) -> dict:
+    """Each attention layer's Spec text (None: a layer type without RoPE, which keeps its own forward): `spec` for
+    every layer when given; else the Spec of the layer's type where the config nests rope_parameters per layer type
+    (Gemma 3's sliding and full-attention layers), else the model's one RoPE (the width its RoPE module rotates)."""
+    from ._torch_patch import _rope_modules, spec_of_module
+    from .layer_types import LayerTypeSpecs
+
+    if spec is not None:
+        return {m.layer_idx: spec_key(spec) for m in attention}
+    config = model.config
+    if getattr(config, "layer_types", None) and isinstance(getattr(config, "rope_parameters", None), dict):
+        specs = LayerTypeSpecs.from_hf_config(config)
+        if specs.nested:
+            types = specs.layer_types
+            return {m.layer_idx: None if specs.specs.get(types[m.layer_idx]) is None
+                    else spec_key(specs.specs[types[m.layer_idx]]) for m in attention}
+    if any(type(m).__name__ == "Gemma3Attention" for m in attention):
+        raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: Gemma 3 layers need the config's RoPE "
+                                  "per layer type (rope_parameters nested by layer_types); pass spec= to use one for all")
+    ropes = [m for _, m in _rope_modules(model)]
+    one = spec_of_module(ropes[0], config) if len(ropes) == 1 else Spec.from_hf_config(config)
+    return {m.layer_idx: spec_key(one) for m in attention}
 
 
 def unpatch_prologue(model: Any) -> None:

@@ -1,12 +1,15 @@
-"""rotary.prologue_torch.patch_prologue on tiny HF Llama / Mistral / Qwen2 / Qwen3 models: generate() equal to the unpatched
-model, refusals, compile graphs."""
+"""rotary.prologue_torch.patch_prologue on tiny HF Gemma 3 / Llama / Mistral / Qwen2 / Qwen3 models: generate() equal to the
+unpatched model, refusals, compile graphs."""
 from __future__ import annotations
+
+import json
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import rotary  # noqa: E402
 from rotary import _prologue, prologue_torch  # noqa: E402
 
 
@@ -46,6 +49,13 @@ def _tiny(kind: str, **extra):
     elif kind == "mistral":
         cfg = transformers.MistralConfig(**{"sliding_window": None, **common})
         model = transformers.MistralForCausalLM(cfg)
+    elif kind == "gemma3":  # q/k norms x * (1 + w), RoPE per layer type
+        cfg = transformers.Gemma3TextConfig(**{"query_pre_attn_scalar": 16, "sliding_window": 4, **common})
+        model = transformers.Gemma3ForCausalLM(cfg)
+        for layer in model.model.layers:  # non-zero norm weights (they start as zeros: a factor 1)
+            with torch.no_grad():
+                layer.self_attn.q_norm.weight.uniform_(-0.5, 0.5)
+                layer.self_attn.k_norm.weight.uniform_(-0.5, 0.5)
     elif kind == "qwen2":  # biased q/k/v projections
         cfg = transformers.Qwen2Config(**common)
         model = transformers.Qwen2ForCausalLM(cfg)
@@ -118,6 +128,43 @@ def test_sliding_window_layers_keep_their_own_forward_and_generate_the_same(kind
         prologue_torch.unpatch_prologue(model)
     assert len(calls) == (10 if kind == "qwen2" else 0)  # Qwen2's layer 0 is full attention, layer 1 slides
     _assert_generated_alike(got, want)
+
+
+_GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}
+
+
+@pytest.mark.parametrize("layer_types,fused", [(["sliding_attention", "full_attention"], 1),
+                                               (["full_attention", "full_attention"], 2)])
+def test_gemma3_layers_take_their_types_rope_and_their_norms_offset(layer_types, fused, monkeypatch):
+    # Gemma 3: q/k norms scale by (1 + w) (norm_offset 1.0) and each layer type has its own RoPE (local base 1e4;
+    # global 1e6 with linear scaling 8, as Gemma 3 4B's config). Full-attention layers take the fused path with the
+    # global Spec; sliding ones (ring cache layers) keep their own forward. generate() equals the unpatched model's.
+    model = _tiny("gemma3", layer_types=layer_types, rope_parameters=_GEMMA3_ROPE)
+    ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
+    want = _generate(model, ids)
+    layers = prologue_torch.patch_prologue(model)
+    bases = [rotary.Spec(**json.loads(layer._rotary_spec_key)).base for layer in layers]
+    assert bases == [1e4 if t == "sliding_attention" else 1e6 for t in layer_types]
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(kw["norm_offset"]), real(*a, **kw))[1])
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert calls == [1.0] * (10 * fused)
+    _assert_generated_alike(got, want)
+
+
+def test_a_layer_whose_norms_scale_differently_is_refused():
+    # One norm_offset per call: a Gemma 3 layer with a plain x * w k_norm (a swapped module) would be normalised wrong.
+    model = _tiny("gemma3", layer_types=["full_attention", "full_attention"])
+    model.model.layers[1].self_attn.k_norm = torch.nn.RMSNorm(16, eps=1e-6)
+    with pytest.raises(NotImplementedError, match=r"^\[rotary.patch_prologue\] Gemma3ForCausalLM: layer 1's q_norm "
+                                                  r"Gemma3RMSNorm and k_norm RMSNorm scale differently"):
+        prologue_torch.patch_prologue(model)
+    assert not any(hasattr(m, "_rotary_original_forward") for m in model.modules())
 
 
 def test_the_sliding_window_given_to_attention_is_the_one_the_layer_s_own_forward_gives():
