@@ -429,8 +429,9 @@ def _layer_spec_keys(model: Any, attention: List[Any], spec: Optional[Spec]) -> 
     if spec is not None:
         return {m.layer_idx: spec_key(spec) for m in attention}
     config = model.config
-    if getattr(config, "layer_types", None) and isinstance(getattr(config, "rope_parameters", None), dict):
-        specs = LayerTypeSpecs.from_hf_config(config)
+    text = getattr(config, "text_config", None) or config  # a multimodal model's language model (Gemma 3's)
+    if getattr(text, "layer_types", None) and isinstance(getattr(text, "rope_parameters", None), dict):
+        specs = LayerTypeSpecs.from_hf_config(text)
         if specs.nested:
             types = specs.layer_types
             return {m.layer_idx: None if specs.specs.get(types[m.layer_idx]) is None

@@ -157,6 +157,44 @@ def test_gemma3_layers_take_their_types_rope_and_their_norms_offset(layer_types,
     _assert_generated_alike(got, want)
 
 
+def test_a_multimodal_gemma3_s_language_layers_take_their_text_config_s_rope(monkeypatch):
+    # Gemma3ForConditionalGeneration: the per-layer-type RoPE is in config.text_config (the composite config has
+    # none); its vision tower's attention (out_proj, no o_proj) is not a prologue layer.
+    text = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=16, max_position_embeddings=256, rms_norm_eps=1e-6, sliding_window=4,
+                layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=16, rope_parameters=_GEMMA3_ROPE)
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+    torch.manual_seed(0)
+    cfg = transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=1, image_token_index=95,
+                                    boi_token_index=93, eoi_token_index=94)
+    model = transformers.Gemma3ForConditionalGeneration(cfg).eval()
+    model.config._attn_implementation = "eager"
+    for module in model.modules():
+        if type(module).__name__ == "Gemma3Attention":
+            with torch.no_grad():
+                module.q_norm.weight.uniform_(-0.5, 0.5)
+                module.k_norm.weight.uniform_(-0.5, 0.5)
+    ids = torch.randint(1, 90, (2, 7), generator=torch.Generator().manual_seed(3))
+
+    def generate():
+        cache = transformers.StaticCache(config=model.config.get_text_config(), max_cache_len=40)
+        with torch.no_grad():
+            return model.generate(ids, max_new_tokens=6, do_sample=False, cache=cache, output_logits=True,
+                                  return_dict_in_generate=True, pad_token_id=0)
+
+    want = generate()
+    assert len(prologue_torch.patch_prologue(model)) == 2
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
+    try:
+        got = generate()
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert len(calls) == 6  # the full-attention layer, once per forward
+    _assert_generated_alike(got, want)
+
+
 def test_a_layer_whose_norms_scale_differently_is_refused():
     # One norm_offset per call: a Gemma 3 layer with a plain x * w k_norm (a swapped module) would be normalised wrong.
     model = _tiny("gemma3", layer_types=["full_attention", "full_attention"])
