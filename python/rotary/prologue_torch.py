@@ -295,15 +295,29 @@ def _norm_eps(q_norm: Any, k_norm: Any, dtype: torch.dtype) -> Optional[float]:
     return q_eps if q_eps is not None else k_eps if k_eps is not None else 1e-6
 
 
-# RMSNorm classes that scale by (1 + w) (Gemma's): the fused call takes them as norm_offset 1.0.
-_OFFSET_NORMS = ("Gemma3RMSNorm",)
+# The RMSNorm classes whose formula the fused call reproduces (a class or a subclass of one, by name: transformers'
+# modules are not imported here): x * r * (1 + w), Gemma's (norm_offset 1.0), and x * r * w (norm_offset 0.0).
+_NORM_OFFSETS = {"Gemma3RMSNorm": 1.0, "Gemma2RMSNorm": 1.0, "GemmaRMSNorm": 1.0,
+                 "Qwen3RMSNorm": 0.0, "LlamaRMSNorm": 0.0, "RMSNorm": 0.0}
+
+
+def _one_offset(norm: Any) -> Optional[float]:
+    """A norm's norm_offset (None: a class the fused call does not know, e.g. a kernel library's replacement)."""
+    if norm is None:
+        return 0.0
+    for cls in type(norm).__mro__:
+        if cls.__name__ in _NORM_OFFSETS and (cls.__name__ != "RMSNorm" or cls is torch.nn.RMSNorm):
+            return _NORM_OFFSETS[cls.__name__]
+    return None
 
 
 def _norm_offset(q_norm: Any, k_norm: Any) -> Optional[float]:
     """The norm_offset of a layer's q/k norms for the fused call: 1.0 for Gemma's x * (1 + w), 0.0 for x * w (or no
-    norm); None where the two differ (the fused call takes one)."""
-    offsets = {1.0 if type(n).__name__ in _OFFSET_NORMS else 0.0 for n in (q_norm, k_norm) if n is not None}
-    return None if len(offsets) > 1 else offsets.pop() if offsets else 0.0
+    norm); None where the two differ or either is of a class the fused call does not know."""
+    q, k = _one_offset(q_norm), _one_offset(k_norm)
+    if q is None or k is None or (q_norm is not None and k_norm is not None and q != k):
+        return None
+    return q if q_norm is not None else k
 
 
 def _fused_forward(self, hidden_states: torch.Tensor, position_embeddings, attention_mask, cache=None, **kwargs):
@@ -397,6 +411,11 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
             raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm eps "
                                       f"{_one_eps(q_norm, dtype):g} and k_norm eps {_one_eps(k_norm, dtype):g} differ (the "
                                       "fused call takes one)")
+        for name, norm in (("q_norm", q_norm), ("k_norm", k_norm)):
+            if _one_offset(norm) is None:
+                raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s {name} "
+                                          f"is a {type(norm).__name__}, whose formula the fused call does not know (it "
+                                          f"reproduces {', '.join(sorted(_NORM_OFFSETS))} and their subclasses)")
         if _norm_offset(q_norm, k_norm) is None:
             raise NotImplementedError(f"[rotary.patch_prologue] {type(model).__name__}: layer {module.layer_idx}'s q_norm "
                                       f"{type(q_norm).__name__} and k_norm {type(k_norm).__name__} scale differently, "

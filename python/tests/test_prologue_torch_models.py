@@ -50,7 +50,7 @@ def _tiny(kind: str, **extra):
         cfg = transformers.MistralConfig(**{"sliding_window": None, **common})
         model = transformers.MistralForCausalLM(cfg)
     elif kind == "gemma3":  # q/k norms x * (1 + w), RoPE per layer type
-        cfg = transformers.Gemma3TextConfig(**{"query_pre_attn_scalar": 16, "sliding_window": 4, **common})
+        cfg = transformers.Gemma3TextConfig(**{"query_pre_attn_scalar": 24, "sliding_window": 4, **common})  # not head_dim
         model = transformers.Gemma3ForCausalLM(cfg)
         for layer in model.model.layers:  # non-zero norm weights (they start as zeros: a factor 1)
             with torch.no_grad():
@@ -195,14 +195,59 @@ def test_a_multimodal_gemma3_s_language_layers_take_their_text_config_s_rope(mon
     _assert_generated_alike(got, want)
 
 
-def test_a_layer_whose_norms_scale_differently_is_refused():
-    # One norm_offset per call: a Gemma 3 layer with a plain x * w k_norm (a swapped module) would be normalised wrong.
+def test_a_layer_whose_norms_scale_differently_or_unknown_norms_are_refused():
+    # One norm_offset per call: a Gemma 3 layer with a plain x * w k_norm (a swapped module) would be normalised wrong;
+    # a norm class of unknown formula (a kernel library's replacement) was taken as x * w.
     model = _tiny("gemma3", layer_types=["full_attention", "full_attention"])
     model.model.layers[1].self_attn.k_norm = torch.nn.RMSNorm(16, eps=1e-6)
     with pytest.raises(NotImplementedError, match=r"^\[rotary.patch_prologue\] Gemma3ForCausalLM: layer 1's q_norm "
                                                   r"Gemma3RMSNorm and k_norm RMSNorm scale differently"):
         prologue_torch.patch_prologue(model)
     assert not any(hasattr(m, "_rotary_original_forward") for m in model.modules())
+
+    class KernelNorm(torch.nn.Module):  # a replacement of unknown formula
+        def __init__(self, old):
+            super().__init__()
+            self.weight, self.eps = old.weight, old.eps
+
+        def forward(self, x):
+            return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)).type_as(x)
+
+    model = _tiny("gemma3", layer_types=["full_attention", "full_attention"])
+    model.model.layers[0].self_attn.q_norm = KernelNorm(model.model.layers[0].self_attn.q_norm)
+    with pytest.raises(NotImplementedError, match=r"^\[rotary.patch_prologue\] Gemma3ForCausalLM: layer 0's q_norm is a "
+                                                  r"KernelNorm, whose formula the fused call does not know"):
+        prologue_torch.patch_prologue(model)
+
+
+def test_a_subclass_of_a_known_norm_keeps_its_formula(monkeypatch):
+    # A subclass of Gemma3RMSNorm (as kernel libraries and fine-tuning code make) scales by (1 + w) too: it was taken
+    # as x * w (by exact class name) and generate() diverged from the unpatched model.
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+
+    class SubNorm(Gemma3RMSNorm):
+        pass
+
+    model = _tiny("gemma3", layer_types=["full_attention", "full_attention"])
+    for layer in model.model.layers:
+        for name in ("q_norm", "k_norm"):
+            old = getattr(layer.self_attn, name)
+            new = SubNorm(16, eps=old.eps)
+            with torch.no_grad():
+                new.weight.copy_(old.weight)
+            setattr(layer.self_attn, name, new)
+    ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
+    want = _generate(model, ids)
+    prologue_torch.patch_prologue(model)
+    offsets = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (offsets.append(kw["norm_offset"]), real(*a, **kw))[1])
+    try:
+        got = _generate(model, ids)
+    finally:
+        prologue_torch.unpatch_prologue(model)
+    assert offsets == [1.0] * 20
+    _assert_generated_alike(got, want)
 
 
 def test_the_sliding_window_given_to_attention_is_the_one_the_layer_s_own_forward_gives():
