@@ -44,6 +44,8 @@ def build(args):
         make = lambda: model_cls.from_config(config)  # noqa: E731
     else:
         config_name, model_name, fields = MODELS[args.model]
+        if args.layers:
+            fields = {**fields, "num_hidden_layers": args.layers}
         config = getattr(transformers, config_name)(vocab_size=32000, max_position_embeddings=8192,
                                                     tie_word_embeddings=True, **fields)
         make = lambda: getattr(transformers, model_name)(config)  # noqa: E731
@@ -85,6 +87,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=32, help="decode steps (default 32)")
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
     ap.add_argument("--attention", default="sdpa", help="transformers attention implementation (default sdpa)")
+    ap.add_argument("--layers", type=int, default=0, help="built-in shapes with this many layers (default: the model's)")
     args = ap.parse_args()
 
     import torch

@@ -439,3 +439,19 @@ def test_norms_with_torch_s_default_eps_take_the_fused_path_with_that_eps():
     finally:
         prologue_torch.unpatch_prologue(model)
     _assert_generated_alike(got, want)
+
+
+def test_the_model_benchmark_script_runs_and_reports_both_implementations():
+    # scripts/bench_prologue_model.py (docs/performance.md's whole-model numbers), shrunk to one layer and a few tokens.
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "bench_prologue_model.py"
+    out = subprocess.run([sys.executable, str(script), "--layers", "1", "--prompt", "8", "--new", "2", "--rounds", "1",
+                          "--dtype", "f32"], capture_output=True, text=True, timeout=300, check=True).stdout
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(r["impl"], r["round"]) for r in lines[:2]] == [("unpatched", 0), ("patched", 0)]
+    summary = lines[-1]
+    assert summary["prefill_ms"]["patched"] > 0 and summary["decode_ms_per_token"]["unpatched"] > 0
+    assert summary["same_tokens"] is True  # f32: the patched model decodes the same tokens
