@@ -81,6 +81,20 @@ def _generate(model, ids):
                               return_dict_in_generate=True, pad_token_id=0)
 
 
+def _generate_patched(model, ids, monkeypatch, seen=lambda kw: 1):
+    """generate() of `model` patched (unpatched again after), the layers patched, and `seen(keywords)` of each
+    rotary.prologue call it made."""
+    layers = prologue_torch.patch_prologue(model)
+    calls = []
+    real = _prologue.prologue
+    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(seen(kw)), real(*a, **kw))[1])
+    try:
+        return _generate(model, ids), layers, calls
+    finally:
+        monkeypatch.setattr(_prologue, "prologue", real)
+        prologue_torch.unpatch_prologue(model)
+
+
 def _assert_generated_alike(got, want):
     """The same greedy tokens, and logits within 1e-5."""
     assert torch.equal(got.sequences, want.sequences)
@@ -93,15 +107,8 @@ def test_generate_with_the_fused_prologue_equals_the_unpatched_model(kind, monke
     model = _tiny(kind)
     ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
     want = _generate(model, ids)
-    patched = prologue_torch.patch_prologue(model)
+    got, patched, calls = _generate_patched(model, ids, monkeypatch)
     assert len(patched) == model.config.num_hidden_layers
-    calls = []
-    real = _prologue.prologue
-    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
-    try:
-        got = _generate(model, ids)
-    finally:
-        prologue_torch.unpatch_prologue(model)
     # one rotary call per layer per forward (1 prefill + 9 decode forwards for 10 new tokens)
     assert len(calls) == model.config.num_hidden_layers * 10
     _assert_generated_alike(got, want)
@@ -118,14 +125,7 @@ def test_sliding_window_layers_keep_their_own_forward_and_generate_the_same(kind
         model = _tiny("mistral", sliding_window=4)
     ids = torch.randint(1, 96, (2, 7), generator=torch.Generator().manual_seed(3))
     want = _generate(model, ids)
-    prologue_torch.patch_prologue(model)
-    calls = []
-    real = _prologue.prologue
-    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(1), real(*a, **kw))[1])
-    try:
-        got = _generate(model, ids)
-    finally:
-        prologue_torch.unpatch_prologue(model)
+    got, _, calls = _generate_patched(model, ids, monkeypatch)
     assert len(calls) == (10 if kind == "qwen2" else 0)  # Qwen2's layer 0 is full attention, layer 1 slides
     _assert_generated_alike(got, want)
 
@@ -145,14 +145,9 @@ def test_gemma3_layers_take_their_types_rope_and_their_norms_offset(layer_types,
     want = _generate(model, ids)
     layers = prologue_torch.patch_prologue(model)
     bases = [rotary.Spec(**json.loads(layer._rotary_spec_key)).base for layer in layers]
+    prologue_torch.unpatch_prologue(model)
     assert bases == [1e4 if t == "sliding_attention" else 1e6 for t in layer_types]
-    calls = []
-    real = _prologue.prologue
-    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (calls.append(kw["norm_offset"]), real(*a, **kw))[1])
-    try:
-        got = _generate(model, ids)
-    finally:
-        prologue_torch.unpatch_prologue(model)
+    got, _, calls = _generate_patched(model, ids, monkeypatch, lambda kw: kw["norm_offset"])
     assert calls == [1.0] * (10 * fused)
     _assert_generated_alike(got, want)
 
@@ -238,14 +233,7 @@ def test_a_subclass_of_a_known_norm_keeps_its_formula(monkeypatch):
             setattr(layer.self_attn, name, new)
     ids = torch.randint(1, 96, (1, 6), generator=torch.Generator().manual_seed(5))
     want = _generate(model, ids)
-    prologue_torch.patch_prologue(model)
-    offsets = []
-    real = _prologue.prologue
-    monkeypatch.setattr(_prologue, "prologue", lambda *a, **kw: (offsets.append(kw["norm_offset"]), real(*a, **kw))[1])
-    try:
-        got = _generate(model, ids)
-    finally:
-        prologue_torch.unpatch_prologue(model)
+    got, _, offsets = _generate_patched(model, ids, monkeypatch, lambda kw: kw["norm_offset"])
     assert offsets == [1.0] * 20
     _assert_generated_alike(got, want)
 
