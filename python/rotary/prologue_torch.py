@@ -387,13 +387,14 @@ def patch_prologue(model: Any, spec: Optional[Spec] = None) -> List[Any]:
     torch.ops.rotary.prologue_q_out; returns them.
 
     A layer's q_norm / k_norm (Qwen3's x * w, Gemma 3's x * (1 + w): norm_offset 1.0) become the prologue's norm
-    weights; Gemma 3's layers take the RoPE of their layer type (sliding or full attention). Only layers whose cache layer is a
-    StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else (no cache,
-    a dynamic cache, a gradient to track: grad mode on with the input or a parameter of the layer requiring
-    grad) runs the layer's original forward. spec: the model's RoPE (default: from its
-    config, with the rotated width of the model's own RoPE module; rotary.torch.spec_of_module). A model with
-    attention of another class (other softcapping, norms, pairings...), or a layer whose k_norm eps differs from
-    its q_norm eps (the fused call takes one), raises NotImplementedError naming it, before anything is patched.
+    weights; Gemma 3's layers take the RoPE of their layer type (sliding or full attention). Only layers whose
+    cache layer is a StaticLayer take the fused path (pass a transformers StaticCache to generate); anything else
+    (no cache, a dynamic cache, a sliding-window ring, a gradient to track: grad mode on with the input or a
+    parameter of the layer requiring grad) runs the layer's original forward. spec: the model's RoPE for every
+    layer (default: from its config, per layer type where the config nests it, with the rotated width of the
+    model's own RoPE module; rotary.torch.spec_of_module). A model with attention of another class (other
+    softcapping, norms, pairings...), or a layer whose k_norm eps or kind differs from its q_norm's (the fused call
+    takes one) or whose norm class is unknown, raises NotImplementedError naming it, before anything is patched.
     """
     import sys
 
