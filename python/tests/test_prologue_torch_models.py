@@ -356,10 +356,13 @@ def _decode_graphs(model, patched: bool):
     return len(graphs), breaks, logits
 
 
-def test_a_compiled_patched_model_makes_the_graphs_the_unpatched_one_makes():
+@pytest.mark.parametrize("kind,extra", [("qwen3", {}), ("qwen2", {}), ("mistral", {}),
+                                        ("gemma3", dict(layer_types=["sliding_attention", "full_attention"]))])
+def test_a_compiled_patched_model_makes_the_graphs_the_unpatched_one_makes(kind, extra):
     # The start of the new tokens in the cache stays a tensor: int(cumulative_length) broke the graph in every
     # patched layer (12 graphs and 15 breaks where the unpatched model makes 2 graphs over three decode steps).
-    model = _tiny("qwen3")
+    # Each patched class, and Gemma 3's mix of fused and own forwards, compiles as its unpatched model does.
+    model = _tiny(kind, **extra)
     n_want, breaks_want, want = _decode_graphs(model, False)
     n_got, breaks_got, got = _decode_graphs(model, True)
     assert (n_got, breaks_got) == (n_want, breaks_want) and breaks_got == 0
