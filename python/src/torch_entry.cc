@@ -168,8 +168,9 @@ rotary::DType torch_dtype(nb::handle t, const char* what) {
 bool g_table_reads = true;
 
 /// The view of `t` through torch's DLPack exchange table, for a plain torch.Tensor or nn.Parameter on the CPU of
-/// a dtype the entries take; false for anything else, which the attribute reads then take (and name in errors).
-bool dlpack_view(nb::handle t, rotary::TensorView& v, bool& needs_copy) {
+/// a dtype the entries take (dtype, shape, strides, data); false for anything else, which the attribute reads then
+/// take (and name in errors).
+bool dlpack_view(nb::handle t, rotary::TensorView& v) {
   const TorchNames& n = names();
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(t.ptr()));
   if (!g_table_reads || n.dltensor_of == nullptr || (type != n.tensor_type && type != n.parameter_type)) return false;
@@ -196,20 +197,15 @@ bool dlpack_view(nb::handle t, rotary::TensorView& v, bool& needs_copy) {
     v.shape[i] = d.shape[i];
     v.strides[i] = d.strides != nullptr ? d.strides[i] : compact;
     compact *= d.shape[i];
-    if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
   }
-  // The table exports a negative-bit view (e.g. the .imag of a conjugate) as its raw memory, the values negated.
-  if (PyObject_IsTrue(call0(t, n.is_neg).ptr())) needs_copy = true;
   v.data = static_cast<char*>(d.data) + d.byte_offset;
   return true;
 }
 
-/// A TensorView of a torch tensor. `needs_copy` is set when the core cannot read the memory as the tensor's value:
-/// an axis longer than 1 with a zero stride (inputs only; outputs are never copied) or a negative-bit view.
-rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool& needs_copy) {
+/// The view of `t` read attribute by attribute: dtype, is_cpu (unless `device`), shape, stride(), data_ptr().
+rotary::TensorView attribute_view(nb::handle t, const char* what, bool device) {
   const TorchNames& n = names();
   rotary::TensorView v;
-  if (dlpack_view(t, v, needs_copy)) return v;
   v.dtype = torch_dtype(t, what);
   if (!device && !PyObject_IsTrue(getattr(t, n.is_cpu).ptr()))
     throw nb::value_error((std::string("[rotary] ") + what + " is not a CPU tensor (the other tensors of this call are)")
@@ -225,11 +221,21 @@ rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool&
   for (Py_ssize_t i = 0; i < rank; ++i) {
     v.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
     v.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
-    if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
   }
-  if (PyObject_IsTrue(call0(t, n.is_neg).ptr())) needs_copy = true;
   v.data = PyLong_AsVoidPtr(call0(t, n.data_ptr).ptr());
   if (PyErr_Occurred()) throw nb::python_error();
+  return v;
+}
+
+/// A TensorView of a torch tensor (through the exchange table, else attribute by attribute). `needs_copy` is set
+/// when the core cannot read the memory as the tensor's value: an axis longer than 1 with a zero stride (inputs
+/// only; outputs are never copied) or a negative-bit view, which both ways of reading give as its raw memory.
+rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool& needs_copy) {
+  rotary::TensorView v;
+  if (!dlpack_view(t, v)) v = attribute_view(t, what, device);
+  for (int i = 0; i < v.rank; ++i)
+    if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
+  if (PyObject_IsTrue(call0(t, names().is_neg).ptr())) needs_copy = true;
   return v;
 }
 
@@ -413,8 +419,7 @@ void bind_torch_entry(nb::module_& m) {
       [](nb::handle t) -> bool {
         if (!torch_imported()) return false;
         rotary::TensorView v;
-        bool need = false;
-        return dlpack_view(t, v, need);
+        return dlpack_view(t, v);
       },
       nb::arg("t"),
       "Private (tests): whether the torch entries read `t` through torch's DLPack exchange table (a plain CPU "

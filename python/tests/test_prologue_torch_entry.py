@@ -36,7 +36,7 @@ def test_plain_cpu_tensors_are_read_through_the_exchange_table_where_torch_has_o
     assert not any(rotary._rotary._torch_read_by_table(t) for t in declined)
 
 
-def test_negative_bit_and_broadcast_inputs_are_read_as_their_values_and_parameters_directly(monkeypatch):
+def test_negative_bit_inputs_are_read_as_their_values_and_parameters_directly(monkeypatch):
     # The exchange table exports a negative-bit view (the .imag of a conjugate) as its raw memory: the entry must
     # still send it to the generic path, which materialises its value. A Parameter norm weight (HF's, under
     # no_grad) is read directly. The bytes equal those of the plain tensors.
