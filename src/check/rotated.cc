@@ -110,7 +110,10 @@ Canonical decode_rotated(const LayoutInfo& info, const TensorFile& tf, Pairing e
   int64_t last = -1;
   for (size_t i = 0; i < t.x.size(); ++i)
     if (std::fabs(t.y[i] - t.x[i]) > tol * std::max(1.0, std::fabs(t.x[i]))) last = std::max<int64_t>(last, static_cast<int64_t>(i % static_cast<size_t>(t.dim)));
-  if (last < 0) bad("rotated equals input in every channel: nothing was rotated (include positions > 0)");
+  // An output equal to its input is an engine that did not rotate, a disagreement the comparison reports
+  // (every pair fits cos 1, sin 0), unless every position is 0, where no rotation is measured.
+  if (last < 0 && std::all_of(t.pos.begin(), t.pos.end(), [](double p) { return p == 0; }))
+    bad("rotated equals input in every channel and every position is 0: nothing can be measured (include positions > 0)");
   std::vector<int64_t> widths = {expected_r, t.dim, (last + 2) / 2 * 2};
   const double fit_tol = 16 * unit(ya.dtype) + 16 * unit(xa.dtype) + 1e-6;
   // The config's (pairing, width) if it fits; else the best-fitting other candidate; else the config's.
@@ -144,10 +147,11 @@ Canonical decode_rotated(const LayoutInfo& info, const TensorFile& tf, Pairing e
   c.b = std::move(best.s);
   c.positions = t.pos;
   // With one head every pairing fits exactly (two equations, two unknowns): the data then cannot tell.
-  if (t.heads > 1 && fits) c.pairing = best_p;
+  if (t.heads > 1 && fits && last >= 0) c.pairing = best_p;
   if (!fits)
     c.notes.push_back("the output is not a rotation of the input pairs for any pairing and width tried (relative residual " +
                       std::to_string(best.residual) + ")");
+  if (last < 0) c.notes.push_back("the output equals the input in every channel: nothing was rotated");
   if (t.heads == 1) c.notes.push_back("one head per token: the pairing cannot be determined from the data");
   return c;
 }

@@ -321,5 +321,41 @@ TEST(CheckDiagnoses, RotatedQkRevealsPairing) {
   }
 }
 
+TEST(CheckDiagnoses, AnOutputThatWasNotRotatedDisagrees) {
+  // An engine that forgot RoPE returns its input: a disagreement (exit 1 in the CLI), not an input error,
+  // unless every position is 0, where a correct engine returns its input too.
+  const Spec spec = preset("llama-3.1-8b").normalized();
+  const int64_t T = 40, H = 4, D = spec.head_dim;
+  NpyArray x = array(DType::kF32, {T, H, D}), p = array(DType::kI64, {T});
+  uint64_t state = 11;
+  for (int64_t i = 0; i < T * H * D; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    put(x, i, static_cast<double>(state >> 11) / 9007199254740992.0 - 0.5);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t v = 100 * t;
+    std::memcpy(p.data.data() + 8 * t, &v, 8);
+  }
+  CheckInput in;
+  in.kind = TableKind::kRotated;
+  in.layout = EngineLayout::kVllm;
+  in.tensors.tensors = {{"input", x}, {"rotated", x}, {"positions", p}};
+  const CheckResult r = check_parity(spec, in);
+  EXPECT_FALSE(r.agree) << dump(r);
+  EXPECT_EQ(r.pairing_found, "") << dump(r);
+  bool noted = false;
+  for (const auto& n : r.notes) noted = noted || n.find("nothing was rotated") != std::string::npos;
+  EXPECT_TRUE(noted) << dump(r);
+
+  std::memset(p.data.data(), 0, p.data.size());
+  in.tensors.tensors = {{"input", x}, {"rotated", x}, {"positions", p}};
+  try {
+    check_parity(spec, in);
+    ADD_FAILURE() << "all positions 0 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every position is 0"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rotary

@@ -103,6 +103,6 @@ int run(const std::vector<std::string>& args) {
 
 ROTARY_CLI_COMMAND("check", kUsage,
                    "audit an engine's RoPE table (inv_freq, cos/sin, rotated q/k) against a config; diagnoses known mistakes",
-                   run, &kOptions);
+                   run, &kOptions, "exit status: 0 the data agrees with the config, 1 it disagrees, 2 usage or input error");
 
 }  // namespace rotary::cli

@@ -51,6 +51,7 @@ struct Command {
   const char* summary;  ///< one line for `rotary --help`
   int (*run)(const std::vector<std::string>& args);
   const Options* options;  ///< the command's option table (the one its run() parses with)
+  const char* exit_codes = nullptr;  ///< its help's "exit status: ..." line where it differs from every other command's
 };
 
 /// Registers a command at static-initialisation time (one .cc file per command).

@@ -210,7 +210,7 @@ void print_command_help(const Command& c) {
   size_t width = 0;
   for (const auto& r : rows) width = std::max(width, r.first.size());
   for (const auto& r : rows) std::printf("  %-*s  %s\n", static_cast<int>(width), r.first.c_str(), r.second.c_str());
-  std::printf("\n%s\n", kExitCodes);
+  std::printf("\n%s\n", c.exit_codes != nullptr ? c.exit_codes : kExitCodes);
 }
 
 bool is_help(const std::string& a) { return a == "-h" || a == "--help"; }
