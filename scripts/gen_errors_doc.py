@@ -57,11 +57,12 @@ field, what was expected, and the offending value.
   report's PNGs drawn by `python -m rotary.report`) goes to a temporary file in the target's folder, is fsynced
   and renamed over the target: on any error (full disk, file-size limit) the old file is intact and no
   temporary file is left, also when the output is the input.
-- **Aliasing.** An output is either exactly its input (same data pointer and strides: in place) or shares no
-  element with any input of the call or the other output: q, k, position ids, batch_offsets, cu_seqlens,
-  seq_offsets, caller cos/sin (ONNX: position_ids, cos_cache, sin_cache; `Rope::cos_sin`: the positions and
-  the other output). The test is exact per element (inputs in the gaps of a strided output are fine) and the
-  message names both arguments. An output never maps two elements to one address (zero or overlapping
+- **Aliasing.** An output is either exactly its own input (same data pointer and strides: in place) or outside
+  that input's memory range altogether (q_out and q: no interleaving, even element-disjoint; docs/layouts.md).
+  It shares no element with any other input of the call or with the other output: q, k, position ids,
+  batch_offsets, cu_seqlens, seq_offsets, caller cos/sin (ONNX: position_ids, cos_cache, sin_cache;
+  `Rope::cos_sin`: the positions and the other output). That test is exact per element (those inputs in the
+  gaps of a strided output are fine) and the message names both arguments. An output never maps two elements to one address (zero or overlapping
   strides). Negative strides are rejected (numpy views with them, index arrays included, are copied by the
   Python layer when they are inputs).
 - **Empty calls** (a zero-sized dimension) are no-ops, validated like any other call (in C++, C and Python

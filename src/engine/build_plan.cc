@@ -77,6 +77,8 @@ Plan build_plan_full(const ApplyArgs& args, const PlanRequest& req, PositionRang
   // ---- rotary_dim
   const int64_t R = req.no_rotation ? 0 : req.rotary_dim;
   if (!req.no_rotation) {
+    if (req.head_dim > 0 && cq.D != req.head_dim)
+      invalid("q head_dim must equal the spec's head_dim " + str(req.head_dim) + ", got " + str(cq.D));
     if (R <= 0) invalid("rotary_dim must be > 0, got " + str(R));
     if (R % 2 != 0) invalid("rotary_dim must be even, got " + str(R));
     if (R > cq.D) invalid("rotary_dim must be <= head_dim " + str(cq.D) + ", got " + str(R));

@@ -78,7 +78,7 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
   }
   const int64_t R = req.rotary_dim;
   int64_t last = 0;
-  if (!offset_rotation_fits(pos, cq.S, R, cq.D, &last)) return false;
+  if ((req.head_dim > 0 && cq.D != req.head_dim) || !offset_rotation_fits(pos, cq.S, R, cq.D, &last)) return false;
 
   OffsetRotation r;
   r.q = &args.q;

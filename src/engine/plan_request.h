@@ -14,6 +14,9 @@ inline constexpr int64_t kMaxPosition = (int64_t(1) << 31) - 1;
 /// What the caller's cos/sin source implies for validation.
 struct PlanRequest {
   int64_t rotary_dim = 0;                         ///< R: must be even, > 0 and <= head_dim (unless no_rotation)
+  /// The spec's head_dim, which q (and k) must have (0: any). Checked before rotary_dim, so that a spec wider than
+  /// the tensors is reported as such rather than as a rotary_dim past q's head_dim.
+  int64_t head_dim = 0;
   /// A call that rotates nothing (the prologue without a frequency source): the tensors are validated and laid
   /// out as for a rotation, rotary_dim is not checked (any head_dim, 1 included), the plan's rotary_dim and half are 0.
   bool no_rotation = false;

@@ -295,6 +295,7 @@ void rotation_request(const PrologueArgs& a, const SourceGeometry& geo, bool rot
   ap->threads = a.threads;
   ap->backend = a.backend;
   req->rotary_dim = rotate ? geo.rotary_dim : 0;
+  req->head_dim = rotate ? geo.head_dim : 0;
   req->no_rotation = !rotate;  // any head_dim, D = 1 included
   req->default_pairing = geo.pairing;
   req->allow_fractional = true;
@@ -355,9 +356,6 @@ ProloguePlan build_prologue_plan_full(const PrologueArgs& a) {
   p.hkv = canonical(a.k, a.layout).H;
   p.q_index = hq > 0 ? 0 : -1;
   p.k_index = p.hkv > 0 ? (hq > 0 ? 1 : 0) : -1;
-  if (p.rotate && rp.head_dim != geo.head_dim)
-    invalid((has_q ? "q" : "k") + std::string(" head_dim must equal the spec's head_dim ") + str(geo.head_dim) + ", got " +
-            str(rp.head_dim));
   if (!p.rotate) {
     rp.rotary_dim = 0;
     rp.half = 0;

@@ -127,6 +127,7 @@ void Rope::apply(const ApplyArgs& args) {
   const Spec& spec = im.spec;
   detail::PlanRequest req;
   req.rotary_dim = spec.effective_rotary_dim();
+  req.head_dim = spec.head_dim;
   req.default_pairing = spec.pairing;
   req.allow_fractional = im.options.mode != CosSinMode::kTable;
   if (spec.mrope.enabled()) {
@@ -136,10 +137,6 @@ void Rope::apply(const ApplyArgs& args) {
   }
   PositionRange range;
   detail::Plan plan = detail::build_plan(args, req, &range);
-  if (plan.head_dim != spec.head_dim)
-    fail(Error::Kind::kInvalidArgument, detail::kApplyWhere,
-         "q head_dim must equal spec.head_dim " + std::to_string(spec.head_dim) + ", got " +
-             std::to_string(plan.head_dim));
   if (plan.ntensors == 0 || plan.B == 0 || plan.S == 0) return;  // nothing to rotate (validated above)
   plan.cs.axis_of_freq = im.axis_of_freq;
 

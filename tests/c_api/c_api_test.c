@@ -248,7 +248,7 @@ static void test_errors(void) {
   args.q.rank = 7;
   expect_error(rotary_rope_apply(rope, &args), ROTARY_ERROR_INVALID_ARGUMENT, "args->q.rank", "rank 7");
   CHECK_OK(rotary_tensor_contiguous(&args.q, q, ROTARY_DTYPE_F32, 4, bad_shape));
-  expect_error(rotary_rope_apply(rope, &args), ROTARY_ERROR_INVALID_ARGUMENT, "head_dim 7", "head_dim 7 vs spec 8");
+  expect_error(rotary_rope_apply(rope, &args), ROTARY_ERROR_INVALID_ARGUMENT, "the spec's head_dim 8, got 7", "head_dim 7 vs spec 8");
   CHECK_OK(rotary_tensor_contiguous(&args.q, q, ROTARY_DTYPE_I32, 4, shape));
   expect_error(rotary_rope_apply(rope, &args), ROTARY_ERROR_INVALID_ARGUMENT, "q", "integer q");
   CHECK_OK(rotary_tensor_contiguous(&args.q, q, ROTARY_DTYPE_F32, 4, shape));

@@ -134,8 +134,8 @@ std::vector<Case> cases() {
       {"bhsd q rank 3", [](Call& c) { c.a.layout = Layout::kBHSD; c.a.q = TensorView::contiguous(c.q.data(), DType::kF32, {6, 4, 8}); }, K::kInvalidArgument, {"q must have rank 4", "bhsd", "got rank 3"}},
       {"thd k rank 4", [](Call& c) { c.thd(); c.a.k = TensorView::contiguous(c.k.data(), DType::kF32, {1, 6, 2, 8}); }, K::kInvalidArgument, {"k must have rank 3", "got rank 4"}},
       {"bhsd k seq differs", [](Call& c) { c.a.layout = Layout::kBHSD; c.a.q = TensorView::contiguous(c.q.data(), DType::kF32, {2, 4, 3, 8}); c.a.k = TensorView::contiguous(c.k.data(), DType::kF32, {2, 3, 2, 8}); }, K::kInvalidArgument, {"k sequence length", "got 2"}},
-      {"q head_dim below spec rotary_dim", [](Call& c) { c.a.q = TensorView::contiguous(c.q.data(), DType::kF32, {2, 3, 8, 4}); c.a.k = {}; }, K::kInvalidArgument, {"rotary_dim must be <= head_dim 4", "got 8"}},
-      {"q head_dim differs from spec head_dim", [](Call& c) { c.spec.head_dim = 4; c.a.k = {}; }, K::kInvalidArgument, {"q head_dim", "spec.head_dim 4", "got 8"}},
+      {"q head_dim below spec head_dim", [](Call& c) { c.a.q = TensorView::contiguous(c.q.data(), DType::kF32, {2, 3, 8, 4}); c.a.k = {}; }, K::kInvalidArgument, {"q head_dim must equal the spec's head_dim 8", "got 4"}},
+      {"q head_dim differs from spec head_dim", [](Call& c) { c.spec.head_dim = 4; c.a.k = {}; }, K::kInvalidArgument, {"q head_dim must equal the spec's head_dim 4", "got 8"}},
       {"q rank 5 (garbage rank)", [](Call& c) { c.a.q.rank = 5; }, K::kInvalidArgument, {"q must have rank 4", "got rank 5"}},
       // ---- strides
       {"negative k stride", [](Call& c) { c.a.k.strides[3] = -1; }, K::kInvalidArgument, {"k strides must be >= 0", "-1"}},

@@ -122,7 +122,7 @@ std::vector<Case> cases() {
       {"k_out with a cache", [](Call& c) { c.a.k_out = c.spare.view({4, 1, 8}); }, K::kInvalidArgument, {"k_out is given but k goes to k_cache", "[4,1,8]"}},
       {"q rank 4 for thd", [](Call& c) { c.a.q = c.q.view({1, 4, 2, 8}); }, K::kInvalidArgument, {"[rotary_prologue] q must have rank 3", "got rank 4"}},
       {"k tokens differ", [](Call& c) { c.a.k = c.k.view({2, 2, 8}); }, K::kInvalidArgument, {"[rotary_prologue] k token count T must equal q's 4", "got 2"}},
-      {"q head_dim differs from spec", [](Call& c) { c.a.sources = {{c.other.get(), std::nullopt}}; }, K::kInvalidArgument, {"rotary_dim must be <= head_dim 8", "got 16"}},
+      {"q head_dim differs from spec", [](Call& c) { c.a.sources = {{c.other.get(), std::nullopt}}; }, K::kInvalidArgument, {"[rotary_prologue] q head_dim must equal the spec's head_dim 16", "got 8"}},
       {"null source", [](Call& c) { c.a.sources = {{nullptr, std::nullopt}}; }, K::kInvalidArgument, {"sources[0].rope must not be null"}},
       {"source_index out of range", [](Call& c) { c.idx[0] = 1; c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"source_index[0] must be in [0, 1)", "got 1"}},
       {"two sources without source_index", [](Call& c) { c.a.sources.push_back({c.rope.get(), std::nullopt}); }, K::kInvalidArgument, {"source_index must be given when sources has 2 entries", "got none"}},
