@@ -15,11 +15,12 @@ from rotary._torch_positions import _functorch_active
 def _check_packed(t: torch.Tensor, name: str) -> None:
     """A packed tensor written in place: a tensor whose elements are not shared between indices (an expanded axis,
     checked everywhere; other overlaps outside torch.compile, which cannot trace torch's own test: a graph break
-    there split the call into graphs torch could not compile). Shared elements would be rotated twice."""
+    there split the call into graphs torch could not compile, and outside torch.func's transforms, which have no
+    batching rule for it). Shared elements would be rotated twice."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"[rotary_apply] {name} must be a torch.Tensor, got {type(t).__name__}")
     if any(n > 1 and st == 0 for n, st in zip(t.shape, t.stride())) or (
-            not torch.compiler.is_compiling() and torch._debug_has_internal_overlap(t) == 1):
+            not torch.compiler.is_compiling() and not _functorch_active() and torch._debug_has_internal_overlap(t) == 1):
         raise ValueError(f"[rotary_apply] {name} must not have internally overlapping elements (it is written in "
                          f"place), got strides {list(t.stride())} for shape {list(t.shape)}")
 
@@ -54,6 +55,14 @@ def _tracks_grad(*tensors: Optional[torch.Tensor]) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _write_views_compiled(pairs: Tuple[Tuple[torch.Tensor, torch.Tensor], ...]) -> None:
+    """Under torch.compile: each (view, rotated) pair written by an aten copy. Inductor (torch <= 2.15 at least,
+    pytorch/pytorch#198068) rebuilds a view of a graph input that a custom op mutates at storage offset 0 when the
+    offset is symbolic (dynamic shapes), so k's rows, rotated in place, landed on q's; copies it places right."""
+    for view, rotated in pairs:
+        view.copy_(rotated)
+
+
 def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cos_k: Optional[torch.Tensor] = None,
                           sin_k: Optional[torch.Tensor] = None, interleaved: bool = False, seqlen_offsets: Any = 0,
                           num_heads_q: Optional[int] = None) -> torch.Tensor:
@@ -74,6 +83,11 @@ def apply_rotary_emb_qkv_(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tenso
     cos_k = cos if cos_k is None else cos_k
     sin_k = sin if sin_k is None else sin_k
     if not _tracks_grad(qkv, cos, sin, cos_k, sin_k):
+        if torch.compiler.is_compiling():
+            kr = apply_rotary_emb(k, cos_k, sin_k, interleaved, False, seqlen_offsets)
+            qr = apply_rotary_emb(q, cos, sin, interleaved, False, seqlen_offsets)
+            _write_views_compiled(((q, qr), (k, kr)))
+            return qkv
         if not own_k:  # k's call reads what q's read (same tables, offsets and tokens): it cannot fail after q's
             apply_rotary_emb(q, cos, sin, interleaved, True, seqlen_offsets)
             apply_rotary_emb(k, cos_k, sin_k, interleaved, True, seqlen_offsets)
@@ -108,7 +122,10 @@ def apply_rotary_emb_kv_(kv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
     if kv.dim() != 5 or kv.shape[2] != 2:
         raise ValueError(f"[rotary_apply] kv must have shape [B, S, 2, H, D], got {list(kv.shape)}")
     if not _tracks_grad(kv, cos, sin):
-        apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
+        if torch.compiler.is_compiling():
+            _write_views_compiled(((kv[:, :, 0], apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, False, seqlen_offsets)),))
+        else:
+            apply_rotary_emb(kv[:, :, 0], cos, sin, interleaved, True, seqlen_offsets)
         return kv
     src = kv.clone() if _tracks_grad(cos, sin) or _functorch_active() else kv
     kr = apply_rotary_emb(src[:, :, 0], cos, sin, interleaved, False, seqlen_offsets)

@@ -184,6 +184,40 @@ def test_flash_attn_packed_qkv_compiles_with_its_gradient():
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("layout", ["qkv", "qkv_gqa", "kv"])
+def test_flash_attn_packed_forms_compiled_with_dynamic_shapes_write_the_rows_eager_writes(layout):
+    """Inductor rebuilt k's view of the packed input at storage offset 0 when the offset was symbolic
+    (dynamic=True; pytorch/pytorch#198068): k's rotated rows landed on q's, silently (errors of order 5)."""
+    torch.manual_seed(0)
+    cos, sin = _cos_sin(16, 16)
+    H = 2
+    shape = {"qkv": (2, 5, 3, H, 16), "qkv_gqa": (2, 5, H + 2 * 1, 16), "kv": (2, 5, 2, H, 16)}[layout]
+    if layout == "kv":
+        fn = lambda t, c, s: rt.apply_rotary_emb_kv_(t, c, s, seqlen_offsets=1)  # noqa: E731
+    else:
+        fn = lambda t, c, s: rt.apply_rotary_emb_qkv_(t, c, s, seqlen_offsets=1,  # noqa: E731
+                                                       num_heads_q=H if layout == "qkv_gqa" else None)
+    base = torch.randn(shape)
+    want = base.clone()
+    fn(want, cos, sin)
+    torch._dynamo.reset()
+    got = base.clone()
+    out = torch.compile(fn, fullgraph=True, dynamic=True)(got, cos, sin)
+    torch.testing.assert_close(got, want, rtol=0, atol=F32_ABS_TOL)
+    torch.testing.assert_close(out, want, rtol=0, atol=F32_ABS_TOL)
+
+
+def test_flash_attn_packed_forms_run_under_vmap():
+    """torch.func.vmap has no batching rule for torch's internal-overlap test, which the packed forms ran first."""
+    from torch.func import vmap
+    torch.manual_seed(0)
+    cos, sin = _cos_sin(8, 8)
+    for fn, shape in ((rt.apply_rotary_emb_qkv_, (3, 2, 5, 3, 2, 8)), (rt.apply_rotary_emb_kv_, (3, 2, 5, 2, 2, 8))):
+        x = torch.randn(shape)
+        want = torch.stack([fn(x[i].clone(), cos, sin) for i in range(shape[0])])
+        torch.testing.assert_close(vmap(lambda t: fn(t.clone(), cos, sin))(x), want, rtol=0, atol=0)
+
+
 def test_flash_attn_packed_forms_refuse_shared_elements_and_write_nothing_on_a_k_table_error():
     cos, sin = _cos_sin(8, 8)
     shared = torch.randn(1, 5, 1, 2, 8)
