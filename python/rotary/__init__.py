@@ -414,7 +414,14 @@ def onnx_rotary_embedding(
     rotary_embedding_dim: R (0 = head_size); channels R..head_size-1 pass through.
     inverse: not an ONNX attribute: rotate by -angle, the operator's gradient with respect to X.
     Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
+    A torch X that requires grad gets a Y that carries it (the inverse rotation); caches that require grad raise.
     """
+    if any(_maybe_autograd(t) for t in (X, cos_cache, sin_cache)):
+        from ._onnx_grad import with_gradient
+
+        return with_gradient(lambda x, inv: onnx_rotary_embedding(
+            x, cos_cache, sin_cache, position_ids, interleaved=interleaved, rotary_embedding_dim=rotary_embedding_dim,
+            num_heads=num_heads, inverse=inv, threads=threads, backend=backend), X, cos_cache, sin_cache, inverse)
     if isinstance(X, np.ndarray):
         out = np.empty(X.shape, dtype=X.dtype.newbyteorder("="))  # a byte-swapped X gets a native Y
     elif _is_torch(X):

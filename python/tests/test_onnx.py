@@ -211,3 +211,48 @@ def test_an_odd_head_with_an_even_partial_rotation_and_int_attributes_only():
     for name, value in (("interleaved", 1.5), ("rotary_embedding_dim", 6.0), ("num_heads", 2.99)):
         with pytest.raises(TypeError, match=rf"\[onnx_rotary_embedding\] {name} must be an int"):
             rotary.onnx_rotary_embedding(x, cos, sin, pos, **{"rotary_embedding_dim": 6, name: value})
+
+
+@pytest.mark.parametrize("rank,interleaved,partial,with_pos", GRID)
+def test_a_torch_x_that_requires_grad_gets_the_operators_gradient(rank, interleaved, partial, with_pos):
+    """Y was returned detached from X (no grad_fn), so a loss through Y and another path gave X the other path's
+    gradient only. The truth: the Jacobian of the float64 reference, column by column (caches of any values)."""
+    torch = pytest.importorskip("torch")
+    r = np.random.default_rng(7 + 8 * rank + 4 * interleaved + 2 * partial + with_pos)
+    x, cos, sin, pos, attrs = _random_case(r, rank, interleaved, partial, with_pos, "float64")
+    cos, sin = (c.astype(np.float32).astype(np.float64) for c in (cos, sin))  # the kernels hold caches in f32
+    g = r.standard_normal(x.shape)
+    flat = np.eye(x.size)
+    jac = np.stack([onnx_ref64(e.reshape(x.shape), cos, sin, pos, **attrs).ravel() for e in flat], axis=1)
+    want = (jac.T @ g.ravel()).reshape(x.shape)
+    for inverse in (False, True):
+        xt = torch.tensor(x, requires_grad=True)
+        y = rotary.onnx_rotary_embedding(xt, torch.tensor(cos), torch.tensor(sin),
+                                         None if pos is None else torch.tensor(pos), inverse=inverse, **attrs)
+        assert y.requires_grad and y.grad_fn is not None
+        (y * torch.tensor(g)).sum().backward()
+        if not inverse:
+            np.testing.assert_allclose(y.detach().numpy(), onnx_ref64(x, cos, sin, pos, **attrs), rtol=0, atol=1e-12)
+            np.testing.assert_allclose(xt.grad.numpy(), want, rtol=0, atol=1e-12)
+        else:  # the inverse rotation's gradient is the forward rotation
+            fwd = rotary.onnx_rotary_embedding(torch.tensor(g), torch.tensor(cos), torch.tensor(sin),
+                                               None if pos is None else torch.tensor(pos), **attrs)
+            np.testing.assert_allclose(xt.grad.numpy(), fwd.numpy(), rtol=0, atol=0)
+
+
+def test_caches_that_require_grad_are_refused_not_left_out_of_the_graph():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1, 2, 3, 8, dtype=torch.float64, requires_grad=True)
+    cos, sin = torch.rand(1, 3, 4, dtype=torch.float64), torch.rand(1, 3, 4, dtype=torch.float64)
+    for name, kw in (("cos_cache", {"cos_cache": cos.clone().requires_grad_()}),
+                     ("sin_cache", {"sin_cache": sin.clone().requires_grad_()})):
+        args = {"cos_cache": cos, "sin_cache": sin, **kw}
+        with pytest.raises(ValueError, match=rf"^\[onnx_rotary_embedding\] {name} must not require grad"):
+            rotary.onnx_rotary_embedding(x.detach(), args["cos_cache"], args["sin_cache"])
+        with torch.no_grad():  # nothing is recorded, so nothing is left out
+            y = rotary.onnx_rotary_embedding(x, args["cos_cache"], args["sin_cache"])
+        assert not y.requires_grad
+    y = rotary.onnx_rotary_embedding(x, cos, sin)
+    (gx,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|doesn't require grad"):
+        torch.autograd.grad(gx.sum(), x)
