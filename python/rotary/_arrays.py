@@ -77,7 +77,8 @@ def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool
     materialised first. Outputs are never copied, so such an `out` raises ValueError.
     """
     if isinstance(x, np.ndarray):
-        if x.dtype.kind not in _NUMERIC_KINDS and not _is_numpy_bf16(x):
+        if (x.dtype.kind not in _NUMERIC_KINDS and not _is_numpy_bf16(x)) or (x.dtype.kind == "f" and x.dtype.itemsize > 8):
+            # (np.longdouble, kind 'f', reached the extension's argument matching and its signature dump)
             raise TypeError(f"[rotary] {what} dtype must be float32, float16, bfloat16 or float64, got {x.dtype}")
         if not readonly and not x.flags.writeable:
             if _has_broadcast_axis(x):

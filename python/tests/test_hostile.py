@@ -186,6 +186,8 @@ CASES = [
     ("k head_dim differs", lambda x: rotary.apply_qk(x, np.zeros((2, 3, 1, 4), np.float32), 0, spec()), ValueError,
      ["k head_dim", "got 4"]),
     ("x int32", lambda x: rotary.apply(np.zeros((2, 3, 2, D), np.int32), 0, spec()), TypeError, ["dtype", "i32"]),
+    ("x longdouble", lambda x: rotary.apply(np.zeros((2, 3, 2, D), np.longdouble), 0, spec()), TypeError,
+     ["x dtype must be float32, float16, bfloat16 or float64", "got float128"]),
     ("x head_dim below the spec's", lambda x: rotary.apply(np.zeros((2, 3, 2, 4), np.float32), 0, spec()),
      ValueError, ["q head_dim must equal the spec's head_dim 8", "got 4"]),
     ("layout", lambda x: rotary.apply(x, 0, spec(), layout="bsdh", out=x), ValueError, ["layout", "bsdh"]),
