@@ -72,6 +72,33 @@ def test_fractional_positions_are_exact(rng):
     np.testing.assert_allclose(y, _expected(x, pos, spec), atol=TOL["float64"])
 
 
+def test_fractional_positions_give_length_dependent_specs_hf_s_fractional_length(rng):
+    """HF's length for the scaling is max(position) + 1 as it is: 4095.5 + 1 > 4096 switches LongRoPE to its long
+    factors, and dynamic NTK's base is continuous in it. rotary took floor(max) + 1 (the short factors at 4095.5;
+    a dynamic base 6.5e-2 off in the output). Truth: HF's formulas in float64 at the fractional length."""
+    D, h = 32, 16
+
+    def want(x, pos, inv):
+        ang = pos[:, None] * inv[None]
+        c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+        return np.concatenate([x[..., :h] * c - x[..., h:] * s, x[..., :h] * s + x[..., h:] * c], axis=-1)
+
+    pf = 10000.0 ** (np.arange(0, D, 2) / D)
+    long_f = np.linspace(1.0, 8.0, h)
+    lr = rotary.Spec(D, rope_type="longrope", max_position_embeddings=131072, original_max_position_embeddings=4096,
+                     short_factor=[1.0] * h, long_factor=list(long_f), attention_factor=1.0)
+    x = rng.standard_normal((1, 4, 2, D))
+    for top, factors in ((4095.5, long_f), (4095.0, np.ones(h))):
+        pos = np.array([0.0, 1.0, 100.25, top])
+        np.testing.assert_allclose(rotary.apply(x, pos, lr), want(x, pos, 1.0 / (factors * pf)), atol=TOL["float64"])
+    dyn = rotary.Spec(D, rope_type="dynamic", factor=2.0, max_position_embeddings=16)
+    x = rng.standard_normal((1, 20, 2, D))
+    pos = np.arange(20) + 0.5  # HF's seq_len: 20.5
+    base = 10000.0 * ((2.0 * 20.5 / 16) - 1.0) ** (D / (D - 2))
+    np.testing.assert_allclose(rotary.apply(x, pos, dyn), want(x, pos, 1.0 / base ** (np.arange(0, D, 2) / D)),
+                               atol=TOL["float64"])
+
+
 def test_strided_views_in_and_out(rng):
     spec = rotary.Spec(16)
     big = rng.standard_normal((3, 10, 6, 40)).astype(np.float32)

@@ -80,7 +80,7 @@ Frequencies yarn(const Spec& s) {
   return out;
 }
 
-Frequencies longrope(const Spec& s, std::optional<int64_t> seq_len) {
+Frequencies longrope(const Spec& s, std::optional<double> seq_len) {
   const Scaling& sc = s.scaling;
   const int64_t orig = sc.original_max_position_embeddings;
   const double factor = sc.factor ? *sc.factor
@@ -92,7 +92,7 @@ Frequencies longrope(const Spec& s, std::optional<int64_t> seq_len) {
     out.attention_factor =
         factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(orig)));
 
-  const bool use_long = seq_len && *seq_len > orig;
+  const bool use_long = seq_len && *seq_len > static_cast<double>(orig);
   const std::vector<double>& ext = use_long ? sc.long_factor : sc.short_factor;
   const std::vector<double> pf = pos_freqs(s.base, s.rotary_dim, s.rotary_dim / 2);
   out.inv_freq.resize(pf.size());
@@ -179,17 +179,17 @@ Frequencies compute_frequencies(const Spec& spec, std::optional<int64_t> seq_len
 
 namespace detail {
 
-double dynamic_base(const Spec& s, std::optional<int64_t> seq_len) {
+double dynamic_base(const Spec& s, std::optional<double> seq_len) {
   const double dim = static_cast<double>(s.rotary_dim);
   // vLLM's DynamicNTKAlphaRotaryEmbedding / HF Hunyuan's ntk_alpha: one fixed base, whatever the length.
   if (s.scaling.alpha) return s.base * std::pow(*s.scaling.alpha, dim / (dim - 2.0));
   const double max_pos = static_cast<double>(s.max_position_embeddings);
-  const double len = seq_len ? std::max(static_cast<double>(*seq_len), max_pos) : max_pos;
+  const double len = seq_len ? std::max(*seq_len, max_pos) : max_pos;
   const double factor = *s.scaling.factor;
   return s.base * std::pow((factor * len / max_pos) - (factor - 1.0), dim / (dim - 2.0));
 }
 
-Frequencies frequencies_unchecked(const Spec& s, std::optional<int64_t> seq_len) {
+Frequencies frequencies_unchecked(const Spec& s, std::optional<double> seq_len) {
   const Scaling& sc = s.scaling;
   Frequencies out;
   switch (sc.type) {

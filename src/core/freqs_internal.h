@@ -15,12 +15,14 @@ constexpr int64_t kMaxSeqLen = int64_t(1) << 31;
 /// compute_frequencies for a spec that is already normalized and valid (Spec::normalized()), with
 /// seq_len in [0, kMaxSeqLen] or nullopt. No checks: Spec::validate evaluates this at the extreme
 /// lengths and refuses specs whose results are not finite, so for a valid spec the result is finite
-/// and within the f32 range at every allowed seq_len.
-Frequencies frequencies_unchecked(const Spec& normalized, std::optional<int64_t> seq_len);
+/// and within the f32 range at every allowed seq_len. seq_len may be fractional: HF's max(position) + 1
+/// for fractional position ids (dynamic NTK's base is continuous in it; LongRoPE compares it with the
+/// original length).
+Frequencies frequencies_unchecked(const Spec& normalized, std::optional<double> seq_len);
 
 /// The dynamic-NTK base at seq_len: base * (factor * L / max_pos - (factor - 1))^(R / (R - 2)),
 /// L = max(seq_len, max_position_embeddings); with scaling.alpha (NTK-alpha) the fixed base * alpha^(R / (R - 2)).
 /// May overflow to inf (Spec::validate refuses such specs).
-double dynamic_base(const Spec& normalized, std::optional<int64_t> seq_len);
+double dynamic_base(const Spec& normalized, std::optional<double> seq_len);
 
 }  // namespace rotary::detail

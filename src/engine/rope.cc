@@ -72,7 +72,13 @@ struct Rope::Impl {
     if (spec.length_dependent()) {
       // The spec was validated when the Rope was built, and seq_len is <= 2^31 (checked by the callers: build_plan,
       // cos_sin, the prologue's check_sources; the prologue's fast path declines a longer one).
-      src->local = detail::frequencies_unchecked(spec, seq_len ? *seq_len : (range.any ? range.max_int + 1 : 1));
+      // Fractional ids: HF's max(position) + 1 as it is (a LongRoPE switch at 4095.5 + 1 > 4096, a dynamic base
+      // continuous in it), not the floor's.
+      const double len = seq_len                ? static_cast<double>(*seq_len)
+                         : !range.any          ? 1.0
+                         : range.fractional    ? range.max_f + 1.0
+                                               : static_cast<double>(range.max_int + 1);
+      src->local = detail::frequencies_unchecked(spec, len);
       if (!same_frequencies(src->local, base)) {
         src->freqs = &src->local;
         // Dynamic NTK beyond the context: a new frequency set per length -> on the fly, never stored.
