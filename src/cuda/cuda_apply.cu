@@ -51,7 +51,8 @@ class DeviceScope {
     changed_ = previous_ != device;
   }
   ~DeviceScope() {
-    if (changed_) cudaSetDevice(previous_);
+    // A failure here is not reported (a destructor), and not left for the caller's next cudaGetLastError either.
+    if (changed_ && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
   }
 
  private:
@@ -131,11 +132,16 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   void release(int device, void* p) noexcept override {
+    // Failures are cleared, not left for the caller's next cudaGetLastError (docs/cuda.md).
     int previous = 0;
-    if (cudaGetDevice(&previous) != cudaSuccess) return;  // at process exit the runtime may be gone
-    cudaSetDevice(device);
-    cudaFree(p);
-    cudaSetDevice(previous);
+    if (cudaGetDevice(&previous) != cudaSuccess) {  // at process exit the runtime may be gone
+      (void)cudaGetLastError();
+      return;
+    }
+    bool failed = cudaSetDevice(device) != cudaSuccess;
+    failed = cudaFree(p) != cudaSuccess || failed;
+    failed = cudaSetDevice(previous) != cudaSuccess || failed;
+    if (failed) (void)cudaGetLastError();
   }
 
   void copy_to_device(int device, void* dst, const void* src, std::size_t bytes, void* stream) override {

@@ -41,7 +41,12 @@ class DeviceRuntime {
 /// kept until the table is destroyed, since kernels on other streams may still read them.
 class DeviceTables {
  public:
-  explicit DeviceTables(DeviceRuntime* runtime) : runtime_(runtime) {}
+  /// Rows a device copy holds at least (when the host table has them): 64 MiB, a Llama-3.1 table's 131 072
+  /// positions at rotary_dim 128.
+  static constexpr int64_t kDeviceCopyFloorBytes = int64_t(64) << 20;
+  /// `floor_bytes`: kDeviceCopyFloorBytes (tests give a smaller one to reach the rule with small tables).
+  explicit DeviceTables(DeviceRuntime* runtime, int64_t floor_bytes = kDeviceCopyFloorBytes)
+      : runtime_(runtime), floor_bytes_(floor_bytes) {}
   ~DeviceTables();
   DeviceTables(const DeviceTables&) = delete;
   DeviceTables& operator=(const DeviceTables&) = delete;
@@ -49,7 +54,9 @@ class DeviceTables {
   /// Device rows covering at least the first `needed` rows on `device` (`runtime` must be the one the copies
   /// were made with). An existing copy holding `needed` rows is returned as it is, however much the host
   /// table (`host_rows`, `available` >= `needed` rows of 2*half floats) has grown since; otherwise (and on
-  /// the first call on the device, which also copies the frequencies) all `available` rows are copied.
+  /// the first call on the device, which also copies the frequencies) the first min(available, max(needed,
+  /// twice the previous copy, kDeviceCopyFloorBytes of rows)) rows are copied: not the whole host table when
+  /// CPU calls grew it far past what device calls read (positions past the copy are computed on the device).
   /// Copying while `stream` is being captured is an error (make one call on the device before capture).
   DeviceRows rows_for(DeviceRuntime* runtime, int device, const float* host_rows, int64_t available, int64_t needed,
                       const double* host_inv_freq, int64_t half, void* stream);
@@ -68,6 +75,7 @@ class DeviceTables {
     void* p;
   };
   DeviceRuntime* runtime_;
+  int64_t floor_bytes_;
   mutable std::mutex mutex_;
   std::vector<Entry> entries_;
   std::vector<Block> blocks_;  // every allocation, released by the destructor

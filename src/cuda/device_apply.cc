@@ -1,4 +1,5 @@
 // The CUDA backend's host half: device checks, per-device table copies, Job and geometry, launch (CUDA-free C++).
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -136,7 +137,10 @@ DeviceRows DeviceTables::rows_for(DeviceRuntime* runtime, int device, const floa
     next.inv_freq = static_cast<double*>(allocate(fb));
     runtime_->copy_to_device(device, next.inv_freq, host_inv_freq, fb, stream);
   }
-  const int64_t n = available;
+  // Not all `available` rows: a CPU call at offset 10^6 grew the host table to 512 MB (R = 128), which a device
+  // call at position 5 then copied whole.
+  const int64_t floor_rows = floor_bytes_ / (2 * half * static_cast<int64_t>(sizeof(float)));
+  const int64_t n = std::min(available, std::max({needed, 2 * next.n, floor_rows}));
   const bool grow = n > next.n;
   if (grow) {
     const std::size_t rb = static_cast<std::size_t>(n) * static_cast<std::size_t>(2 * half) * sizeof(float);

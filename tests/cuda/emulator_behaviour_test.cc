@@ -86,6 +86,36 @@ TEST(CudaEmulator, TableRowsAreCopiedOncePerGrowthPerDeviceAndNothingIsAllocated
   EXPECT_EQ(cuda.rt.releases, cuda.rt.allocations) << "the device copies die with the table";
 }
 
+/// A device call copies the rows it needs (at least a floor, growing geometrically), not the whole host table:
+/// a CPU call at offset 10^6 had grown that to 512 MB (R = 128), which a device call at position 5 then copied.
+TEST(CudaEmulator, ADeviceCallCopiesTheRowsItNeedsNotAHostTableThatCpuCallsGrew) {
+  EmulatedCuda cuda;
+  {
+    const Frequencies f = freqs_for(64);
+    CosSinTable table(f), host(f);
+    // A floor of 1 MiB (4096 rows of R = 64) instead of 64 MiB, so that a small table reaches the rule.
+    detail::TableAttachment::get<DeviceTables>(table, [&] { return std::make_shared<DeviceTables>(&cuda.rt, int64_t(1) << 20); });
+    Simple grown(2, 2, 64, 50000);
+    grown.a.backend = Backend::kCpu;
+    apply_table(table, grown.a);
+    ASSERT_GE(table.size(), 50002);
+    for (auto [offset, rows] : {std::pair<int64_t, int64_t>{5, 4096}, {4091, 8192}, {9000, 16384}, {30000, 32768}}) {
+      SCOPED_TRACE("offset " + std::to_string(offset));
+      Simple s(6, 2, 64, offset);
+      std::vector<float> ref = s.q;
+      apply_table(table, s.a);
+      EXPECT_EQ(cuda.rt.last_job.cs.table_rows, rows) << "the floor, then max(needed, twice the copy)";
+      ApplyArgs r = s.a;
+      r.q.data = ref.data();
+      r.backend = Backend::kReference;
+      apply_table(host, r);
+      for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(s.q[i], ref[i], output_abs_tol(DType::kF32)) << i;
+    }
+    EXPECT_EQ(row_copies(table), 4);
+  }
+  EXPECT_EQ(cuda.rt.releases, cuda.rt.allocations) << "the device copies die with the table";
+}
+
 /// A failed allocation or copy while making or growing a device copy (out of device memory, say) leaves the
 /// table's copies as they were: the call throws before any launch, keeps no memory, and a retry makes the
 /// copy and matches the reference, positions past the copied rows (which read the frequencies) included.
