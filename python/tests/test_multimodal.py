@@ -60,6 +60,25 @@ def test_vision_matches_transformers(model, cfg_cls, rope_cls, convention, kw):
     np.testing.assert_allclose(ours, _rotate_half_np(x.double().numpy(), emb), rtol=0, atol=4e-6)
 
 
+def test_llama4_vision_is_the_qwen2vl_convention_interleaved_at_col_plus_1_row_plus_1():
+    """Llama 4's vision RoPE (Llama4VisionRotaryEmbedding + vision_apply_rotary_emb, live) is expressible without a
+    convention of its own (docs/multimodal.md): qwen2vl frequencies, interleaved pairs, ids (col + 1, row + 1) per
+    patch and (0, 0) for the class token, which transformers puts last."""
+    cfg_mod, mdl_mod = hf_model_modules("llama4")
+    config = cfg_mod.Llama4VisionConfig(hidden_size=256, num_attention_heads=4, image_size=64, patch_size=16)
+    freqs_ci = mdl_mod.Llama4VisionRotaryEmbedding(config).freqs_ci  # [patches + 1, 1, D/2] complex
+    D, side = 64, 4
+    T = side * side + 1
+    x = torch.randn(1, T, 2, D, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    hf, _ = mdl_mod.vision_apply_rotary_emb(x, x, freqs_ci)
+    g = rotary.grid_positions(side, side)  # [2, side*side] (row, col)
+    ids = np.concatenate([np.stack([g[1] + 1, g[0] + 1]), np.zeros((2, 1), np.int64)], 1)
+    f = rotary.vision_frequencies("qwen2vl", D, float(config.rope_parameters["rope_theta"]), pairing="interleaved")
+    ours = rotary.apply_axes(x[0].numpy(), ids, f, layout="thd")
+    # transformers forms the angles in float32 (positions <= 5): error < 1e-6.
+    np.testing.assert_allclose(ours, hf[0].numpy(), rtol=0, atol=2e-6)
+
+
 def test_vision_conventions_differ_and_pixtral_mistral_is_interleaved():
     D, base = 32, 10000.0
     q2 = rotary.vision_frequencies("qwen2vl", D, base)
