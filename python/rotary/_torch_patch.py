@@ -150,6 +150,7 @@ def _layer_type_specs(config: Any) -> Dict[str, _rotary.Spec]:
 # ----------------------------------------------------------------------------------------------- patch / unpatch
 
 _lock = threading.Lock()
+_verify_lock = threading.Lock()  # patch()'s check forwards, one at a time (_verify)
 _globals: Dict[Tuple[str, str], list] = {}  # (module, name) -> [original, patched, refcount]
 
 
@@ -337,12 +338,21 @@ def _expected_rotations(model: torch.nn.Module) -> int:
 
 
 def _verify(model: torch.nn.Module, state: Dict[str, Any]) -> None:
-    """A 2-token forward (no cache) counting rotary's rotations and cos/sin calls."""
+    """A 2-token forward (no cache) counting rotary's rotations and cos/sin calls: this thread's only (models of the
+    same family that other threads run meanwhile call the same module functions), one check at a time (a second
+    check's wrappers would be swapped out by the first's restore)."""
+    with _verify_lock:
+        _verify_locked(model, state)
+
+
+def _verify_locked(model: torch.nn.Module, state: Dict[str, Any]) -> None:
     counts = {"rotations": 0, "tables": 0}
+    me = threading.get_ident()
 
     def counting(fn: Callable, what: str) -> Callable:
         def wrapper(*args, **kwargs):
-            counts[what] += 1
+            if threading.get_ident() == me:
+                counts[what] += 1
             return fn(*args, **kwargs)
 
         return wrapper

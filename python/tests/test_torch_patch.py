@@ -217,6 +217,41 @@ def test_patch_refcount_across_models():
     assert mod.apply_rotary_pos_emb is original
 
 
+def test_patch_checks_count_only_their_own_model_while_another_thread_runs_the_same_family():
+    """patch()'s check forward counted every call of the modeling module's apply_rotary_pos_emb, so a server thread
+    running another Llama meanwhile made patching a second one fail ('7 of 2 decoder layers rotated q/k'), or could
+    make up for a layer that does not rotate through rotary. Here the other model runs inside the check, on another
+    thread, deterministically (a hook on the checked model's first layer)."""
+    import threading
+
+    server, model = build("llama-default", seed=1), build("llama-default")
+    rt.patch(server)
+    ids = torch.zeros((1, 4), dtype=torch.long)
+    runs = []
+
+    def serve(*_):
+        def run():
+            with torch.no_grad():
+                server(input_ids=ids)
+            runs.append(1)
+
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+
+    hook = model.model.layers[0].register_forward_pre_hook(serve)
+    try:
+        rt.patch(model)
+    finally:
+        hook.remove()
+    assert runs and rt.is_patched(model)
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        rt.unpatch(model)
+        torch.testing.assert_close(model(input_ids=ids).logits, want, rtol=0, atol=1e-5)
+    rt.unpatch(server)
+
+
 def test_a_patched_model_saved_whole_loads_patched_with_its_own_reference():
     # torch.save of a patched model failed (the patched RoPE forwards were closures). The loaded model is patched
     # (same logits), holds its own reference to the replaced modeling functions, and unpatches like any other.
