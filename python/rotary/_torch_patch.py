@@ -116,7 +116,8 @@ FAMILIES: Tuple[Family, ...] = (
 )
 _BY_EMBEDDING = {f.embedding: f for f in FAMILIES}
 # RoPE modules of vision towers, left alone (their attention rotates with their own functions).
-_VISION_EMBEDDINGS = {"VisionRotaryEmbedding", "Qwen2VLVisionRotaryEmbedding", "Qwen2_5_VLVisionRotaryEmbedding"}
+_VISION_EMBEDDINGS = {"VisionRotaryEmbedding", "Qwen2VLVisionRotaryEmbedding", "Qwen2_5_VLVisionRotaryEmbedding",
+                      "PixtralVisionRotaryEmbedding"}
 
 
 def supported_models() -> List[str]:

@@ -217,6 +217,33 @@ def test_patch_refcount_across_models():
     assert mod.apply_rotary_pos_emb is original
 
 
+def test_mistral3_is_patched_through_its_mistral_text_model_and_leaves_pixtral_s_vision_rope_alone():
+    """Mistral3 (Pixtral vision tower + Mistral text model) was refused: PixtralVisionRotaryEmbedding was not among
+    the vision RoPE modules patch() leaves alone."""
+    T = pytest.importorskip("transformers")
+    if not hasattr(T, "Mistral3ForConditionalGeneration"):  # pragma: no cover - depends on transformers
+        pytest.skip("transformers has no Mistral3")
+    text = dict(model_type="mistral", vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=64,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e6}, sliding_window=None)
+    vision = dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, image_size=28, patch_size=14, head_dim=16)
+    torch.manual_seed(0)
+    model = T.Mistral3ForConditionalGeneration(T.Mistral3Config(text_config=text, vision_config=vision,
+                                                                image_token_index=96, spatial_merge_size=1)).eval()
+    ids = torch.randint(3, 90, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        rt.patch(model)
+        try:
+            got = model(input_ids=ids).logits
+            vision_ropes = [m for m in model.modules() if type(m).__name__ == "PixtralVisionRotaryEmbedding"]
+            assert vision_ropes and all("_rotary_spec" not in m.__dict__ for m in vision_ropes)
+        finally:
+            rt.unpatch(model)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
 def test_patch_checks_count_only_their_own_model_while_another_thread_runs_the_same_family():
     """patch()'s check forward counted every call of the modeling module's apply_rotary_pos_emb, so a server thread
     running another Llama meanwhile made patching a second one fail ('7 of 2 decoder layers rotated q/k'), or could
