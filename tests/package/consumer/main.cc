@@ -1,6 +1,10 @@
 // Downstream smoke test: a Llama-3.1-8B decode step through the installed rotary library, checked against fp64 math.
 #include <rotary/rotary.h>
 
+#ifdef ROTARY_CONSUMER_CXX17  // rotary::rotary's usage requirements must leave a C++17 consumer at C++17
+static_assert(__cplusplus == 201703L, "the consumer asked for C++17 and got another standard");
+#endif
+
 #include <cmath>
 #include <cstdio>
 #include <vector>
