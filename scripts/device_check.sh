@@ -76,12 +76,12 @@ t0=$SECONDS
 cmake -S . -B build-device "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DROTARY_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_CUDA_COMPILER="$(command -v nvcc)" -DROTARY_INSTALL=OFF "${PREFIX_ARGS[@]}"
 cmake --build build-device -j "$(nproc)" --target rotary_cli cuda_device_test cuda_emulator_matrix_test \
-      cuda_emulator_behaviour_test cuda_device_plan_test
+      cuda_emulator_behaviour_test cuda_emulator_table_copies_test cuda_device_plan_test
 echo "build: $((SECONDS - t0)) s"
 
 log "2. CUDA tests on the GPU (matrix vs reference and vs the emulator, graphs, accuracy) + emulator tests"
 t0=$SECONDS
-for t in cuda_device_test cuda_emulator_matrix_test cuda_emulator_behaviour_test cuda_device_plan_test; do
+for t in cuda_device_test cuda_emulator_matrix_test cuda_emulator_behaviour_test cuda_emulator_table_copies_test cuda_device_plan_test; do
   echo "--- $t"
   report=()
   [[ "$t" == cuda_device_test ]] && report=(--gtest_output="json:$OUT_DIR/$t.json")  # at most 8 files come back
