@@ -1,4 +1,4 @@
-// Export/visibility macro for rotary's public symbols (hidden by default).
+/* Export/visibility macro for rotary's public symbols (hidden by default); C-style comments: rotary_c.h includes it. */
 #pragma once
 #if defined(_WIN32)
 #  if defined(ROTARY_SHARED) && defined(ROTARY_BUILDING_LIBRARY)
