@@ -463,3 +463,26 @@ def test_no_resolved_band_gives_no_max_error(tmp_path):
     text = subprocess.run([cli, "check", "--preset", "llama-2-7b", "--layout", "hf", "--inv-freq", "inv.safetensors"],
                           capture_output=True, text=True, cwd=tmp_path).stdout
     assert "resolved inv_freq n/a" in text, text
+
+
+@pytest.mark.parametrize("theta,factor,orig,betas", [(10000.0, 128.0, 4096, (None, None)),
+                                                     (150000.0, 64.0, 32768, (8.0, 2.0))])
+def test_transformers_own_yarn_blend_agrees_with_fractional_ramp_bounds(theta, factor, orig, betas, tmp_path):
+    # truncate: false leaves the correction range's bounds fractional; HF rounds them to f32 in
+    # arange(R/2) - low, and the blend multiplies that by up to factor - 1 (7.1e-6 relative in band 45 of the first).
+    params = {"rope_type": "yarn", "rope_theta": theta, "factor": factor, "original_max_position_embeddings": orig,
+              "truncate": False, "beta_fast": betas[0], "beta_slow": betas[1]}
+    config = LlamaConfig(hidden_size=1024, num_attention_heads=8, head_dim=128,
+                         max_position_embeddings=int(orig * factor),
+                         rope_parameters={k: v for k, v in params.items() if v is not None})
+    rope = LlamaRotaryEmbedding(config)
+    torch.save({"inv_freq": rope.inv_freq}, tmp_path / "inv.pt")
+    r = rotary.check(config, layout="hf", inv_freq=tmp_path / "inv.pt")
+    assert r.agree and r["diagnoses"] == [], r.text
+    assert r["max_rel_err_inv_freq"] > 4e-6  # beyond the plain f32 allowance: the blend's slack is what accepts it
+    # Rounding the range (truncate: true) moves whole bands: still found.
+    flipped = LlamaConfig(hidden_size=1024, num_attention_heads=8, head_dim=128,
+                          max_position_embeddings=int(orig * factor),
+                          rope_parameters={k: v for k, v in dict(params, truncate=True).items() if v is not None})
+    rf = rotary.check(flipped, layout="hf", inv_freq=tmp_path / "inv.pt")
+    assert not rf.agree and codes(rf) == {"truncate_mismatch"}, rf.text

@@ -132,7 +132,7 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   std::vector<double> found, sigma;
   estimate_bands(d, res.attention_factor_found.value_or(truth.attention_factor), found, sigma);
   Hypotheses hyp = make_hypotheses(spec, seq_len, truth, d, af_testable, found, sigma);
-  const std::vector<double> slack = engine_blend_slack(spec);  // HF's f32 llama3 blend
+  const std::vector<double> slack = engine_blend_slack(spec);  // HF's f32 llama3 / YaRN blend
   const double truth_score = score(d, {truth.inv_freq, truth.attention_factor, std::nullopt, slack}, rows);
   // Bands judge the frequencies alone: at the attention factor found in the data (reported on its own line).
   std::vector<double> truth_bands;

@@ -1,6 +1,8 @@
 // The tolerance test of a hypothesis (frequencies, attention factor, angle precision) against canonical engine data.
 #include "check/model.h"
 
+#include "core/freqs_internal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -31,11 +33,38 @@ double low_precision_envelope(DType d, double p, double theta) {
 
 }  // namespace
 
+namespace {
+
+/// The blend's magnification of an error d_weight in the extrapolation (unscaled) weight w: the frequency is
+/// θ·((1 - w) / f + w), so its relative change per unit of w is (1 - 1/f) / ((1 - w)/f + w).
+double blend_magnification(double f, double w) { return (1 - 1 / f) / ((1 - w) / f + w); }
+
+}  // namespace
+
 std::vector<double> engine_blend_slack(const Spec& spec) {
   std::vector<double> out(static_cast<size_t>(spec.rotary_dim / 2), 0.0);
   const Scaling& sc = spec.scaling;
+  const double eps = 0x1p-24;
+  if (sc.type == RopeType::kYarn) {
+    // HF: ramp = (arange(R/2, f32) - low) / (high - low) in f32 (low and the divisor rounded to f32, then the
+    // subtraction and the division: exact for integer bounds, as truncate gives, except the division), and
+    // w = 1 - ramp (one more rounding) weighs the unscaled frequency.
+    const detail::YarnRamp r = detail::yarn_ramp(spec);
+    if (!(r.factor > 1)) return out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      const double j = static_cast<double>(i), width = r.high - r.low;
+      const double ramp = (j - r.low) / width;
+      if (!(ramp > -1e-6 && ramp < 1 + 1e-6)) continue;
+      const bool exact_low = static_cast<double>(static_cast<float>(r.low)) == r.low;  // integer bounds: truncate
+      const double d_num = exact_low ? 0.0 : (std::fabs(r.low) + std::fabs(j - r.low)) * eps;
+      const double d_ramp = d_num / width + 2 * eps * std::fabs(ramp);
+      const double w = std::clamp(1 - ramp, 0.0, 1.0);
+      out[i] = (d_ramp + 2 * eps) * blend_magnification(r.factor, w);
+    }
+    return out;
+  }
   if (sc.type != RopeType::kLlama3 || !sc.factor) return out;
-  const double eps = 0x1p-24, f = *sc.factor, L = static_cast<double>(sc.original_max_position_embeddings);
+  const double f = *sc.factor, L = static_cast<double>(sc.original_max_position_embeddings);
   const double lo = sc.low_freq_factor, hi = sc.high_freq_factor, R = static_cast<double>(spec.rotary_dim);
   for (size_t i = 0; i < out.size(); ++i) {
     const double x = 2.0 * static_cast<double>(i) / R;
@@ -43,10 +72,10 @@ std::vector<double> engine_blend_slack(const Spec& spec) {
     if (!(ratio >= lo * (1 - 1e-6) && ratio <= hi * (1 + 1e-6))) continue;
     const double smooth = std::clamp((ratio - lo) / (hi - lo), 0.0, 1.0);
     // f32 θ: pow of an f32 exponent (|ln base|·x roundings) and 3 more; 2π / θ and L / wavelen: 2; the subtraction
-    // and division: 2 of smooth. The result's relative change per unit of smooth is (1 - 1/f) / ((1 - s)/f + s).
+    // and division: 2 of smooth; the blend magnifies smooth's error as it does YaRN's weight.
     const double theta_rel = (std::fabs(std::log(spec.base)) * x + 3) * eps;
     const double d_smooth = ratio / (hi - lo) * (theta_rel + 2 * eps) + 2 * eps;
-    out[i] = d_smooth * (1 - 1 / f) / ((1 - smooth) / f + smooth);
+    out[i] = d_smooth * blend_magnification(f, smooth);
   }
   return out;
 }

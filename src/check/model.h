@@ -10,8 +10,8 @@
 
 namespace rotary::parity {
 
-/// Tolerances (docs/parity.md, "Tolerances"). Engines form angles in f32: f32 inv_freq (HF's f32 pow; llama3's
-/// f32 band blend: engine_blend_slack), an f32 product, ggml's incremental theta (j roundings for pair j).
+/// Tolerances (docs/parity.md, "Tolerances"). Engines form angles in f32: f32 inv_freq (HF's f32 pow; llama3's and
+/// YaRN's f32 band blend: engine_blend_slack), an f32 product, ggml's incremental theta (j roundings for pair j).
 inline constexpr double kAngleRel = 1e-5;   ///< allowed |angle error| per unit of angle
 inline constexpr double kAngleAbs = 1e-6;   ///< plus this (f32 cos/sin evaluation, af product)
 inline constexpr double kFreqRel = 4e-6;    ///< inv_freq data: allowed relative error beyond the dtype's rounding
@@ -28,9 +28,9 @@ struct Model {
   std::vector<double> band_rel;  ///< per band, relative error allowed beyond kFreqRel / kAngleRel (empty: none)
 };
 
-/// Per band, the relative error of an engine's f32 llama3 blend beyond kFreqRel (zeros for other types): HF forms
-/// smooth = (L / (2π / θ) - low) / (high - low) in f32, and θ·((1 - smooth) / factor + smooth) magnifies smooth's
-/// rounding by up to factor - 1 where smooth is near 0.
+/// Per band, the relative error of an engine's f32 llama3 or YaRN blend beyond kFreqRel (zeros for other types):
+/// HF forms llama3's smooth = (L / (2π / θ) - low) / (high - low) and YaRN's weight 1 - (j - low) / (high - low)
+/// in f32, and θ·((1 - w) / factor + w) magnifies the weight's rounding by up to factor - 1 where w is near 0.
 std::vector<double> engine_blend_slack(const Spec& spec);
 
 /// Which rows the tests read: all up to 4096, else the first 2048 and 2048 spread over the rest (last included).

@@ -39,9 +39,8 @@ double yarn_correction_dim(double rotations, int64_t dim, double base, double co
 Frequencies yarn(const Spec& s) {
   const Scaling& sc = s.scaling;
   const int64_t dim = s.rotary_dim;
-  const double orig = static_cast<double>(sc.original_max_position_embeddings);
-  const double factor =
-      sc.factor ? *sc.factor : static_cast<double>(s.max_position_embeddings) / orig;
+  const detail::YarnRamp r = detail::yarn_ramp(s);
+  const double factor = r.factor, low = r.low, high = r.high;
 
   Frequencies out;
   if (sc.attention_factor) {
@@ -52,19 +51,6 @@ Frequencies yarn(const Spec& s) {
   } else {
     out.attention_factor = yarn_get_mscale(factor, 1.0);
   }
-
-  // HF `beta_fast or 32`, `beta_slow or 1`: zero means the default.
-  const double beta_fast = sc.beta_fast != 0.0 ? sc.beta_fast : 32.0;
-  const double beta_slow = sc.beta_slow != 0.0 ? sc.beta_slow : 1.0;
-  double low = yarn_correction_dim(beta_fast, dim, s.base, orig);
-  double high = yarn_correction_dim(beta_slow, dim, s.base, orig);
-  if (sc.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
-  }
-  low = std::max(low, 0.0);
-  high = std::min(high, static_cast<double>(dim - 1));
-  if (low == high) high += 0.001;  // HF: avoid a zero-width ramp
 
   const int64_t n = dim / 2;
   const std::vector<double> pf = pos_freqs(s.base, dim, n);
@@ -187,6 +173,27 @@ double dynamic_base(const Spec& s, std::optional<double> seq_len) {
   const double len = seq_len ? std::max(*seq_len, max_pos) : max_pos;
   const double factor = *s.scaling.factor;
   return s.base * std::pow((factor * len / max_pos) - (factor - 1.0), dim / (dim - 2.0));
+}
+
+YarnRamp yarn_ramp(const Spec& s) {
+  const Scaling& sc = s.scaling;
+  const int64_t dim = s.rotary_dim;
+  const double orig = static_cast<double>(sc.original_max_position_embeddings);
+  YarnRamp r;
+  r.factor = sc.factor ? *sc.factor : static_cast<double>(s.max_position_embeddings) / orig;
+  // HF `beta_fast or 32`, `beta_slow or 1`: zero means the default.
+  const double beta_fast = sc.beta_fast != 0.0 ? sc.beta_fast : 32.0;
+  const double beta_slow = sc.beta_slow != 0.0 ? sc.beta_slow : 1.0;
+  double low = yarn_correction_dim(beta_fast, dim, s.base, orig);
+  double high = yarn_correction_dim(beta_slow, dim, s.base, orig);
+  if (sc.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  r.low = std::max(low, 0.0);
+  r.high = std::min(high, static_cast<double>(dim - 1));
+  if (r.low == r.high) r.high += 0.001;  // HF: avoid a zero-width ramp
+  return r;
 }
 
 Frequencies frequencies_unchecked(const Spec& s, std::optional<double> seq_len) {

@@ -25,4 +25,12 @@ Frequencies frequencies_unchecked(const Spec& normalized, std::optional<double> 
 /// May overflow to inf (Spec::validate refuses such specs).
 double dynamic_base(const Spec& normalized, std::optional<double> seq_len);
 
+/// YaRN's blend as HF forms it: band j's interpolation weight is clamp((j - low) / (high - low), 0, 1), the
+/// correction range [low, high] from beta_fast/beta_slow at original_max_position_embeddings (floor/ceil when
+/// truncate, clamped to [0, rotary_dim - 1], widened by 0.001 when empty); factor as HF defaults it.
+struct YarnRamp {
+  double factor = 1.0, low = 0.0, high = 0.0;
+};
+YarnRamp yarn_ramp(const Spec& normalized);
+
 }  // namespace rotary::detail
