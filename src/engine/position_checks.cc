@@ -104,6 +104,8 @@ void plan_ids(const Positions& pos, Layout layout, const PlanRequest& req, Plan&
     first = 1;
   } else {
     pp.ids_sa = 0;
+    // apply_axes with one axis: the axes form [1,B,S] too (its [1,S] / [1,T] read as a batch of 1 below).
+    if (req.axes_need_ids && !multi && ids.rank == 3 && ids.shape[0] == 1) first = 1;
   }
   const int rest = ids.rank - first;
   if (rest == 2) {

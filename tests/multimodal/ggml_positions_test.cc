@@ -141,5 +141,30 @@ TEST(GgmlPositions, BoundsAndScope) {
   EXPECT_EQ(q.data, x);
 }
 
+// One axis (ggml NORMAL / NEOX) takes ids in every documented form: the axes forms [1,B,S], [1,S] and [1,T] rotate
+// exactly as the plain [B,S], [S] and [T] do; a leading dim other than 1 is refused.
+TEST(GgmlPositions, OneAxisTakesTheAxesFormsOfIds) {
+  const AxisFrequencies af = freqs_of(kModes[1]);
+  ASSERT_EQ(af.n_axes, 1);
+  const int64_t B = 2, S = 5, H = 3, D = 24;
+  const std::vector<float> x0 = testing::randn(static_cast<size_t>(B * S * H * D), 7);
+  const std::vector<int64_t> ids = {3, 9, 0, 70000, 12, 5, 1, 2, 44444, 8};  // [B,S], a different row per batch
+  auto rotated = [&](Layout layout, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> qshape) {
+    std::vector<float> q = x0;
+    ApplyArgs a;
+    a.layout = layout;
+    a.q = TensorView::contiguous(q.data(), DType::kF32, qshape);
+    a.positions = Positions::from_ids(TensorView::contiguous(ids.data(), DType::kI64, shape));
+    apply_axes(af, a);
+    return q;
+  };
+  const auto bshd = {B, S, H, D}, thd = {B * S, H, D};
+  EXPECT_EQ(rotated(Layout::kBSHD, {1, B, S}, bshd), rotated(Layout::kBSHD, {B, S}, bshd));
+  EXPECT_EQ(rotated(Layout::kBSHD, {1, S}, bshd), rotated(Layout::kBSHD, {S}, bshd));
+  EXPECT_EQ(rotated(Layout::kTHD, {1, B * S}, thd), rotated(Layout::kTHD, {B * S}, thd));
+  EXPECT_NE(rotated(Layout::kBSHD, {1, B, S}, bshd), x0);
+  EXPECT_NE(error_of([&] { rotated(Layout::kBSHD, {2, 1, S}, bshd); }).find("positions.ids"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rotary
