@@ -306,6 +306,7 @@ def apply_cos_sin(
     cu_seqlens: Optional[ArrayLike] = None,
     seq_offsets: Union[int, ArrayLike, None] = None,
     batch_offsets: Optional[ArrayLike] = None,
+    out_scale: Optional[float] = None,
 ) -> ArrayLike:
     """Rotates x with caller-supplied cos/sin tables (their values used as given) and returns the result.
 
@@ -317,7 +318,8 @@ def apply_cos_sin(
       cu_seqlens [N+1] with seq_offsets (an int for every sequence, or [N]: sequence n starts there; an int
       `positions` with cu_seqlens means the same).
     layout, pairing ("half" / "interleaved"), inverse (rotate by -angle: the backward pass), out (x itself for
-    in place), threads, backend: as in rotary.apply. A torch tensor requiring grad goes through
+    in place), threads, backend, out_scale (an fp8 `out`'s per-tensor scale: FlashInfer's rope_quantize_fp8 with
+    quant_scale = 1 / out_scale): as in rotary.apply. A torch tensor requiring grad goes through
     rotary.torch.apply_cos_sin (differentiable with respect to x).
     """
     if _maybe_autograd(x):
@@ -328,6 +330,13 @@ def apply_cos_sin(
         return rotary_torch.apply_cos_sin(x, cos, sin, positions, layout=layout, pairing=pairing, inverse=inverse,
                                           threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                                           seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+    if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
+        if out is None:
+            raise ValueError("[rotary] out_scale is for an fp8 out, got no out")
+        _prologue._apply_fp8(None, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
+                             inverse=inverse, seq_len=None, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
+                             seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
+        return out
     xv, bf16, out, ov = _input_and_out(x, out)
     cv, sv, cbf16 = _table_arrays(cos, sin)
     offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
@@ -355,11 +364,13 @@ def apply_qk_cos_sin(
     cu_seqlens: Optional[ArrayLike] = None,
     seq_offsets: Union[int, ArrayLike, None] = None,
     batch_offsets: Optional[ArrayLike] = None,
+    q_out_scale: Optional[float] = None,
+    k_out_scale: Optional[float] = None,
 ) -> Tuple[ArrayLike, ArrayLike]:
     """Rotates q and k (own head counts: GQA) with caller cos/sin in one call; returns (q, k).
 
-    inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. Other arguments as in
-    rotary.apply_cos_sin.
+    inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. q_out_scale / k_out_scale:
+    per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
     if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
         if q_out is not None or k_out is not None:
@@ -375,6 +386,17 @@ def apply_qk_cos_sin(
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+    if (q_out_scale is not None or k_out_scale is not None or _prologue._fp8_code(q_out) is not None
+            or _prologue._fp8_code(k_out) is not None):
+        if inplace:
+            raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
+        q_out = _empty_like(q) if q_out is None else q_out
+        k_out = _empty_like(k) if k_out is None else k_out
+        _prologue._apply_fp8(None, q, q_out, q_out_scale, k, k_out, k_out_scale, positions, layout=layout,
+                             pairing=pairing, inverse=inverse, seq_len=None, threads=threads, backend=backend,
+                             cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets,
+                             tables=(cos, sin))
+        return q_out, k_out
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _rotary
 from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array,
-                      _inference_write_error, _is_torch, _mark_written, _seq_len_arg, _threads_arg, _torch_module)
-from ._positions import _split_positions
+                      _inference_write_error, _is_torch, _mark_written, _seq_len_arg, _table_arrays, _threads_arg,
+                      _torch_module)
+from ._positions import _split_positions, _table_positions
 from ._rotary import Spec
 
 __all__ = ["prologue", "rerotate_cache"]
@@ -394,8 +395,9 @@ def _fp8_code(x: Any) -> Optional[int]:
 def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Optional[float], k: Optional[ArrayLike],
                k_out: Optional[ArrayLike], k_scale: Optional[float], positions: Any, *, layout: str, pairing: Optional[str],
                inverse: bool, seq_len: Optional[int], threads: int, backend: str, cu_seqlens: Any, seq_offsets: Any,
-               batch_offsets: Any) -> None:
-    """rotary.apply / apply_qk with an fp8 q_out and/or k_out: fp8(fl32(y / scale)), saturating, nearest even."""
+               batch_offsets: Any, tables: Optional[Tuple[Any, Any]] = None) -> None:
+    """rotary.apply / apply_qk with an fp8 q_out and/or k_out: fp8(fl32(y / scale)), saturating, nearest even.
+    With `tables` (cos, sin) and spec None: rotary.apply_cos_sin / apply_qk_cos_sin's caller tables instead."""
     def conv(x, what, scale_name, scale):
         if x is None:
             return None, -1, 1.0
@@ -414,9 +416,16 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
     qov, qob, qos = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
     kov, kob, kos = conv(k_out, "k_out", "k_out_scale", k_scale)
 
-    offset, ids = _split_positions(positions)
-    _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids,
-                       cu_seqlens=_indices(cu_seqlens, "cu_seqlens"), seq_offsets=_indices(seq_offsets, "seq_offsets"),
-                       batch_offsets=_indices(batch_offsets, "batch_offsets"), layout=layout, pairing=pairing,
-                       inverse=bool(inverse), seq_len=seq_len, threads=int(threads), backend=backend, act_bits=act,
-                       q_out_bits=qob, k_out_bits=kob, q_out_scale=qos, k_out_scale=kos)
+    table_kw: dict = {}
+    if tables is not None:
+        cv, sv, cbf16 = _table_arrays(*tables)
+        offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+        table_kw = dict(cos=cv, sin=sv, table_bf16_bits=cbf16)
+    else:
+        offset, ids = _split_positions(positions)
+        cu, so, bo = (_indices(cu_seqlens, "cu_seqlens"), _indices(seq_offsets, "seq_offsets"),
+                      _indices(batch_offsets, "batch_offsets"))
+    _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
+                       batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=seq_len,
+                       threads=int(threads), backend=backend, act_bits=act, q_out_bits=qob, k_out_bits=kob,
+                       q_out_scale=qos, k_out_scale=kos, **table_kw)

@@ -113,12 +113,12 @@ void bind_prologue(nb::module_& m) {
 
   m.def(
       "_apply_fp8",
-      [](const PySpec& spec, InArray q, std::optional<OutArray> q_out, std::optional<InArray> k,
+      [](nb::object spec, InArray q, std::optional<OutArray> q_out, std::optional<InArray> k,
          std::optional<OutArray> k_out, int64_t offset, std::optional<InArray> ids, std::optional<InArray> cu_seqlens,
          std::optional<InArray> seq_offsets, std::optional<InArray> batch_offsets, const std::string& layout,
          std::optional<std::string> pairing, bool inverse, std::optional<int64_t> seq_len, int threads,
          const std::string& backend, int act_bits, int q_out_bits, int k_out_bits, double q_out_scale,
-         double k_out_scale) {
+         double k_out_scale, std::optional<InArray> cos, std::optional<InArray> sin, bool table_bf16_bits) {
         rotary::ApplyArgs a;
         a.q = to_view_as(q, "x", act_bits);
         a.q_out = opt_view(q_out, "out", q_out_bits);
@@ -134,18 +134,26 @@ void bind_prologue(nb::module_& m) {
         a.backend = parse_backend(backend);
         a.q_out_scale = static_cast<float>(q_out_scale);
         a.k_out_scale = static_cast<float>(k_out_scale);
-        rotary::Rope& rope = spec.rope();
+        if (spec.is_none()) {  // the caller's cos/sin tables (rotary.apply_cos_sin / apply_qk_cos_sin)
+          const rotary::TensorView cv = to_view(*cos, "cos", table_bf16_bits), sv = to_view(*sin, "sin", table_bf16_bits);
+          nb::gil_scoped_release release;
+          rotary::apply_cos_sin(cv, sv, a);
+          return;
+        }
+        rotary::Rope& rope = nb::cast<const PySpec&>(spec).rope();
         nb::gil_scoped_release release;
         rope.apply(a);
       },
-      nb::arg("spec"), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
+      nb::arg("spec").none(), nb::arg("q"), nb::kw_only(), nb::arg("q_out").none() = nb::none(), nb::arg("k").none() = nb::none(),
       nb::arg("k_out").none() = nb::none(), nb::arg("offset") = 0, nb::arg("ids").none() = nb::none(),
       nb::arg("cu_seqlens").none() = nb::none(), nb::arg("seq_offsets").none() = nb::none(),
       nb::arg("batch_offsets").none() = nb::none(), nb::arg("layout") = "bshd", nb::arg("pairing").none() = nb::none(),
       nb::arg("inverse") = false, nb::arg("seq_len").none() = nb::none(), nb::arg("threads") = 0,
       nb::arg("backend") = "auto", nb::arg("act_bits") = -1, nb::arg("q_out_bits") = -1, nb::arg("k_out_bits") = -1,
-      nb::arg("q_out_scale") = 1.0, nb::arg("k_out_scale") = 1.0,
-      "Private: rotary.apply / apply_qk with fp8 outputs (ApplyArgs::q_out_scale / k_out_scale).");
+      nb::arg("q_out_scale") = 1.0, nb::arg("k_out_scale") = 1.0, nb::arg("cos").none() = nb::none(),
+      nb::arg("sin").none() = nb::none(), nb::arg("table_bf16_bits") = false,
+      "Private: rotary.apply / apply_qk (spec) and apply_cos_sin / apply_qk_cos_sin (spec None, cos and sin) with fp8 "
+      "outputs (ApplyArgs::q_out_scale / k_out_scale).");
 }
 
 }  // namespace rotary_py

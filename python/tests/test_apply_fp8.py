@@ -106,3 +106,59 @@ def test_fp8_out_scale_must_be_a_number(scale, what):
                                         r"got " + re.escape(what)):
         rotary.apply(x, 0, spec, out=out, out_scale=scale)
     assert (out.astype(np.float32) == 3.0).all()
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_caller_table_fp8_outputs_are_the_rounded_f32_result(kind, pairing):
+    # FlashInfer's rope_quantize_fp8: a caller cos_sin_cache, fp8 outputs (quant_scale = 1 / out_scale).
+    rng = np.random.default_rng(3)
+    T, R, D = 6, 48, 64
+    theta = rng.uniform(-3.0, 3.0, (4096, R // 2))
+    cos, sin = np.cos(theta).astype(np.float32), np.sin(theta).astype(np.float32)
+    q = (rng.standard_normal((T, 4, D)) * 60).astype(ml_dtypes.bfloat16)
+    k = rng.standard_normal((T, 2, D)).astype(ml_dtypes.bfloat16)
+    pos = np.array([5, 0, 4095, 77, 5, 1000])
+    out = np.zeros(q.shape, FP8[kind][0])
+    got = rotary.apply_cos_sin(q, cos, sin, pos, layout="thd", pairing=pairing, out=out, out_scale=0.25)
+    assert got is out
+    y32 = rotary.apply_cos_sin(q.astype(np.float32), cos, sin, pos, layout="thd", pairing=pairing)
+    np.testing.assert_array_equal(out.view(np.uint8), _encode(y32, 0.25, kind).view(np.uint8))
+    np.testing.assert_array_equal(y32[..., R:], q[..., R:].astype(np.float32))  # channels past R pass through
+    assert (np.abs(out.astype(np.float32)) == FP8[kind][1]).any() == (kind == "e4m3")  # e4m3 saturates here
+    qo, ko = np.zeros(q.shape, FP8[kind][0]), np.zeros(k.shape, ml_dtypes.float8_e4m3fn)
+    rotary.apply_qk_cos_sin(q, k, cos, sin, pos, layout="thd", pairing=pairing, q_out=qo, k_out=ko,
+                            q_out_scale=0.25, k_out_scale=0.01)
+    yk = rotary.apply_cos_sin(k.astype(np.float32), cos, sin, pos, layout="thd", pairing=pairing)
+    np.testing.assert_array_equal(qo.view(np.uint8), out.view(np.uint8))
+    np.testing.assert_array_equal(ko.view(np.uint8), _encode(yk, 0.01, "e4m3").view(np.uint8))
+    # Packed sequences (flash-attn's varlen form): positions from cu_seqlens and seq_offsets.
+    cu = np.array([0, 2, 6])
+    pk = np.zeros(q.shape, FP8[kind][0])
+    rotary.apply_cos_sin(q, cos, sin, layout="thd", pairing=pairing, out=pk, out_scale=0.25, cu_seqlens=cu,
+                         seq_offsets=np.array([10, 3]))
+    ypk = rotary.apply_cos_sin(q.astype(np.float32), cos, sin, np.array([10, 11, 3, 4, 5, 6]), layout="thd",
+                               pairing=pairing)
+    np.testing.assert_array_equal(pk.view(np.uint8), _encode(ypk, 0.25, kind).view(np.uint8))
+
+
+def test_caller_table_fp8_with_torch_and_its_errors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    cos_sin = torch.from_numpy(rng.standard_normal((512, 32)).astype(np.float32))
+    cos, sin = cos_sin[:, :16], cos_sin[:, 16:]  # FlashInfer's cos_sin_cache halves, as views
+    q = torch.from_numpy(rng.standard_normal((3, 2, 32)).astype(np.float32)).to(torch.bfloat16)
+    qo = torch.zeros(q.shape, dtype=torch.float8_e4m3fn)
+    rotary.apply_cos_sin(q, cos, sin, torch.tensor([0, 7, 511]), layout="thd", out=qo, out_scale=0.5)
+    y = rotary.apply_cos_sin(q.float(), cos, sin, torch.tensor([0, 7, 511]), layout="thd")
+    np.testing.assert_array_equal(qo.view(torch.uint8).numpy(), _encode(y.numpy(), 0.5, "e4m3").view(np.uint8))
+    before = qo.clone()
+    with pytest.raises(ValueError, match=r"out_scale \(the per-tensor scale\) is required for an fp8 out"):
+        rotary.apply_cos_sin(q, cos, sin, 0, layout="thd", out=qo)
+    with pytest.raises(ValueError, match=r"out_scale is for an fp8 out, got no out"):
+        rotary.apply_cos_sin(q, cos, sin, 0, layout="thd", out_scale=0.5)
+    with pytest.raises(ValueError, match=r"positions\.ids\[0\] must be < 512|512"):
+        rotary.apply_cos_sin(q, cos, sin, torch.tensor([512, 0, 1]), layout="thd", out=qo, out_scale=0.5)
+    with pytest.raises(ValueError, match="inplace=True cannot write fp8 outputs"):
+        rotary.apply_qk_cos_sin(q, q.clone(), cos, sin, 0, layout="thd", inplace=True, q_out_scale=0.5)
+    assert torch.equal(qo.view(torch.uint8), before.view(torch.uint8))  # nothing written on error
