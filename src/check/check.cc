@@ -75,10 +75,67 @@ std::string fmt(double v, int digits = 6) {
   return buf;
 }
 
+CheckResult check_one(const Spec& spec, const CheckInput& in);
+
+/// vLLM's Phi-3 LongRoPE class keeps no cos_sin_cache but long_short_cos_sin_cache = cat(the short-factor cache
+/// [orig rows], the long-factor cache [max_pos rows]), and adds orig to every position of a batch with a position
+/// past orig. For a longrope spec and a vllm table of orig + max_pos rows (or one by that name): its rows.
+const HostArray* long_short_table(const Spec& spec, const CheckInput& in) {
+  const int64_t orig = spec.scaling.original_max_position_embeddings, max_pos = spec.max_position_embeddings;
+  if (in.kind != TableKind::kCosSin || in.layout != EngineLayout::kVllm || in.max_pos ||
+      spec.scaling.type != RopeType::kLongRope || orig <= 0 || max_pos <= orig)
+    return nullptr;
+  const HostArray* a = in.tensors.find_like("long_short_cos_sin_cache");
+  if (!a) a = in.tensors.find_like("cos_sin_cache");
+  if (!a && in.tensors.tensors.size() == 1) a = &in.tensors.tensors[0].second;
+  return a && a->shape.size() == 2 && a->shape[0] == orig + max_pos ? a : nullptr;
+}
+
+/// Rows [begin, end) of a [N, W] table as a vllm cos_sin_cache.
+CheckInput table_rows(const CheckInput& in, const HostArray& a, int64_t begin, int64_t end) {
+  CheckInput part = in;
+  part.tensors.tensors.clear();
+  HostArray rows;
+  rows.dtype = a.dtype;
+  rows.is_uint16 = a.is_uint16;
+  rows.shape = {end - begin, a.shape[1]};
+  const size_t row_bytes = a.data.size() / static_cast<size_t>(a.shape[0]);
+  rows.data.assign(a.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(begin) * row_bytes),
+                   a.data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(end) * row_bytes));
+  part.tensors.tensors.emplace_back("cos_sin_cache", std::move(rows));
+  part.max_pos = end - begin;
+  return part;
+}
+
 }  // namespace
 
 CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   const Spec spec = spec_in.normalized();
+  const HostArray* ls = long_short_table(spec, in);
+  if (!ls) return check_one(spec, in);
+  // Both caches, each at the length that selects its factors; the report is the long cache's (the one every
+  // position past orig reads), with the short cache's verdict and diagnoses added.
+  const int64_t orig = spec.scaling.original_max_position_embeddings, n = ls->shape[0];
+  const CheckResult short_part = check_one(spec, table_rows(in, *ls, 0, orig));
+  CheckResult res = check_one(spec, table_rows(in, *ls, orig, n));
+  const std::string rows_short = "rows [0, " + std::to_string(orig) + ")";
+  res.notes.insert(res.notes.begin(),
+                   "vLLM's long_short_cos_sin_cache: " + rows_short + " checked as the short-factor cache (seq_len " +
+                       std::to_string(orig) + "): " + (short_part.agree ? "agree" : "DISAGREE") + "; rows [" +
+                       std::to_string(orig) + ", " + std::to_string(n) + ") as the long-factor cache (seq_len " +
+                       std::to_string(n - orig) + "), reported below");
+  for (const ParityDiagnosis& dg : short_part.diagnoses)
+    res.diagnoses.push_back({dg.code, "short cache (" + rows_short + "): " + dg.message});
+  for (const std::string& note : short_part.notes)
+    if (std::find(res.notes.begin(), res.notes.end(), note) == res.notes.end()) res.notes.push_back("short cache: " + note);
+  res.agree = res.agree && short_part.agree;
+  return res;
+}
+
+namespace {
+
+/// The audit of one table or one set of frequencies against `spec` (already normalized).
+CheckResult check_one(const Spec& spec, const CheckInput& in) {
   const LayoutInfo& info = layout_info(in.layout);
   if (in.max_pos && *in.max_pos <= 0) fail(Error::Kind::kInvalidArgument, kWhere, "max_pos must be > 0, got " + std::to_string(*in.max_pos));
   const Canonical d = decode(info, in.kind, in.tensors, spec.pairing, spec.effective_rotary_dim());
@@ -206,4 +263,5 @@ CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   return res;
 }
 
+}  // namespace
 }  // namespace rotary

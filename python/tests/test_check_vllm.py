@@ -1,0 +1,50 @@
+"""rotary.check on vLLM's Phi-3 LongRoPE buffer long_short_cos_sin_cache (the short-factor cache followed by the
+long-factor one), built here from transformers' own longrope frequencies as vLLM's class builds it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import rotary
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+from transformers import LlamaConfig  # noqa: E402
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
+
+ORIG, MAX_POS, D = 512, 4096, 64
+PARAMS = {"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": ORIG,
+          "short_factor": [1.0 + 0.04 * i for i in range(D // 2)], "long_factor": [1.0 + 1.3 * i for i in range(D // 2)]}
+
+
+def _config():
+    return LlamaConfig(hidden_size=256, num_attention_heads=4, head_dim=D, max_position_embeddings=MAX_POS,
+                       rope_parameters=PARAMS)
+
+
+def _cache(config, seq_len, rows):
+    """vLLM's _compute_cos_sin_cache: [rows, D] = cos·mscale | sin·mscale, f32, from HF's inv_freq at seq_len."""
+    inv_freq, af = ROPE_INIT_FUNCTIONS["longrope"](config, "cpu", seq_len=seq_len)
+    angles = np.arange(rows, dtype=np.float64)[:, None] * inv_freq.double().numpy()[None, :]
+    return np.concatenate([np.cos(angles) * af, np.sin(angles) * af], axis=1).astype(np.float32)
+
+
+def test_long_short_buffer_is_checked_as_its_two_caches(tmp_path):
+    config = _config()
+    short, long_ = _cache(config, ORIG, ORIG), _cache(config, MAX_POS, MAX_POS)
+    buffer = np.concatenate([short, long_], axis=0)
+    r = rotary.check(config, layout="vllm", cos_sin=buffer)
+    assert r.agree and r["diagnoses"] == [], r.text
+    assert any("long_short_cos_sin_cache" in n and "agree" in n for n in r["notes"]), r["notes"]
+    # A state_dict holding the buffer under vLLM's attribute name, through a file.
+    torch.save({"model.layers.0.self_attn.rotary_emb.long_short_cos_sin_cache": torch.from_numpy(buffer)},
+               tmp_path / "rope.pt")
+    assert rotary.check(config, layout="vllm", cos_sin=tmp_path / "rope.pt").agree
+    # An engine that built its short cache with the long factors: the short part disagrees, and says why.
+    wrong = np.concatenate([_cache(config, MAX_POS, ORIG), long_], axis=0)
+    rw = rotary.check(config, layout="vllm", cos_sin=wrong)
+    assert not rw.agree and {d["code"] for d in rw["diagnoses"]} == {"longrope_switch"}, rw.text
+    assert all(d["message"].startswith(f"short cache (rows [0, {ORIG})): ") for d in rw["diagnoses"]), rw.text
+    # The long cache alone, or with an explicit max_pos, is one table as before.
+    assert rotary.check(config, layout="vllm", cos_sin=long_).agree
+    assert not rotary.check(config, layout="vllm", cos_sin=buffer, max_pos=ORIG + MAX_POS).agree
