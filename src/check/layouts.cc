@@ -61,6 +61,12 @@ std::pair<bool, bool> duplication(const std::vector<double>& v, int64_t n, int64
   return {cat, twice};
 }
 
+/// True when a [N, W] table shows either duplication.
+bool duplicated(const std::vector<double>& v, int64_t n, int64_t w) {
+  const auto [cat, twice] = duplication(v, n, w);
+  return cat || twice;
+}
+
 /// De-duplicates [N, W] to [N, W/2]; returns the pairing the pattern implies (nullopt for cat, which HF uses
 /// for both pairings, unless `cat_is_half`).
 std::optional<Pairing> undup(const std::vector<double>& v, int64_t n, int64_t w, std::vector<double>& out,
@@ -330,6 +336,14 @@ Canonical decode(const LayoutInfo& info, TableKind kind, const TensorFile& t, Pa
         c.a[static_cast<size_t>(r * c.half + j)] = va[static_cast<size_t>(r * w + j)];
         c.b[static_cast<size_t>(r * c.half + j)] = va[static_cast<size_t>(r * w + c.half + j)];
       }
+  } else if (info.columns == Cols::kDuplicated && info.layout == EngineLayout::kHf && w * 2 == expected_r &&
+             !duplicated(va, n, w) && (!second || !duplicated(vb, n, w))) {
+    // Each frequency once, [N, R/2]: GPT-OSS's RotaryEmbedding.forward returns its freqs without cat(freqs, freqs).
+    c.half = w;
+    c.a = std::move(va);
+    c.b = std::move(vb);
+    c.notes.push_back(L + " cos/sin hold each of the " + std::to_string(w) +
+                      " frequencies once (as GPT-OSS's rotary embedding returns them)");
   } else if (info.columns == Cols::kDuplicated) {
     const bool te = info.layout == EngineLayout::kTe;
     c.pairing = undup(va, n, w, c.a, L + " " + info.cos, te);

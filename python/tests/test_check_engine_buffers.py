@@ -1,5 +1,6 @@
-"""rotary.check on vLLM's Phi-3 LongRoPE buffer long_short_cos_sin_cache (the short-factor cache followed by the
-long-factor one), built here from transformers' own longrope frequencies as vLLM's class builds it."""
+"""rotary.check on engine buffers of unusual forms: vLLM's Phi-3 LongRoPE long_short_cos_sin_cache (the short-factor
+cache followed by the long-factor one, built here from transformers' own longrope frequencies as vLLM's class builds
+it), and GPT-OSS's cos/sin, which transformers returns with each frequency once ([N, R/2])."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,3 +49,22 @@ def test_long_short_buffer_is_checked_as_its_two_caches(tmp_path):
     # The long cache alone, or with an explicit max_pos, is one table as before.
     assert rotary.check(config, layout="vllm", cos_sin=long_).agree
     assert not rotary.check(config, layout="vllm", cos_sin=buffer, max_pos=ORIG + MAX_POS).agree
+
+
+def test_gpt_oss_cos_sin_hold_each_frequency_once():
+    from transformers import GptOssConfig
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssRotaryEmbedding
+    config = GptOssConfig(hidden_size=2880, num_attention_heads=64, head_dim=64, num_key_value_heads=8,
+                          max_position_embeddings=131072, rope_theta=150000.0,
+                          rope_scaling={"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                        "original_max_position_embeddings": 4096, "truncate": False})
+    cos, sin = GptOssRotaryEmbedding(config)(torch.zeros(1), torch.arange(3000)[None])
+    assert cos.shape == (1, 3000, 32)  # transformers' form: [N, R/2], no cat(freqs, freqs)
+    r = rotary.check(config, layout="hf", cos=cos[0], sin=sin[0])
+    assert r.agree and r["diagnoses"] == [], r.text
+    assert r["rotary_dim_found"] == 64 and any("once" in n for n in r["notes"]), r.text
+    # The same table checked against a config whose rotary_dim is half as wide still reads as cat(freqs, freqs)
+    # of nothing: a half-wide table that is duplicated is not taken for "once".
+    dup = torch.cat([cos[0][:, :16], cos[0][:, :16]], dim=1), torch.cat([sin[0][:, :16], sin[0][:, :16]], dim=1)
+    rd = rotary.check(config, layout="hf", cos=dup[0], sin=dup[1])
+    assert not rd.agree and rd["rotary_dim_found"] == 32, rd.text
