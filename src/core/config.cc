@@ -321,6 +321,16 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
     spec.rotary_dim = *rd;  // GPT-J
   } else {
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
+    if (spec.rotary_dim % 2 != 0) {
+      // transformers takes such a width (its frequencies span it rounded up); rotary rotates whole pairs only.
+      const std::string field = rp.has_key("partial_rotary_factor")    ? rp.field("partial_rotary_factor")
+                                : top.has_key("partial_rotary_factor") ? top.field("partial_rotary_factor")
+                                : top.has_key("rotary_pct")            ? top.field("rotary_pct")
+                                                                       : "the model's default partial_rotary_factor";
+      invalid(field + " must give an even rotary width (int(head_dim " + std::to_string(spec.head_dim) + " * factor) = " +
+              std::to_string(spec.rotary_dim) + ": rotary rotates whole pairs), got " +
+              show(json(spec.partial_rotary_factor)));
+    }
   }
 
   // --- pairing: interleaved where the model's code rotates (x[2i], x[2i+1]) (model_defaults.cc).

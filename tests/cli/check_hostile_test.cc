@@ -1,6 +1,8 @@
 // `rotary check` / `rotary export` at the CLI: exit 0 agree / 1 disagree with --json fields; hostile inputs exit 2, named, nothing written.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -26,7 +28,10 @@ class CheckCli : public ::testing::Test {
   void SetUp() override {
     cli_ = testing::cli_path();
     if (cli_.empty() || !fs::exists(cli_)) GTEST_SKIP() << "rotary CLI not built";
-    dir_ = fs::temp_directory_path() / ("rotary_check_cli_" + std::to_string(::getpid()) + "_" +
+    // The pid at a fixed width: messages quoting the path then have one length (docs/errors.md masks the digits).
+    char pid[16];
+    std::snprintf(pid, sizeof pid, "%07d", static_cast<int>(::getpid()) % 10000000);
+    dir_ = fs::temp_directory_path() / ("rotary_check_cli_" + std::string(pid) + "_" +
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
   }

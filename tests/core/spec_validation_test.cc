@@ -333,7 +333,14 @@ TEST(ConfigValidation, SpecRulesApplyToConfigsWithSource) {
   expect_config_error(R"({"head_dim": 64, "rope_theta": -1})", "base must be > 0, got -1");
   expect_config_error(R"({"head_dim": 64, "partial_rotary_factor": 1.5})",
                       "partial_rotary_factor must be in (0, 1], got 1.5");
-  expect_config_error(R"({"head_dim": 64, "partial_rotary_factor": 0.3})", "rotary_dim must be even, got 19");
+  // An odd width from the factor names the field it came from (rotary_dim is not in the file).
+  expect_config_error(R"({"head_dim": 64, "partial_rotary_factor": 0.3})",
+                      "[rotary_config] partial_rotary_factor must give an even rotary width (int(head_dim 64 * factor) = "
+                      "19: rotary rotates whole pairs), got 0.3");
+  expect_config_error(R"({"model_type": "glm4", "head_dim": 100, "rope_parameters": {"partial_rotary_factor": 0.25}})",
+                      "rope_parameters.partial_rotary_factor must give an even rotary width (int(head_dim 100 * factor) = 25");
+  expect_config_error(R"({"model_type": "gpt_neox", "hidden_size": 800, "num_attention_heads": 8, "rotary_pct": 0.25})",
+                      "rotary_pct must give an even rotary width (int(head_dim 100 * factor) = 25");
   expect_config_error(R"({"head_dim": 128, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 16]}})",
                       "mrope.section must sum to rotary_dim/2 = 64, got 56");
   expect_config_error(R"({"head_dim": 128, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24.5, 24]}})",
