@@ -31,10 +31,6 @@ double low_precision_envelope(DType d, double p, double theta) {
   return std::fabs(formed - p * theta) + 2 * half_ulp(d, formed);
 }
 
-}  // namespace
-
-namespace {
-
 /// The blend's magnification of an error d_weight in the extrapolation (unscaled) weight w: the frequency is
 /// θ·((1 - w) / f + w), so its relative change per unit of w is (1 - 1/f) / ((1 - w)/f + w).
 double blend_magnification(double f, double w) { return (1 - 1 / f) / ((1 - w) / f + w); }
