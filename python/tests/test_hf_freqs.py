@@ -238,3 +238,29 @@ def test_model_default_rope_matches_transformers(model, config_cls, rope_cls, pa
             inv64, _ = RopeCls.compute_default_rope_parameters(config)
         spec = rotary.Spec.from_hf_config(config)
         _compare(spec, inv, attn, None, f"{model} default config {i} {params}", inv64)
+
+
+def test_llama3_with_equal_freq_factors_matches_transformers():
+    # Llama-4-Scout-17B-16E's text config: llama3 scaling with low_freq_factor = high_freq_factor = 1, so no blend
+    # band (transformers warns and computes a step at wavelen = orig / low).
+    params = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+    from transformers import Llama4TextConfig
+    config = Llama4TextConfig(hidden_size=5120, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                              max_position_embeddings=10485760, rope_parameters=params)
+    spec = rotary.Spec.from_hf_config(config)
+    assert spec.pairing == "interleaved" and spec.rope_type == "llama3"
+    inv, attn = ROPE_INIT_FUNCTIONS["llama3"](config, None)
+    with hf_in_float64():
+        inv64, _ = ROPE_INIT_FUNCTIONS["llama3"](config, None)
+    _compare(spec, inv, attn, None, "llama4 scout llama3 low = high", inv64)
+    default = 500000.0 ** (-np.arange(0, 128, 2) / 128)
+    ours, _ = spec.frequencies()
+    stepped = np.isclose(ours, default / 16, rtol=1e-15)
+    assert (stepped | np.isclose(ours, default, rtol=1e-15)).all() and 0 < stepped.sum() < 64
+    # The file form (model_type llama4, text_config with the legacy rope_scaling key) reads the same.
+    doc = {"model_type": "llama4", "text_config": {"model_type": "llama4_text", "hidden_size": 5120,
+                                                   "num_attention_heads": 40, "head_dim": 128, "rope_theta": 500000.0,
+                                                   "max_position_embeddings": 10485760,
+                                                   "rope_scaling": {k: v for k, v in params.items() if k != "rope_theta"}}}
+    np.testing.assert_array_equal(rotary.Spec.from_hf_config(doc).frequencies()[0], ours)

@@ -62,6 +62,7 @@ std::vector<double> engine_blend_slack(const Spec& spec) {
   if (sc.type != RopeType::kLlama3 || !sc.factor) return out;
   const double f = *sc.factor, L = static_cast<double>(sc.original_max_position_embeddings);
   const double lo = sc.low_freq_factor, hi = sc.high_freq_factor, R = static_cast<double>(spec.rotary_dim);
+  if (!(hi > lo)) return out;  // no blend band (low = high)
   for (size_t i = 0; i < out.size(); ++i) {
     const double x = 2.0 * static_cast<double>(i) / R;
     const double ratio = L * std::pow(spec.base, -x) / (2 * M_PI);  // L / wavelen, in [lo, hi] in the blend

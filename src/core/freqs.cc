@@ -98,8 +98,9 @@ Frequencies llama3(const Spec& s) {
     const double wavelen = kTwoPi / f;
     if (wavelen > low_wavelen) {
       f = f / factor;  // low-frequency band: pure interpolation
-    } else if (!(wavelen < high_wavelen)) {
-      // medium band: blend between interpolation and the unchanged frequency
+    } else if (!(wavelen < high_wavelen) && sc.high_freq_factor > sc.low_freq_factor) {
+      // medium band: blend between interpolation and the unchanged frequency (none when low = high: HF's blend
+      // there is 0/0, reached only at wavelen = orig / low exactly)
       const double smooth = (old_context / wavelen - sc.low_freq_factor) / (sc.high_freq_factor - sc.low_freq_factor);
       f = (1.0 - smooth) * f / factor + smooth * f;
     }

@@ -263,8 +263,9 @@ void Spec::validate() const {
       require_orig();
       require_positive("scaling.low_freq_factor", s.low_freq_factor);
       require_positive("scaling.high_freq_factor", s.high_freq_factor);
-      if (s.low_freq_factor >= s.high_freq_factor)
-        invalid("scaling.low_freq_factor must be < scaling.high_freq_factor (" + num(s.high_freq_factor) +
+      // Equal factors (Llama 4 Scout ships low = high = 1) leave no blend band: a step at orig / low.
+      if (s.low_freq_factor > s.high_freq_factor)
+        invalid("scaling.low_freq_factor must be <= scaling.high_freq_factor (" + num(s.high_freq_factor) +
                 "), got " + num(s.low_freq_factor));
       break;
     case RopeType::kProportional:
