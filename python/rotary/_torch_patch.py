@@ -50,8 +50,12 @@ def _layer_type_forward(keys: Dict[str, str], x, position_ids, layer_type=None, 
 
 
 def _mrope_forward(key: str, x, position_ids, *args, **kwargs):
-    """Qwen2-VL / Qwen2.5-VL text model: position_ids [3, B, S] (or [B, S]), sections merged as HF does."""
+    """Qwen2-VL / Qwen2.5-VL text model: position_ids [3, B, S] (or [B, S], or [1, B, S]: generate() continuing from a
+    cache passes text positions + rope_deltas so, which HF's forward broadcasts over the sections), sections merged as
+    HF does."""
     if position_ids.dim() == 2:
+        position_ids = position_ids.expand(3, -1, -1)
+    elif position_ids.dim() == 3 and position_ids.shape[0] == 1:
         position_ids = position_ids.expand(3, -1, -1)
     c, s = ops.cos_sin(position_ids, key)
     return torch.cat((c, c), dim=-1).to(x.dtype), torch.cat((s, s), dim=-1).to(x.dtype)

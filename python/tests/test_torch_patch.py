@@ -145,6 +145,31 @@ def test_patched_model_matches_transformers(case, monkeypatch):
     assert torch.equal(again, ref_now)
 
 
+@pytest.mark.parametrize("case", ["qwen2_vl", "qwen2_5_vl"])
+def test_patched_vl_model_continues_generation_from_its_cache(case):
+    """generate() continuing from a returned cache passes position_ids [1, B, S] (text positions + rope_deltas),
+    which transformers' M-RoPE forward broadcasts over the sections: the patched model's tokens and scores equal
+    the unpatched model's."""
+    model = build(case)
+    ids = torch.randint(3, 97, (1, 7), generator=torch.Generator().manual_seed(2))
+    kw = dict(do_sample=False, max_new_tokens=3, min_new_tokens=3, return_dict_in_generate=True, output_scores=True,
+              pad_token_id=0)
+    runs = []
+    with torch.no_grad():
+        for patched in (False, True):
+            if patched:
+                rt.patch(model)
+            first = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), **kw)
+            seq = first.sequences
+            runs.append(model.generate(input_ids=seq, attention_mask=torch.ones_like(seq),
+                                       past_key_values=first.past_key_values, **kw))
+        rt.unpatch(model)
+    assert torch.equal(runs[1].sequences, runs[0].sequences)
+    assert len(runs[1].scores) == 3
+    for a, b in zip(runs[0].scores, runs[1].scores):  # -inf where min_new_tokens masks the end token
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
+
+
 def test_patch_detects_a_wrong_spec():
     """The comparison can fail: a different base changes the logits."""
     model = build("llama-default")
