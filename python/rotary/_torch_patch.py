@@ -216,13 +216,26 @@ def _release_globals(names: List[Tuple[str, str]]) -> None:
                 del _globals[key]
 
 
+_SPEC_TYPES = {"default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"}
+
+
 def spec_of_module(mod: torch.nn.Module, config: Any) -> _rotary.Spec:
     """The Spec of a transformers RoPE module: read from `config`, with the rotated width transformers itself uses.
 
     Some families' default frequency functions (Llama, Mistral, Qwen2/3) ignore a partial_rotary_factor in the
     config that Spec.from_hf_config (like the shared scaling functions) honours; the module's own inv_freq buffer
-    says how many pairs it rotates. A width that no rotary_dim can give raises NotImplementedError."""
-    spec = _rotary.Spec.from_hf_config(config)
+    says how many pairs it rotates. A width that no rotary_dim can give raises NotImplementedError, as does a config
+    that does not read as the module's rope_type (e.g. a Phi-3 config switched to yarn after it was built: rotary
+    reads the file form, in which transformers renames Phi-3's "yarn" to longrope)."""
+    try:
+        spec = _rotary.Spec.from_hf_config(config)
+    except ValueError as e:
+        raise NotImplementedError(f"[rotary.patch] {type(mod).__name__}: its config does not read as a rotary Spec "
+                                  f"({e}); pass spec= explicitly") from e
+    runs = getattr(mod, "rope_type", None)  # the frequency function transformers' module computes with
+    if isinstance(runs, str) and runs in _SPEC_TYPES and runs != spec.rope_type:
+        raise NotImplementedError(f"[rotary.patch] {type(mod).__name__} computes rope_type {runs!r}, but its config "
+                                  f"reads as {spec.rope_type!r}; pass spec= explicitly")
     inv = getattr(mod, "original_inv_freq", None)
     if not isinstance(inv, torch.Tensor):
         inv = getattr(mod, "inv_freq", None)

@@ -170,6 +170,26 @@ def test_patched_vl_model_continues_generation_from_its_cache(case):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
 
 
+def test_a_config_edited_to_another_rope_type_than_its_file_form_reads_is_refused():
+    """A Phi-3 config switched to yarn after it was built (as transformers' rope-scaling tests do): the module
+    computes yarn, but rotary reads the config as its file form, in which Phi-3's "yarn" means longrope. patch()
+    refuses naming the module instead of rotating with other frequencies or failing on a longrope field."""
+    cfg = transformers.Phi3Config(**dict(BASE, num_key_value_heads=4, max_position_embeddings=512))
+    cfg.rope_parameters = dict(cfg.rope_parameters or {}, rope_type="yarn", factor=10.0, rope_theta=10000.0)
+    model = transformers.Phi3ForCausalLM(cfg).eval()
+    assert model.model.rotary_emb.rope_type == "yarn"
+    with pytest.raises(NotImplementedError, match=r"^\[rotary\.patch\] Phi3RotaryEmbedding: its config does not read "
+                                                   r"as a rotary Spec \(.*short_factor"):
+        rt.patch(model)
+    assert not rt.is_patched(model)
+    # A config that reads as a valid Spec of another type than the module computes is refused too.
+    llama = build("llama-default")
+    llama.model.rotary_emb.rope_type = "linear"
+    with pytest.raises(NotImplementedError, match=r"computes rope_type 'linear', but its config reads as 'default'"):
+        rt.patch(llama)
+    assert not rt.is_patched(llama)
+
+
 def test_patch_detects_a_wrong_spec():
     """The comparison can fail: a different base changes the logits."""
     model = build("llama-default")
