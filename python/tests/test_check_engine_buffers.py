@@ -41,14 +41,22 @@ def test_long_short_buffer_is_checked_as_its_two_caches(tmp_path):
     torch.save({"model.layers.0.self_attn.rotary_emb.long_short_cos_sin_cache": torch.from_numpy(buffer)},
                tmp_path / "rope.pt")
     assert rotary.check(config, layout="vllm", cos_sin=tmp_path / "rope.pt").agree
-    # An engine that built its short cache with the long factors: the short part disagrees, and says why.
+    # An engine that built its short cache with the long factors, under vLLM's name: the short part disagrees, and
+    # says why.
     wrong = np.concatenate([_cache(config, MAX_POS, ORIG), long_], axis=0)
-    rw = rotary.check(config, layout="vllm", cos_sin=wrong)
+    rw = rotary.check(config, layout="vllm", cos_sin={"rotary_emb.long_short_cos_sin_cache": wrong})
     assert not rw.agree and {d["code"] for d in rw["diagnoses"]} == {"longrope_switch"}, rw.text
     assert all(d["message"].startswith(f"short cache (rows [0, {ORIG})): ") for d in rw["diagnoses"]), rw.text
+    # Unnamed and neither reading agreeing: the table as given, with a note on the two-cache reading.
+    ru = rotary.check(config, layout="vllm", cos_sin=wrong)
+    assert not ru.agree and any("name the tensor long_short_cos_sin_cache" in n for n in ru["notes"]), ru.text
     # The long cache alone, or with an explicit max_pos, is one table as before.
     assert rotary.check(config, layout="vllm", cos_sin=long_).agree
     assert not rotary.check(config, layout="vllm", cos_sin=buffer, max_pos=ORIG + MAX_POS).agree
+    # One long-factor cache that happens to have orig + max_pos rows is read as one table (it agrees as one).
+    one = _cache(config, ORIG + MAX_POS, ORIG + MAX_POS)
+    r1 = rotary.check(config, layout="vllm", cos_sin=one)
+    assert r1.agree and not any("long_short" in n for n in r1["notes"]), r1.text
 
 
 def test_gpt_oss_cos_sin_hold_each_frequency_once():
@@ -68,3 +76,12 @@ def test_gpt_oss_cos_sin_hold_each_frequency_once():
     dup = torch.cat([cos[0][:, :16], cos[0][:, :16]], dim=1), torch.cat([sin[0][:, :16], sin[0][:, :16]], dim=1)
     rd = rotary.check(config, layout="hf", cos=dup[0], sin=dup[1])
     assert not rd.agree and rd["rotary_dim_found"] == 32, rd.text
+
+
+def test_each_frequency_once_with_an_odd_count():
+    # R = 18: nine frequencies once, [N, 9] (an odd width, which the duplicated forms cannot have).
+    config = LlamaConfig(hidden_size=72, num_attention_heads=4, head_dim=18, max_position_embeddings=4096)
+    inv = 1.0 / (10000.0 ** (np.arange(0, 18, 2) / 18))
+    angles = np.arange(300)[:, None] * inv[None, :]
+    r = rotary.check(config, layout="hf", cos=np.cos(angles).astype(np.float32), sin=np.sin(angles).astype(np.float32))
+    assert r.agree and r["rotary_dim_found"] == 18, r.text

@@ -79,16 +79,21 @@ CheckResult check_one(const Spec& spec, const CheckInput& in);
 
 /// vLLM's Phi-3 LongRoPE class keeps no cos_sin_cache but long_short_cos_sin_cache = cat(the short-factor cache
 /// [orig rows], the long-factor cache [max_pos rows]), and adds orig to every position of a batch with a position
-/// past orig. For a longrope spec and a vllm table of orig + max_pos rows (or one by that name): its rows.
-const HostArray* long_short_table(const Spec& spec, const CheckInput& in) {
+/// past orig. For a longrope spec and a vllm table of orig + max_pos rows: its rows, and whether it is named so.
+struct LongShort {
+  const HostArray* rows = nullptr;
+  bool named = false;
+};
+LongShort long_short_table(const Spec& spec, const CheckInput& in) {
   const int64_t orig = spec.scaling.original_max_position_embeddings, max_pos = spec.max_position_embeddings;
   if (in.kind != TableKind::kCosSin || in.layout != EngineLayout::kVllm || in.max_pos ||
       spec.scaling.type != RopeType::kLongRope || orig <= 0 || max_pos <= orig)
-    return nullptr;
-  const HostArray* a = in.tensors.find_like("long_short_cos_sin_cache");
-  if (!a) a = in.tensors.find_like("cos_sin_cache");
-  if (!a && in.tensors.tensors.size() == 1) a = &in.tensors.tensors[0].second;
-  return a && a->shape.size() == 2 && a->shape[0] == orig + max_pos ? a : nullptr;
+    return {};
+  LongShort ls{in.tensors.find_like("long_short_cos_sin_cache"), true};
+  if (!ls.rows) ls = {in.tensors.find_like("cos_sin_cache"), false};
+  if (!ls.rows && in.tensors.tensors.size() == 1) ls = {&in.tensors.tensors[0].second, false};
+  if (!ls.rows || ls.rows->shape.size() != 2 || ls.rows->shape[0] != orig + max_pos) return {};
+  return ls;
 }
 
 /// Rows [begin, end) of a [N, W] table as a vllm cos_sin_cache.
@@ -111,24 +116,36 @@ CheckInput table_rows(const CheckInput& in, const HostArray& a, int64_t begin, i
 
 CheckResult check_parity(const Spec& spec_in, const CheckInput& in) {
   const Spec spec = spec_in.normalized();
-  const HostArray* ls = long_short_table(spec, in);
-  if (!ls) return check_one(spec, in);
+  const LongShort ls = long_short_table(spec, in);
+  if (!ls.rows) return check_one(spec, in);
+  // A table of orig + max_pos rows not named long_short_cos_sin_cache may be one cache of that length: read as one
+  // unless only the two-cache reading agrees.
+  std::optional<CheckResult> whole;
+  if (!ls.named) {
+    whole = check_one(spec, in);
+    if (whole->agree) return *whole;
+  }
   // Both caches, each at the length that selects its factors; the report is the long cache's (the one every
   // position past orig reads), with the short cache's verdict and diagnoses added.
-  const int64_t orig = spec.scaling.original_max_position_embeddings, n = ls->shape[0];
-  const CheckResult short_part = check_one(spec, table_rows(in, *ls, 0, orig));
-  CheckResult res = check_one(spec, table_rows(in, *ls, orig, n));
+  const int64_t orig = spec.scaling.original_max_position_embeddings, n = ls.rows->shape[0];
+  const CheckResult short_part = check_one(spec, table_rows(in, *ls.rows, 0, orig));
+  CheckResult res = check_one(spec, table_rows(in, *ls.rows, orig, n));
+  const bool agree = res.agree && short_part.agree;
   const std::string rows_short = "rows [0, " + std::to_string(orig) + ")";
-  res.notes.insert(res.notes.begin(),
-                   "vLLM's long_short_cos_sin_cache: " + rows_short + " checked as the short-factor cache (seq_len " +
-                       std::to_string(orig) + "): " + (short_part.agree ? "agree" : "DISAGREE") + "; rows [" +
-                       std::to_string(orig) + ", " + std::to_string(n) + ") as the long-factor cache (seq_len " +
-                       std::to_string(n - orig) + "), reported below");
+  const std::string split = "vLLM's long_short_cos_sin_cache: " + rows_short + " checked as the short-factor cache (seq_len " +
+                            std::to_string(orig) + "): " + (short_part.agree ? "agree" : "DISAGREE") + "; rows [" +
+                            std::to_string(orig) + ", " + std::to_string(n) + ") as the long-factor cache (seq_len " +
+                            std::to_string(n - orig) + "): " + (res.agree ? "agree" : "DISAGREE");
+  if (whole && !agree) {  // neither reading agrees: the table as given, with what the other reading found
+    whole->notes.push_back("read as " + split + " (name the tensor long_short_cos_sin_cache to be reported that way)");
+    return *whole;
+  }
+  res.notes.insert(res.notes.begin(), split + ", reported below");
   for (const ParityDiagnosis& dg : short_part.diagnoses)
     res.diagnoses.push_back({dg.code, "short cache (" + rows_short + "): " + dg.message});
   for (const std::string& note : short_part.notes)
     if (std::find(res.notes.begin(), res.notes.end(), note) == res.notes.end()) res.notes.push_back("short cache: " + note);
-  res.agree = res.agree && short_part.agree;
+  res.agree = agree;
   return res;
 }
 

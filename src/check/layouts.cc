@@ -324,7 +324,10 @@ Canonical decode(const LayoutInfo& info, TableKind kind, const TensorFile& t, Pa
     vb = tensor_doubles(*second, L + " " + info.sin);
   }
   const bool cos_then_sin = info.columns == Cols::kCosThenSin || (info.layout == EngineLayout::kRaw && !second);
-  if (cos_then_sin || info.columns == Cols::kDuplicated) {
+  // hf cos/sin of R/2 columns showing neither duplication: each frequency once (GPT-OSS's forward returns them so).
+  const bool once = info.columns == Cols::kDuplicated && info.layout == EngineLayout::kHf && w * 2 == expected_r &&
+                    !duplicated(va, n, w) && (!second || !duplicated(vb, n, w));
+  if ((cos_then_sin || info.columns == Cols::kDuplicated) && !once) {
     if (w % 2 != 0) bad(L + " table width must be even (rotary_dim), got " + std::to_string(w));
   }
   c.half = info.columns == Cols::kHalf && second ? w : w / 2;
@@ -336,8 +339,7 @@ Canonical decode(const LayoutInfo& info, TableKind kind, const TensorFile& t, Pa
         c.a[static_cast<size_t>(r * c.half + j)] = va[static_cast<size_t>(r * w + j)];
         c.b[static_cast<size_t>(r * c.half + j)] = va[static_cast<size_t>(r * w + c.half + j)];
       }
-  } else if (info.columns == Cols::kDuplicated && info.layout == EngineLayout::kHf && w * 2 == expected_r &&
-             !duplicated(va, n, w) && (!second || !duplicated(vb, n, w))) {
+  } else if (once) {
     // Each frequency once, [N, R/2]: GPT-OSS's RotaryEmbedding.forward returns its freqs without cat(freqs, freqs).
     c.half = w;
     c.a = std::move(va);
