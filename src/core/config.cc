@@ -284,11 +284,18 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
       spec.base = Fields(r.root->at(in), top.field(in + ".")).number("rope_theta").value_or(spec.base);
   }
   std::optional<double> prf = rp.number("partial_rotary_factor");
+  std::string prf_field = prf ? rp.field("partial_rotary_factor") : "";  // where the factor was read (messages)
   // MiMo-V2-Flash's default-type function reads a nested entry's own factor, else its 0.334, not the top level's
   // (its config class does not copy it into the entries; layer_types.cc copies it where transformers does).
   const bool own_default = cls.default_type_partial > 0 && d.layer_entry && sc.type == RopeType::kDefault;
-  if (!prf && !neox && !cls.forced_partial && !own_default) prf = top.number("partial_rotary_factor");  // Bamba: the class's
-  if (!prf) prf = top.number("rotary_pct");  // GPT-NeoX
+  if (!prf && !neox && !cls.forced_partial && !own_default) {
+    prf = top.number("partial_rotary_factor");  // Bamba: the class's
+    if (prf) prf_field = top.field("partial_rotary_factor");
+  }
+  if (!prf) {
+    prf = top.number("rotary_pct");  // GPT-NeoX
+    if (prf) prf_field = top.field("rotary_pct");
+  }
   // The class's factor only where no dict or top level names one (an explicit null means full rotation).
   const bool prf_named = rp.has_key("partial_rotary_factor") ||
                          (top.has_key("partial_rotary_factor") && !cls.forced_partial && !own_default);
@@ -323,10 +330,7 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
     spec.rotary_dim = static_cast<int64_t>(static_cast<double>(spec.head_dim) * spec.partial_rotary_factor);
     if (spec.rotary_dim % 2 != 0) {
       // transformers takes such a width (its frequencies span it rounded up); rotary rotates whole pairs only.
-      const std::string field = rp.has_key("partial_rotary_factor")    ? rp.field("partial_rotary_factor")
-                                : top.has_key("partial_rotary_factor") ? top.field("partial_rotary_factor")
-                                : top.has_key("rotary_pct")            ? top.field("rotary_pct")
-                                                                       : "the model's default partial_rotary_factor";
+      const std::string field = !prf_field.empty() ? prf_field : "the model's default partial_rotary_factor";
       invalid(field + " must give an even rotary width (int(head_dim " + std::to_string(spec.head_dim) + " * factor) = " +
               std::to_string(spec.rotary_dim) + ": rotary rotates whole pairs), got " +
               show(json(spec.partial_rotary_factor)));
