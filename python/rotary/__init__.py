@@ -103,9 +103,10 @@ def apply(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     if _maybe_autograd(x):
-        if out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None:
-            raise ValueError("[rotary] out=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported for "
-                             "tensors requiring grad; use rotary.torch.apply")
+        if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
+                or out_scale is not None):
+            raise ValueError("[rotary] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
+                             "for tensors requiring grad; use rotary.torch.apply")
         from . import torch as rotary_torch
 
         return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
@@ -171,9 +172,9 @@ def apply_qk(
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
     if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)):
         if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
-                or batch_offsets is not None):
-            raise ValueError("[rotary] q_out=/k_out=/cu_seqlens=/seq_offsets=/batch_offsets= are not supported for "
-                             "tensors requiring grad; use rotary.torch.apply_qk")
+                or batch_offsets is not None or q_out_scale is not None or k_out_scale is not None):
+            raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale=/cu_seqlens=/seq_offsets=/batch_offsets= "
+                             "are not supported for tensors requiring grad; use rotary.torch.apply_qk")
         from . import torch as rotary_torch
 
         # In place too: recorded for autograd as torch records its in-place ops (a leaf requiring grad raises).
@@ -323,8 +324,9 @@ def apply_cos_sin(
     rotary.torch.apply_cos_sin (differentiable with respect to x).
     """
     if _maybe_autograd(x):
-        if out is not None:
-            raise ValueError("[rotary] out= is not supported for tensors requiring grad; use rotary.torch.apply_cos_sin")
+        if out is not None or out_scale is not None:
+            raise ValueError("[rotary] out= and out_scale= are not supported for tensors requiring grad; use "
+                             "rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
         return rotary_torch.apply_cos_sin(x, cos, sin, positions, layout=layout, pairing=pairing, inverse=inverse,
@@ -373,9 +375,9 @@ def apply_qk_cos_sin(
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
     if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
-        if q_out is not None or k_out is not None:
-            raise ValueError("[rotary] q_out=/k_out= are not supported for tensors requiring grad; use "
-                             "rotary.torch.apply_cos_sin")
+        if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
+            raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "
+                             "grad; use rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
         kw = dict(layout=layout, pairing=pairing, inverse=inverse, threads=threads, backend=backend,

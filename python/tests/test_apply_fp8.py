@@ -162,3 +162,19 @@ def test_caller_table_fp8_with_torch_and_its_errors():
     with pytest.raises(ValueError, match="inplace=True cannot write fp8 outputs"):
         rotary.apply_qk_cos_sin(q, q.clone(), cos, sin, 0, layout="thd", inplace=True, q_out_scale=0.5)
     assert torch.equal(qo.view(torch.uint8), before.view(torch.uint8))  # nothing written on error
+
+
+def test_fp8_scales_with_tensors_requiring_grad_are_refused_not_ignored():
+    # The autograd path returns the input's dtype: an fp8 scale there would be silently dropped.
+    torch = pytest.importorskip("torch")
+    x = torch.ones((1, 3, 2, 16), requires_grad=True)
+    cos, sin = torch.ones((8, 8)), torch.zeros((8, 8))
+    spec = rotary.Spec(16)
+    for call in (lambda: rotary.apply(x, 0, spec, out_scale=0.5),
+                 lambda: rotary.apply_qk(x, x, 0, spec, q_out_scale=0.5),
+                 lambda: rotary.apply_qk(x, x, 0, spec, k_out_scale=0.5),
+                 lambda: rotary.apply_cos_sin(x, cos, sin, 0, out_scale=0.5),
+                 lambda: rotary.apply_qk_cos_sin(x, x, cos, sin, 0, q_out_scale=0.5),
+                 lambda: rotary.apply_qk_cos_sin(x, x, cos, sin, 0, k_out_scale=0.5)):
+        with pytest.raises(ValueError, match=r"out_scale=.* not supported for tensors requiring grad"):
+            call()
