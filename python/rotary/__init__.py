@@ -184,16 +184,11 @@ def apply_qk(
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
-    if (q_out_scale is not None or k_out_scale is not None or _prologue._fp8_code(q_out) is not None
-            or _prologue._fp8_code(k_out) is not None):
-        if inplace:
-            raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
-        q_out = _empty_like(q) if q_out is None else q_out
-        k_out = _empty_like(k) if k_out is None else k_out
-        _prologue._apply_fp8(spec, q, q_out, q_out_scale, k, k_out, k_out_scale, positions, layout=layout,
-                             pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads, backend=backend,
-                             cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-        return q_out, k_out
+    if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
+        return _prologue._apply_qk_fp8(spec, q, k, q_out, k_out, q_out_scale, k_out_scale, positions, inplace,
+                                       layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len,
+                                       threads=threads, backend=backend, cu_seqlens=cu_seqlens,
+                                       seq_offsets=seq_offsets, batch_offsets=batch_offsets)
     qv, bf16 = _as_core_array(q, "q", readonly=True)
     kv, _ = _as_core_array(k, "k", readonly=True)
     if inplace:
@@ -388,17 +383,11 @@ def apply_qk_cos_sin(
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
-    if (q_out_scale is not None or k_out_scale is not None or _prologue._fp8_code(q_out) is not None
-            or _prologue._fp8_code(k_out) is not None):
-        if inplace:
-            raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
-        q_out = _empty_like(q) if q_out is None else q_out
-        k_out = _empty_like(k) if k_out is None else k_out
-        _prologue._apply_fp8(None, q, q_out, q_out_scale, k, k_out, k_out_scale, positions, layout=layout,
-                             pairing=pairing, inverse=inverse, seq_len=None, threads=threads, backend=backend,
-                             cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets,
-                             tables=(cos, sin))
-        return q_out, k_out
+    if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
+        return _prologue._apply_qk_fp8(None, q, k, q_out, k_out, q_out_scale, k_out_scale, positions, inplace,
+                                       layout=layout, pairing=pairing, inverse=inverse, seq_len=None,
+                                       threads=threads, backend=backend, cu_seqlens=cu_seqlens,
+                                       seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")

@@ -16,8 +16,8 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array,
-                      _inference_write_error, _is_torch, _mark_written, _seq_len_arg, _table_arrays, _threads_arg,
-                      _torch_module)
+                      _empty_like, _inference_write_error, _is_torch, _mark_written, _seq_len_arg, _table_arrays,
+                      _threads_arg, _torch_module)
 from ._positions import _split_positions, _table_positions
 from ._rotary import Spec
 
@@ -429,3 +429,20 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
                        batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=seq_len,
                        threads=int(threads), backend=backend, act_bits=act, q_out_bits=qob, k_out_bits=kob,
                        q_out_scale=qos, k_out_scale=kos, **table_kw)
+
+
+def _fp8_qk(q_out: Any, k_out: Any, q_scale: Optional[float], k_scale: Optional[float]) -> bool:
+    """Whether an apply_qk-style call writes fp8: a scale given, or an fp8 q_out / k_out."""
+    return q_scale is not None or k_scale is not None or _fp8_code(q_out) is not None or _fp8_code(k_out) is not None
+
+
+def _apply_qk_fp8(spec: Optional[Spec], q: ArrayLike, k: ArrayLike, q_out: Optional[ArrayLike], k_out: Optional[ArrayLike],
+                  q_scale: Optional[float], k_scale: Optional[float], positions: Any, inplace: bool,
+                  **kw: Any) -> Tuple[ArrayLike, ArrayLike]:
+    """rotary.apply_qk / apply_qk_cos_sin with fp8 outputs (allocated like q / k when not given): (q_out, k_out)."""
+    if inplace:
+        raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
+    q_out = _empty_like(q) if q_out is None else q_out
+    k_out = _empty_like(k) if k_out is None else k_out
+    _apply_fp8(spec, q, q_out, q_scale, k, k_out, k_scale, positions, **kw)
+    return q_out, k_out
