@@ -132,11 +132,11 @@ typedef struct rotary_spec_desc_t {
   size_t struct_size;              /* = sizeof(rotary_spec_desc_t), set by rotary_spec_desc_init */
   const char* name;                /* informational, may be NULL */
   int64_t head_dim;                /* D (required, > 0) */
-  int64_t rotary_dim;              /* R (even, <= D); 0 = int(D * partial_rotary_factor) (D for proportional) */
+  int64_t rotary_dim;              /* R (even, <= D); 0 = head_dim */
   double base;                     /* rope_theta; default 10000 */
   rotary_pairing_t pairing;        /* HALF (default) or INTERLEAVED */
   int64_t max_position_embeddings; /* 0 = unknown */
-  double partial_rotary_factor;    /* gives rotary_dim when that is 0; proportional: the rotated share; default 1 */
+  double partial_rotary_factor;    /* informational; default 1 */
   /* scaling */
   rotary_rope_type_t rope_type;    /* default ROTARY_ROPE_DEFAULT */
   double factor;                   /* 0 = unset */

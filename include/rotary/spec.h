@@ -79,11 +79,11 @@ struct MRope {
 struct Spec {
   std::string name;                       ///< informational (preset name / config path)
   int64_t head_dim = 0;                   ///< D, in [1, 65536]
-  int64_t rotary_dim = 0;                 ///< R (even, <= D); 0: int(D * partial_rotary_factor) (effective_rotary_dim)
+  int64_t rotary_dim = 0;                 ///< R (even, <= D); 0 means "= head_dim" (resolved by validate/normalized)
   double base = 10000.0;                  ///< rope_theta
   Pairing pairing = Pairing::kHalfSplit;  ///< interleaved for GPT-J / Meta checkpoints
   int64_t max_position_embeddings = 0;    ///< config.max_position_embeddings (0 = unknown)
-  double partial_rotary_factor = 1.0;     ///< rotary_dim 0 takes int(D * it); proportional: the rotated share of head_dim
+  double partial_rotary_factor = 1.0;     ///< informational (rotary_dim reflects it), except proportional: rotated share of head_dim
   Scaling scaling;
   MRope mrope;
 
@@ -93,14 +93,7 @@ struct Spec {
   /// Returns a copy with rotary_dim and original_max_position_embeddings resolved, then validated.
   ROTARY_API Spec normalized() const;
   /// rotary_dim if set, else head_dim.
-  /// rotary_dim, or for 0 the width partial_rotary_factor gives: int(head_dim * factor) (head_dim for proportional,
-  /// whose factor selects the rotated share itself, and for a factor outside (0, 1), which validate refuses).
-  int64_t effective_rotary_dim() const {
-    if (rotary_dim > 0) return rotary_dim;
-    if (scaling.type == RopeType::kProportional || !(partial_rotary_factor > 0 && partial_rotary_factor < 1))
-      return head_dim;
-    return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
-  }
+  int64_t effective_rotary_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   /// True when frequencies depend on the sequence length (dynamic without alpha, longrope).
   bool length_dependent() const {
     return (scaling.type == RopeType::kDynamic && !scaling.alpha) || scaling.type == RopeType::kLongRope;

@@ -66,7 +66,7 @@ void check_factor_list(const char* field, const std::vector<double>& v, int64_t 
 /// rotary_dim and original_max_position_embeddings resolved (what normalized() returns, unvalidated).
 Spec with_defaults(const Spec& spec) {
   Spec out = spec;
-  if (out.rotary_dim == 0) out.rotary_dim = out.effective_rotary_dim();
+  if (out.rotary_dim == 0) out.rotary_dim = out.head_dim;
   if (out.scaling.original_max_position_embeddings == 0 &&
       (out.scaling.type == RopeType::kYarn || out.scaling.type == RopeType::kLongRope ||
        out.scaling.type == RopeType::kLlama3))

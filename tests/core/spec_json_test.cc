@@ -85,8 +85,7 @@ std::vector<Spec> one_spec_per_rope_type() {
   };
   {
     Spec s = base(RopeType::kDefault);
-    s.rotary_dim = 0;  // = head_dim: the partial factor 1
-    s.partial_rotary_factor = 1.0;
+    s.rotary_dim = 0;  // = head_dim
     s.mrope.section = {8, 12, 12};
     s.mrope.interleaved = true;
     out.push_back(s);
