@@ -136,7 +136,8 @@ typedef struct rotary_spec_desc_t {
   double base;                     /* rope_theta; default 10000 */
   rotary_pairing_t pairing;        /* HALF (default) or INTERLEAVED */
   int64_t max_position_embeddings; /* 0 = unknown */
-  double partial_rotary_factor;    /* informational; default 1 */
+  double partial_rotary_factor;    /* informational (rotary_dim is what rotates: set it for partial rotation),
+                                      except proportional: the rotated share of head_dim; default 1 */
   /* scaling */
   rotary_rope_type_t rope_type;    /* default ROTARY_ROPE_DEFAULT */
   double factor;                   /* 0 = unset */

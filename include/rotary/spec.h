@@ -83,7 +83,9 @@ struct Spec {
   double base = 10000.0;                  ///< rope_theta
   Pairing pairing = Pairing::kHalfSplit;  ///< interleaved for GPT-J / Meta checkpoints
   int64_t max_position_embeddings = 0;    ///< config.max_position_embeddings (0 = unknown)
-  double partial_rotary_factor = 1.0;     ///< informational (rotary_dim reflects it), except proportional: rotated share of head_dim
+  /// Informational (from_hf_config sets rotary_dim = int(D * it); a Spec built field by field rotates rotary_dim,
+  /// 0 = D, whatever this says: give rotary_dim for partial rotation), except proportional: rotated share of D.
+  double partial_rotary_factor = 1.0;
   Scaling scaling;
   MRope mrope;
 

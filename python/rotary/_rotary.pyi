@@ -22,7 +22,7 @@ class Spec:
     @overload
     def __init__(self, head_dim: int, rotary_dim: int = 0, base: float = 10000.0, *, pairing: str = 'half', rope_type: str = 'default', max_position_embeddings: int = 0, factor: float | None = None, original_max_position_embeddings: int = 0, beta_fast: float = 32.0, beta_slow: float = 1.0, mscale: float | None = None, mscale_all_dim: float | None = None, truncate: bool = True, attention_factor: float | None = None, short_factor: Sequence[float] | None = None, long_factor: Sequence[float] | None = None, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0, mrope_section: Sequence[int] | None = None, mrope_interleaved: bool = False, partial_rotary_factor: float = 1.0, name: str = '', alpha: float | None = None, mixed_b: float | None = None) -> None:
         """
-        Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name (default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises ValueError naming the first invalid field.
+        Builds and validates a Spec. rotary_dim 0 means head_dim; partial_rotary_factor does not set it (give rotary_dim, e.g. Spec(128, 64), for partial rotation; from_hf_config does), except for proportional. rope_type is an HF name (default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises ValueError naming the first invalid field.
         """
 
     # The catch-all overload that turns arguments of the wrong type or name into a TypeError naming them, and

@@ -285,7 +285,7 @@ void bind_spec(nb::module_& m) {
           nb::arg("mrope_section") = nb::none(), nb::arg("mrope_interleaved") = false,
           nb::arg("partial_rotary_factor") = 1.0, nb::arg("name") = "", nb::arg("alpha") = nb::none(),
           nb::arg("mixed_b") = nb::none(),
-          "Builds and validates a Spec. rotary_dim 0 means head_dim. rope_type is an HF name "
+          "Builds and validates a Spec. rotary_dim 0 means head_dim; partial_rotary_factor does not set it (give rotary_dim, e.g. Spec(128, 64), for partial rotation; from_hf_config does), except for proportional. rope_type is an HF name "
           "(default, linear, dynamic, yarn, longrope, llama3, proportional) or vLLM's ntk; scaling keywords "
           "follow HF's and vLLM's rope_parameters (alpha: dynamic NTK-alpha; mixed_b: mixed NTK). Raises "
           "ValueError naming the first invalid field.");
