@@ -378,6 +378,10 @@ MLX_CASES = [
     ("yarn", {"attention_factor": 1.0}, 2000, {"attention_factor_missing"}),
     ("yarn_no_truncate", {}, 2000, {"truncate_mismatch"}),
     ("longrope", {}, 2000, {"longrope_switch"}),
+    # mlx-lm 0.32's YarnRoPE defaults original_max_position_embeddings to 4096 (transformers: max_position_embeddings),
+    # and its SuScaledRoPE derives the attention factor from max_pos / original_max, ignoring an explicit factor.
+    ("yarn", {"original_max_position_embeddings": None}, 2000, {"yarn_original_max_default"}),
+    ("longrope", {"factor": 2.0}, 3000, {"longrope_factor_ignored"}),
 ]
 
 
@@ -387,7 +391,7 @@ def test_mlx_lm_rope_classes(name, extra, tokens, expected):
     mx = pytest.importorskip("mlx.core")
     rope_utils = pytest.importorskip("mlx_lm.models.rope_utils")
     cfg, params, _ = CONFIGS[name]
-    params = dict(params, **extra)
+    params = {k: v for k, v in dict(params, **extra).items() if v is not None}  # None: the key left out
     scaling = None if params["rope_type"] == "default" else dict(params, type=params["rope_type"])
     rope = rope_utils.initialize_rope(64, params["rope_theta"], False, scaling, cfg["max_position_embeddings"])
     x = np.random.default_rng(4).standard_normal((1, 4, tokens, 64)).astype(np.float32)

@@ -77,6 +77,17 @@ Hypotheses make_hypotheses(const Spec& spec, std::optional<int64_t> seq_len, con
         add_freq("yarn_range_from_max_pos", "YaRN's correction range was computed from max_position_embeddings (" + str(maxp) +
                  ") instead of original_max_position_embeddings (" + str(orig) + "), as older transformers did", f->inv_freq);
     }
+    // mlx-lm's YarnRoPE takes original_max_position_embeddings = 4096 when rope_scaling has no such key, where
+    // transformers fills it from max_position_embeddings (the case of max_pos = 4096 is the hypothesis above).
+    if (orig != 4096 && maxp != 4096) {
+      Spec s = spec;
+      s.scaling.factor = yarn_factor(spec);
+      s.scaling.original_max_position_embeddings = 4096;
+      if (auto f = freqs_of(s, seq_len))
+        add_freq("yarn_original_max_default", "YaRN's correction range was computed from original_max_position_embeddings "
+                 "4096 (mlx-lm's default when rope_scaling has no such key) instead of the config's " + str(orig) +
+                 " (transformers takes max_position_embeddings when the key is absent)", f->inv_freq);
+    }
     Spec s = spec;
     s.scaling.truncate = !sc.truncate;
     if (auto f = freqs_of(s, seq_len))
@@ -214,6 +225,20 @@ Hypotheses make_hypotheses(const Spec& spec, std::optional<int64_t> seq_len, con
       if (auto f = freqs_of(s, seq_len))
         add_af("attention_factor_missing", "the config's explicit attention_factor " + fmt(*sc.attention_factor) +
                " was ignored: the engine used the formula's " + fmt(f->attention_factor), f->attention_factor);
+    }
+    if (sc.factor && sc.type == RopeType::kLongRope) {
+      // mlx-lm's SuScaledRoPE derives the factor from max_position_embeddings / original_max_position_embeddings,
+      // ignoring an explicit factor (and attention_factor).
+      Spec s = spec;
+      s.scaling.factor.reset();
+      s.scaling.attention_factor.reset();
+      if (auto f = freqs_of(s, seq_len))
+        add_af("longrope_factor_ignored", "LongRoPE's explicit factor " + fmt(*sc.factor) +
+               (sc.attention_factor ? " and attention_factor " + fmt(*sc.attention_factor) : std::string()) +
+               (sc.attention_factor ? " were" : " was") + " ignored: the engine derived the attention factor " + fmt(f->attention_factor) +
+               " from max_position_embeddings / original_max_position_embeddings = " +
+               fmt(static_cast<double>(spec.max_position_embeddings) / static_cast<double>(sc.original_max_position_embeddings)) +
+               " (as mlx-lm's SuScaledRoPE does); the config gives " + fmt(af), f->attention_factor);
     }
     if (sc.type == RopeType::kYarn && !sc.attention_factor && (sc.mscale || sc.mscale_all_dim)) {
       const double f = yarn_factor(spec);

@@ -202,6 +202,36 @@ TEST(CheckDiagnoses, YarnRangeFromMaxPosAndTruncate) {
   }
 }
 
+TEST(CheckDiagnoses, MlxLmYarnOriginalMaxDefaultAndLongRopeFactor) {
+  // mlx-lm 0.32's YarnRoPE takes original_max_position_embeddings = 4096 when rope_scaling has none (transformers:
+  // max_position_embeddings); its SuScaledRoPE derives the attention factor from max_pos / original_max, ignoring an
+  // explicit factor. Frequencies 32 % off at 8192; attention factor 1.1547 where the config's factor 2 gives 1.0541.
+  const Spec yarn = from_json(R"({"head_dim": 64, "max_position_embeddings": 8192, "rope_theta": 10000,
+      "rope_scaling": {"type": "yarn", "factor": 4}})");
+  ASSERT_EQ(yarn.scaling.original_max_position_embeddings, 8192);
+  Spec mlx = yarn;
+  mlx.scaling.original_max_position_embeddings = 4096;
+  const Frequencies t = freqs(yarn, 3000), w = freqs(mlx, 3000);
+  expect_only(yarn, raw_table(3000, w.inv_freq, t.attention_factor), "yarn_original_max_default");
+  EXPECT_TRUE(check_parity(yarn, raw_table(3000, t.inv_freq, t.attention_factor)).agree);
+
+  for (const char* extra : {"", R"(, "attention_factor": 1.02)"}) {
+    SCOPED_TRACE(extra);
+    const Spec lr = from_json((std::string(R"({"head_dim": 64, "max_position_embeddings": 32768, "rope_theta": 10000,
+        "rope_scaling": {"type": "longrope", "factor": 2, "original_max_position_embeddings": 4096)") + extra +
+        R"(, "short_factor": [)" + [] { std::string f; for (int i = 0; i < 32; ++i) f += (i ? ", " : "") + std::to_string(1.0 + i * 0.05); return f; }() +
+        R"(], "long_factor": [)" + [] { std::string f; for (int i = 0; i < 32; ++i) f += (i ? ", " : "") + std::to_string(1.0 + i * 0.5); return f; }() +
+        "]}}").c_str());
+    const Frequencies f = freqs(lr, 5000);
+    ASSERT_NEAR(f.attention_factor, *extra ? 1.02 : std::sqrt(1 + std::log(2.0) / std::log(4096.0)), 1e-12);
+    const double mlx_af = std::sqrt(1 + std::log(8.0) / std::log(4096.0));
+    const CheckResult r = check_parity(lr, raw_table(5000, f.inv_freq, mlx_af));
+    ASSERT_EQ(codes(r), std::set<std::string>{"longrope_factor_ignored"}) << dump(r);
+    EXPECT_NE(r.diagnoses[0].message.find("explicit factor 2"), std::string::npos) << dump(r);
+    EXPECT_TRUE(check_parity(lr, raw_table(5000, f.inv_freq, f.attention_factor)).agree);
+  }
+}
+
 TEST(CheckDiagnoses, LongRopeSwitch) {
   const Spec spec = preset("phi-3.5-mini").normalized();
   const int64_t orig = spec.scaling.original_max_position_embeddings;
