@@ -26,6 +26,8 @@ struct Positions {
                   ///<   B = 3 is ambiguous: an error)
     kPacked = 2,  ///< thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] for the sequence n holding t
   };
+  /// Each field below is read for the kind named beside it; one given for another kind (ids with kind kOffset, a
+  /// non-zero offset with kind kIds, ...) is refused (kInvalidArgument) rather than ignored.
   Kind kind = Kind::kOffset;
   int64_t offset = 0;
   TensorView batch_offsets;  ///< kOffset, optional, i32/i64 [B]

@@ -258,6 +258,8 @@ enum {
   ROTARY_POSITIONS_PACKED = 2  /* thd only: pos(t) = t - cu_seqlens[n] + seq_offsets[n] */
 };
 
+/* Each field is read for the kind named beside it; one given for another kind (ids with kind OFFSET, a
+   non-zero offset with kind IDS, ...) is refused with INVALID_ARGUMENT rather than ignored. */
 typedef struct rotary_positions_t {
   rotary_positions_kind_t kind;
   int64_t offset;                /* OFFSET */

@@ -120,6 +120,10 @@ std::string python_json_tokens(std::string_view text, bool same_length) {
 }
 
 json parse_config_text(std::string_view json_text, const std::string& source_name) {
+  // The parser takes a NUL byte for the end of its input and would read "{..}\0garbage" as valid; JSON has no
+  // NUL outside strings, nor raw control characters inside them (Python's json refuses it too).
+  if (const std::size_t z = json_text.find('\0'); z != std::string_view::npos)
+    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: a NUL byte at offset " + std::to_string(z));
   check_config_depth(json_text, source_name, kWhere);
   json doc;
   try {

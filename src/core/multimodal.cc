@@ -40,8 +40,9 @@ void AxisFrequencies::validate() const {
            "axis_of_freq[" + str(static_cast<int64_t>(j)) + "] must be < n_axes " + str(n_axes) + ", got " +
                str(axis_of_freq[j]));
   }
-  if (!std::isfinite(freqs.attention_factor))
-    fail(Kind::kInvalidArgument, where, "freqs.attention_factor must be finite");
+  if (!(freqs.attention_factor > 0 && freqs.attention_factor <= 3.4028234663852886e+38))  // as check_frequencies
+    fail(Kind::kInvalidArgument, where, "freqs.attention_factor must be finite, > 0 and at most 3.4028234663852886e+38 "
+                                        "(the f32 maximum), got " + detail::num(freqs.attention_factor));
   const int p = static_cast<int>(pairing);
   if (p < 0 || p > 1) fail(Kind::kInvalidArgument, where, "pairing must be half or interleaved, got " + str(p));
 }

@@ -106,6 +106,7 @@ bool build_plan_fast(const ApplyArgs& args, const PlanRequest& req, Plan* plan, 
 bool offset_rotation_fits(const Positions& pos, int64_t S, int64_t rotary_dim, int64_t head_dim, int64_t* last) {
   if (pos.kind != Positions::Kind::kOffset || !absent(pos.batch_offsets) || pos.offset < 0 || pos.offset > kMaxPosition)
     return false;
+  if (!absent(pos.ids) || !absent(pos.cu_seqlens) || !absent(pos.seq_offsets)) return false;  // refused by the full path
   if (rotary_dim <= 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) return false;
   *last = pos.offset + (S - 1);  // offset < 2^31, S < 2^62 (backed by bytes): no overflow
   return *last <= kMaxPosition;

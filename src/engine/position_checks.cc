@@ -234,6 +234,22 @@ std::string expected_ids_shape(Layout layout, int n_axes, const Plan& plan) {
          str(plan.S) + "]";
 }
 
+/// A field of another kind given (ids with kind offset, an offset with kind ids, ...) would be ignored and rotate
+/// at positions the caller did not mean (an engine that forgot to set kind): refused, naming both.
+static void refuse_fields_of_other_kinds(const Positions& pos) {
+  static const char* const kKindNames[] = {"offset", "ids", "packed"};
+  const int kind = static_cast<int>(pos.kind);
+  auto refuse = [&](const char* field, int owner) {
+    invalid(std::string("positions.") + field + " is given but positions.kind is " + kKindNames[kind] +
+            "; it is read only for kind " + kKindNames[owner]);
+  };
+  if (kind != 0 && pos.offset != 0) refuse("offset", 0);
+  if (kind != 0 && !absent(pos.batch_offsets)) refuse("batch_offsets", 0);
+  if (kind != 1 && !absent(pos.ids)) refuse("ids", 1);
+  if (kind != 2 && !absent(pos.cu_seqlens)) refuse("cu_seqlens", 2);
+  if (kind != 2 && !absent(pos.seq_offsets)) refuse("seq_offsets", 2);
+}
+
 void plan_positions(const ApplyArgs& args, const PlanRequest& req, Plan& plan, PositionRange* range, bool scan) {
   const Positions& pos = args.positions;
   const int n_axes = req.n_axes;
@@ -243,6 +259,7 @@ void plan_positions(const ApplyArgs& args, const PlanRequest& req, Plan& plan, P
     invalid("positions must be ids of shape " + expected_ids_shape(args.layout, n_axes, plan) + " for " + str(n_axes) +
             " position axes, got positions of another kind");
   plan.pos.n_axes = n_axes;  // offset and packed positions: every axis reads the token's one position
+  refuse_fields_of_other_kinds(pos);
   const bool device = plan.device;
   switch (pos.kind) {
     case Positions::Kind::kOffset: plan_offset(pos, plan, range, scan, device); break;

@@ -112,6 +112,10 @@ void attach_sources(const PrologueArgs& a, const Sequences& seqs, const Position
       }
     }
   }
+  for (int64_t i = 0; i < nsrc; ++i)  // a table-mode rope's limit, named by its source, before anything is attached
+    if (ranges[i].any && !ranges[i].fractional)
+      RopeAccess::check_table_limit(*a.sources[static_cast<size_t>(i)].rope, a.sources[static_cast<size_t>(i)].seq_len,
+                                    ranges[i].max_int, kWhere, "sources", i);
   if (nsrc == 1) {  // the common call: the source stays in the rotation plan (ProloguePlan::source_of)
     const FrequencySource& fs = a.sources[0];
     RopeAccess::attach(*fs.rope, ranges[0], fs.seq_len, std::max<int64_t>(1, counts[0]), rp, p.freq_storage);

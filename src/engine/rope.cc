@@ -261,4 +261,19 @@ const Frequencies& RopeAccess::frequencies(Rope& rope, std::optional<int64_t> se
   return storage.back();
 }
 
+void RopeAccess::check_table_limit(Rope& rope, std::optional<int64_t> seq_len, int64_t max_position, const char* where,
+                                   const char* name, int64_t index) {
+  Rope::Impl& im = *rope.impl_;
+  if (im.options.mode != CosSinMode::kTable || max_position < 0) return;
+  PositionRange range;
+  range.any = true;
+  range.max_int = max_position;
+  range.max_f = static_cast<double>(max_position);
+  Source src;
+  im.choose(range, seq_len, 1, &src);
+  if (src.table == nullptr || max_position < src.table->max_positions()) return;
+  out_of_range(where, std::string(name) + (index >= 0 ? "[" + str(index) + "]" : "") + ": position " + str(max_position) + " is beyond the table limit: max_positions is " +
+                          str(src.table->max_positions()) + " (a rope in table mode; RopeOptions::table.max_positions)");
+}
+
 }  // namespace rotary::detail

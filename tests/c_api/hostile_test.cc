@@ -134,6 +134,9 @@ std::vector<CCase> c_cases() {
       {"fractional NaN", [](CCall& c) { c.fids[3] = NAN; c.use_ids(ROTARY_DTYPE_F64); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"positions.ids[1,0]", "nan"}},
       {"cu_seqlens not matching T", [](CCall& c) { c.cu = {0, 2, 5}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"cu_seqlens[2]", "T = 6", "got 5"}},
       {"cu_seqlens not monotone", [](CCall& c) { c.cu = {0, 4, 3, 6}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"non-decreasing", "cu_seqlens[2] = 3"}},
+      // ids set but kind left at its default (offset): they were ignored, q rotated at 0..S-1 (status 0)
+      {"ids with kind offset", [](CCall& c) { c.use_ids(); c.a.positions.kind = ROTARY_POSITIONS_OFFSET; return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"positions.ids is given but positions.kind is offset"}},
+      {"offset with kind ids", [](CCall& c) { c.use_ids(); c.a.positions.offset = 7; return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"positions.offset is given but positions.kind is ids"}},
       {"seq_len 0", [](CCall& c) { c.a.seq_len = 0; return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"args->seq_len", "got 0"}},
       // specs and configs
       {"desc mrope_section_len 1000", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = 8; int64_t s[3] = {1, 1, 2}; d.mrope_section = s; d.mrope_section_len = 1000; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"desc->mrope_section_len", "1000"}},
@@ -141,6 +144,8 @@ std::vector<CCase> c_cases() {
       {"desc short_factor NULL", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = 8; d.short_factor_len = 4; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"desc->short_factor must not be NULL", "4"}},
       {"desc head_dim 2^40", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = int64_t(1) << 40; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"head_dim must be <= 65536", "1099511627776"}},
       {"config truncated", [](CCall&) { const char t[] = R"({"head_dim": 64, "rope_theta": 5e5)"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"config.json is not valid JSON"}},
+      // the parser ends its input at a NUL byte: the bytes after it were ignored (status 0)
+      {"config with a NUL byte", [](CCall&) { const char t[] = "{\"head_dim\": 8}\0garbage"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"not valid JSON", "a NUL byte at offset 15"}},
       {"config not an object", [](CCall&) { const char t[] = "[1, 2]"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"must hold a JSON object", "[1,2]"}},
       {"config length cuts the text", [](CCall&) { const char t[] = R"({"head_dim": 64})"; return rotary_spec_from_config_json(t, 5, &g_unused); }, ROTARY_ERROR_IO, {"not valid JSON"}},
       {"config factor string", [](CCall&) { const char t[] = R"({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": "2"}})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"rope_scaling.factor must be a number", "\"2\""}},

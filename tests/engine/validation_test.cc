@@ -160,6 +160,16 @@ std::vector<HostileCase> cases() {
       {"freqs empty", [](Fx& f) { f.freqs.inv_freq.clear(); }, K::kInvalidArgument, {"freqs.inv_freq must not be empty"}},
       {"freqs NaN", [](Fx& f) { f.freqs.inv_freq[2] = std::nan(""); }, K::kInvalidArgument, {"freqs.inv_freq[2]", "nan"}},
       {"attention factor inf", [](Fx& f) { f.freqs.attention_factor = INFINITY; }, K::kInvalidArgument, {"freqs.attention_factor", "inf"}},
+      // Finite but past f32 (every cos/sin inf), or not > 0: what Spec::validate refuses of a spec's.
+      {"attention factor past f32", [](Fx& f) { f.freqs.attention_factor = 1e39; }, K::kInvalidArgument, {"freqs.attention_factor", "f32 maximum", "1e+39"}},
+      {"attention factor negative", [](Fx& f) { f.freqs.attention_factor = -1.0; }, K::kInvalidArgument, {"freqs.attention_factor", "> 0", "got -1"}},
+      // A field of another positions kind would be ignored (an engine that forgot to set kind): refused.
+      {"ids with kind offset", [](Fx& f) { f.a.positions.ids = TensorView::contiguous(f.i64.data(), DType::kI64, {2, 3}); }, K::kInvalidArgument, {"positions.ids is given but positions.kind is offset"}},
+      {"cu_seqlens with kind offset", [](Fx& f) { f.a.positions.cu_seqlens = TensorView::contiguous(f.i64.data(), DType::kI64, {3}); }, K::kInvalidArgument, {"positions.cu_seqlens is given but positions.kind is offset"}},
+      {"offset with kind ids", [](Fx& f) { f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 3})); f.a.positions.offset = 7; }, K::kInvalidArgument, {"positions.offset is given but positions.kind is ids"}},
+      {"batch_offsets with kind ids", [](Fx& f) { f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 3})); f.a.positions.batch_offsets = TensorView::contiguous(f.i64b.data(), DType::kI64, {2}); }, K::kInvalidArgument, {"positions.batch_offsets is given but positions.kind is ids"}},
+      {"ids with kind packed", [](Fx& f) { f.packed({0, 2, 6}); f.a.positions.ids = TensorView::contiguous(f.i64b.data(), DType::kI64, {6}); }, K::kInvalidArgument, {"positions.ids is given but positions.kind is packed"}},
+      {"seq_offsets with kind offset", [](Fx& f) { f.a.positions.seq_offsets = TensorView::contiguous(f.i64b.data(), DType::kI64, {2}); }, K::kInvalidArgument, {"positions.seq_offsets is given but positions.kind is offset"}},
       {"byte size overflow", [](Fx& f) { f.a.k = {}; f.a.q.shape[0] = int64_t(1) << 40; f.a.q.shape[1] = int64_t(1) << 20; f.a.q.strides[0] = int64_t(1) << 25; }, K::kInvalidArgument, {"q", "overflows int64"}},
       {"seq_len non-positive", [](Fx& f) { f.a.seq_len = 0; }, K::kInvalidArgument, {"seq_len must be > 0", "got 0"}},
       {"M-RoPE ids need 3 axes (or one)", [](Fx& f) { f.via = Via::kRope; f.spec.mrope.section = {2, 1, 1}; f.a.positions = Positions::from_ids(TensorView::contiguous(f.i64.data(), DType::kI64, {2, 2})); }, K::kInvalidArgument, {"positions.ids must have shape [3,B,S]", "[2,2]"}},

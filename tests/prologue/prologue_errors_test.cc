@@ -20,7 +20,7 @@ using testing::Buf;
 /// that each case breaks in one way; every tensor is compared byte for byte afterwards.
 struct Call {
   Spec spec;
-  std::unique_ptr<Rope> rope, other;
+  std::unique_ptr<Rope> rope, other, fixed;  // fixed: table mode, max_positions 3
   Buf q{DType::kF32, 64, 1}, k{DType::kF32, 32, 2}, v{DType::kF32, 32, 3}, qo{DType::kF32, 64, 4};
   Buf kc{DType::kI8, 64}, vc{DType::kI8, 64}, ks{DType::kF32, 8, 5}, vs{DType::kF32, 8, 6};
   Buf w{DType::kF32, 8, 7}, spare{DType::kF32, 256, 8};
@@ -38,6 +38,10 @@ struct Call {
     Spec s2 = spec;
     s2.head_dim = 16;
     other = std::make_unique<Rope>(s2);
+    RopeOptions o;
+    o.mode = CosSinMode::kTable;
+    o.table.max_positions = 3;
+    fixed = std::make_unique<Rope>(spec, o);
     a.q = q.view({4, 2, 8});
     a.k = k.view({4, 1, 8});
     a.v = v.view({4, 1, 8});
@@ -129,6 +133,12 @@ std::vector<Case> cases() {
       {"sources disagree", [](Call& c) { c.a.sources.push_back({c.other.get(), std::nullopt}); }, K::kInvalidArgument, {"sources[1] must share head_dim 8", "got head_dim 16"}},
       {"seq_len past 2^31", [](Call& c) { c.a.sources = {{c.rope.get(), int64_t(1) << 40}}; }, K::kOutOfRange, {"sources[0].seq_len must be <= 2^31 (positions are < 2^31)", "got 1099511627776"}},
       {"second source's seq_len past 2^31", [](Call& c) { c.a.sources.push_back({c.rope.get(), (int64_t(1) << 31) + 1}); c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"sources[1].seq_len must be <= 2^31", "got 2147483649"}},
+      // A table-mode rope's limit, named by the source (it was "[rotary_table] position 3 ..."); re-rotation, which
+      // reads no table, ignored it.
+      {"table-mode source past its limit", [](Call& c) { c.a.sources = {{c.fixed.get(), std::nullopt}}; }, K::kOutOfRange, {"[rotary_prologue] sources[0]: position 3 is beyond the table limit", "max_positions is 3"}},
+      {"second source past its table limit", [](Call& c) { c.a.sources.push_back({c.fixed.get(), std::nullopt}); c.idx[0] = 1; c.a.source_index = TensorView::contiguous(c.idx.data(), DType::kI64, {1}); }, K::kOutOfRange, {"sources[1]: position 3 is beyond the table limit", "max_positions is 3"}},
+      {"rerotate from a table-mode rope past its limit", [](Call& c) { c.rerotate = true; c.r.from = {c.fixed.get(), std::nullopt}; }, K::kOutOfRange, {"from (from_positions): position 3 is beyond the table limit", "max_positions is 3"}},
+      {"rerotate to a table-mode rope past its limit", [](Call& c) { c.rerotate = true; c.r.to = {c.fixed.get(), std::nullopt}; }, K::kOutOfRange, {"to (to_positions): position 8 is beyond the table limit", "max_positions is 3"}},
       {"negative offset", [](Call& c) { c.a.positions = Positions::contiguous(-3); }, K::kInvalidArgument, {"[rotary_prologue] positions.offset must be >= 0", "-3"}},
       {"cache_layout out of enum", [](Call& c) { c.a.cache_layout = static_cast<CacheLayout>(9); }, K::kInvalidArgument, {"cache_layout must be nhd, hnd, bshd or bhsd", "got 9"}},
       {"backend cuda", [](Call& c) { c.a.backend = Backend::kCuda; }, K::kUnsupported, {"backend cuda", "CPU backends"}},
