@@ -272,7 +272,8 @@ void RopeAccess::check_table_limit(Rope& rope, std::optional<int64_t> seq_len, i
   Source src;
   im.choose(range, seq_len, 1, &src);
   if (src.table == nullptr || max_position < src.table->max_positions()) return;
-  out_of_range(where, std::string(name) + (index >= 0 ? "[" + str(index) + "]" : "") + ": position " + str(max_position) + " is beyond the table limit: max_positions is " +
+  const std::string who = std::string(name) + (index >= 0 ? "[" + str(index) + "]" : "");
+  out_of_range(where, who + ": position " + str(max_position) + " is beyond the table limit: max_positions is " +
                           str(src.table->max_positions()) + " (a rope in table mode; RopeOptions::table.max_positions)");
 }
 
