@@ -167,6 +167,11 @@ CheckResult check_one(const Spec& spec, const CheckInput& in) {
   res.rotary_dim_found = 2 * d.half;
   if (d.pairing) res.pairing_found = pairing_name(*d.pairing);
 
+  // A table whose every row is at position 0 holds cos 1 and sin 0 (or angle 0) whatever the frequencies: it would
+  // "agree" with any config. Refused, as the rotated form refuses positions that are all 0.
+  if (d.form != Form::kFreqs && std::all_of(d.positions.begin(), d.positions.end(), [](double p) { return p == 0; }))
+    fail(Error::Kind::kInvalidArgument, kWhere, "every row of the table is at position 0 (" + std::to_string(d.rows()) +
+         " row(s)), where cos is 1 and sin 0 whatever the frequencies: nothing can be measured (include positions > 0)");
   // The sequence length HF would see, and the positions the data covers.
   std::optional<int64_t> seq_len = in.max_pos;
   int64_t range = 0;

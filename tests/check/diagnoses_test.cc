@@ -232,6 +232,25 @@ TEST(CheckDiagnoses, MlxLmYarnOriginalMaxDefaultAndLongRopeFactor) {
   }
 }
 
+TEST(CheckDiagnoses, ATableOfPositionZeroAloneIsRefusedNotAgreed) {
+  // cos 1, sin 0 at position 0 whatever the frequencies: a 1-row export agreed with any config (exit 0).
+  const Spec spec = preset("llama-2-7b").normalized();
+  const Frequencies other = freqs(preset("llama-3.1-8b").normalized(), 1);
+  try {
+    (void)check_parity(spec, raw_table(1, other.inv_freq, 1.0));
+    ADD_FAILURE() << "a 1-row table at position 0 was checked";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("every row of the table is at position 0"), std::string::npos) << e.what();
+  }
+  // Position 1 alone resolves every band below pi rad: measured, and the other config's frequencies disagree.
+  ExportOptions o;
+  o.layout = EngineLayout::kHf, o.what = TableKind::kCosSin, o.positions = 2;
+  CheckInput in;
+  in.layout = EngineLayout::kHf, in.kind = TableKind::kCosSin, in.tensors = export_tables(preset("llama-3.1-8b"), o);
+  EXPECT_FALSE(check_parity(spec, in).agree);
+}
+
 TEST(CheckDiagnoses, LongRopeSwitch) {
   const Spec spec = preset("phi-3.5-mini").normalized();
   const int64_t orig = spec.scaling.original_max_position_embeddings;
