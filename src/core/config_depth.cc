@@ -1,6 +1,7 @@
 // config.json's text: read from a file, its nesting depth bounded, Python's NaN / Infinity tokens made strings, parsed.
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <string_view>
@@ -156,6 +157,8 @@ std::string read_config_file(const std::string& path) {
   // A config.json is kilobytes (the largest multimodal ones about a megabyte): a bound keeps /dev/zero or a
   // mistaken multi-gigabyte file from exhausting memory before the JSON parser would refuse it.
   constexpr std::size_t kMaxConfigBytes = std::size_t(64) << 20;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(Error::Kind::kIo, kWhere, "config file '" + path + "' is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(Error::Kind::kIo, kWhere, "cannot read config file '" + path + "': " + std::strerror(errno));
   std::string text;

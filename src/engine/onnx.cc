@@ -109,6 +109,10 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
     args.q = split_heads(a.x, a.num_heads, head_size);
     args.q_out = split_heads(a.y, a.num_heads, head_size);
   }
+  // head_size 0 (an empty last axis) has no pair to rotate: named here, not as an empty cos_cache slice further down.
+  if (head_size <= 0)
+    invalid("head_size must be > 0, got 0 (X shape " + shape_str(a.x) + (a.x.rank == 3 ? ", num_heads " +
+            std::to_string(a.num_heads) : std::string()) + ")");
   // A full rotation needs an even head; a partial one (R even) passes the odd rest through, as the function body.
   if (a.rotary_embedding_dim == 0 && head_size % 2 != 0)
     invalid("head_size must be even when rotary_embedding_dim is 0 (the whole head rotates), got " +

@@ -40,6 +40,8 @@ const char* safetensors_dtype(DType d) {
 }
 
 std::string read_all(const std::string& path, const char* where) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(Error::Kind::kIo, where, path + ": is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) fail(Error::Kind::kIo, where, path + ": cannot open for reading");
   std::ostringstream ss;

@@ -511,7 +511,7 @@ TEST_F(CliApply, ErrorsExitOneOrTwoWithAMessageNamingTheProblem) {
       {cfg + io + "--layout bsdh", "--layout must be bshd, bhsd or thd"},
       {cfg + io + "--pairing zigzag", "--pairing must be half or interleaved"},
       {cfg + io + "--seq-len abc", "--seq-len must be an integer"},
-      {cfg + io + "--seq-len 0", "--seq-len must be > 0"},
+      {cfg + io + "--seq-len 0", "--seq-len must be in [1, 2^31]"},
       {cfg + io + "--mrope-section 4,x", "--mrope-section"},
       {cfg + "--input '" + path("x.npy") + "' --positions '" + path("p_2ax.npy") + "' --output '" + path("y.npy") +
            "' --mrope-section 2,1,1",

@@ -135,6 +135,8 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
   npy_save(path("pbad.npy"), pbad);
   write("t.pt", "PK");
   write("cfg.txt", "x");
+  std::filesystem::create_directories(path("dir.safetensors"));  // directories named like files
+  std::filesystem::create_directories(path("dir.json"));
   const std::string chk = "check --preset llama-2-7b ";
   struct Case {
     std::string args;
@@ -158,17 +160,21 @@ TEST_F(CheckCli, HostileInputsExitTwoNameTheProblemAndWriteNothing) {
       {chk + "--layout hf --cos-sin '" + path("t.pt") + "'", {".pt files need torch", "rotary.check"}, ""},
       {chk + "--layout hf --cos-sin '" + path("cfg.txt") + "'", {"unsupported file type", ".txt"}, ""},
       {chk + "--layout hf --cos-sin '" + path("missing.npy") + "'", {"missing.npy", "cannot open"}, ""},
+      // a directory: it was "truncated: 0 bytes" (safetensors) and "error while reading" (config)
+      {chk + "--layout hf --cos-sin '" + path("dir.safetensors") + "'", {"dir.safetensors: is a directory"}, ""},
+      {"check --config '" + path("dir.json") + "' --layout hf --cos-sin '" + path("good.npy") + "'", {"dir.json' is a directory"}, ""},
       {chk + "--layout mlx --cos-sin '" + path("good.npy") + "'", {"layout must be one of", "mlx"}, ""},
       {chk + "--cos-sin '" + path("good.npy") + "'", {"--layout is required"}, ""},
       {chk + "--layout vllm --cos-sin '" + path("good.npy") + "' --inv-freq '" + path("good.npy") + "'", {"exactly one of"}, ""},
-      {chk + "--layout vllm --cos-sin '" + path("good.npy") + "' --max-pos 0", {"--max-pos must be > 0"}, ""},
+      {chk + "--layout vllm --cos-sin '" + path("good.npy") + "' --max-pos 0", {"--max-pos must be in [1, 2^31]"}, ""},
+      {chk + "--layout vllm --cos-sin '" + path("good.npy") + "' --max-pos 2147483649", {"--max-pos must be in [1, 2^31]", "got 2147483649"}, ""},
       {chk + "--layout ggml --inv-freq '" + path("good.npy") + "'", {"ggml layout needs metadata \"mode\""}, ""},
       {"export --preset llama-2-7b --layout te --dtype bf16 --out '" + path("o.safetensors") + "'", {"te tables are float32 only"}, "o.safetensors"},
       {"export --preset llama-2-7b --layout hf --out '" + path("o.npy") + "'", {".npy holds one"}, "o.npy"},
       {"export --preset llama-2-7b --layout ggml --out '" + path("o.npy") + "'", {"--out must be .safetensors"}, "o.npy"},
       {"export --preset llama-2-7b --layout hf --out '" + path("o.txt") + "'", {"--out must end in .safetensors or .npy"}, "o.txt"},
       {"export --preset llama-2-7b --layout hf --dtype f8 --out '" + path("o.safetensors") + "'", {"--dtype must be", "f8"}, "o.safetensors"},
-      {"export --preset llama-2-7b --layout vllm --max-pos 99999999 --out '" + path("o.safetensors") + "'", {"positions must be in [1, 4194304]"}, "o.safetensors"},
+      {"export --preset llama-2-7b --layout vllm --max-pos 99999999 --out '" + path("o.safetensors") + "'", {"--max-pos must be in [1, 4194304]", "got 99999999"}, "o.safetensors"},
       {"export --preset llama-2-7b --layout vllm --out '" + path("nodir/o.safetensors") + "'", {"nodir/o.safetensors"}, "nodir/o.safetensors"},
       {"export --preset llama-2-7b --layout vllm --cos '" + path("o.npy") + "' --sin '" + path("o2.npy") + "'", {"is one tensor: use --out"}, "o.npy"},
       // one file named twice (sin would replace cos), also through another spelling of its path

@@ -146,13 +146,30 @@ TEST_F(CliConventions, EmptyValuesAndRepeatedOptionsAreUsageErrors) {
       {"freqs --preset ''", "--preset needs a value (NAME), got an empty one"},
       {"freqs --preset llama-2-7b --seq-len 4096 --seq-len 8192", "--seq-len is given twice (4096 and 8192)"},
       {"freqs --preset llama-2-7b --json --json", "--json is given twice"},
-      {"freqs --preset llama-2-7b --seq-len 0", "--seq-len must be > 0, got 0"},
+      {"freqs --preset llama-2-7b --seq-len 0", "--seq-len must be in [1, 2^31], got 0"},
+      // Past the range a usage error too, naming the option (they were exit 1, "[rotary_freqs] seq_len ...").
+      {"freqs --preset llama-2-7b --seq-len 9223372036854775807", "--seq-len must be in [1, 2^31], got 9223372036854775807"},
   };
   for (const auto& [args, message] : cases) {
     SCOPED_TRACE(args);
     EXPECT_EQ(run(args, &out, &err), 2);
     EXPECT_NE(err.find("rotary freqs: " + message), std::string::npos) << err;
     EXPECT_EQ(out, "");
+  }
+}
+
+TEST_F(CliConventions, OutOfRangeOptionValuesAreUsageErrorsNamingTheOption) {
+  // `export --max-pos 4194305` was exit 1 with "[rotary_export] positions must be in ...", a field the user did not type.
+  std::string out, err;
+  const std::pair<std::string, std::string> cases[] = {
+      {"export --preset llama-2-7b --layout hf --out /nonexistent/t.npz --max-pos 4194305", "rotary export: --max-pos must be in [1, 4194304], got 4194305"},
+      {"export --preset llama-2-7b --layout hf --out /nonexistent/t.npz --max-pos 0", "rotary export: --max-pos must be in [1, 4194304], got 0"},
+      {"apply --preset llama-2-7b --input /nonexistent/q.npy --positions /nonexistent/p.npy --output /nonexistent/o.npy --seq-len 2147483649", "rotary apply: --seq-len must be in [1, 2^31], got 2147483649"},
+  };
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    EXPECT_EQ(run(args, &out, &err), 2);
+    EXPECT_NE(err.find(message), std::string::npos) << err;
   }
 }
 

@@ -81,6 +81,11 @@ TEST(CliLayerTypes, RefusalsNameTheWayOut) {
   out = cli("freqs --config '" + t.config() + "' --layer-type global", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find("layer_type must be one of full_attention, sliding_attention, got \"global\""), std::string::npos) << out;
+  // A config without layer_types answered every name (exit 0), although an unknown type is documented as an error.
+  std::ofstream(t.dir() / "flat.json") << R"({"head_dim": 32, "max_position_embeddings": 4096, "rope_theta": 10000.0})";
+  out = cli("freqs --config '" + (t.dir() / "flat.json").string() + "' --layer-type full_attenton", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("layer_type \"full_attenton\" is not in the config, which has no layer_types"), std::string::npos) << out;
   out = cli("freqs --preset llama-3.1-8b --layer-type full_attention", &rc);
   EXPECT_EQ(rc, 2);
   EXPECT_NE(out.find("--layer-type needs --config"), std::string::npos) << out;

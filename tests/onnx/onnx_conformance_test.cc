@@ -480,6 +480,11 @@ TEST(OnnxRotaryEmbedding, ErrorsNameTheInputOrAttribute) {
       {"rotary dim > head", [](OnnxRotaryArgs& a) { a.rotary_embedding_dim = 10; }, "rotary_embedding_dim",
        Error::Kind::kInvalidArgument},
       {"interleaved 2", [](OnnxRotaryArgs& a) { a.interleaved = 2; }, "interleaved", Error::Kind::kInvalidArgument},
+      // an empty hidden axis: it blamed "cos_cache last dim ... got 0" although the cache has 4 columns
+      {"hidden size 0", [&](OnnxRotaryArgs& a) {
+         a.x = TensorView::contiguous(x.data(), DType::kF32, {2, 3, 0});
+         a.y = TensorView::contiguous(y.data(), DType::kF32, {2, 3, 0});
+       }, "head_size must be > 0, got 0 (X shape [2,3,0], num_heads 1)", Error::Kind::kInvalidArgument},
       {"cache too narrow", [&](OnnxRotaryArgs& a) {
          a.cos_cache = TensorView::contiguous(cache.data(), DType::kF32, {8, 2});
          a.sin_cache = a.cos_cache;

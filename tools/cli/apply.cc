@@ -172,7 +172,8 @@ int run_apply(const std::vector<std::string>& argv) {
   ApplyArgs args = common_args(flags);
   if (auto p = flags.get("pairing")) args.pairing = parse_flag(parse_pairing, *p, "--pairing");  // else the spec's
   if (auto n = flags.get_int("seq-len")) {
-    if (*n <= 0) throw UsageError("--seq-len must be > 0, got " + std::to_string(*n));
+    if (*n <= 0 || *n > (int64_t(1) << 31))  // positions are < 2^31
+      throw UsageError("--seq-len must be in [1, 2^31], got " + std::to_string(*n));
     args.seq_len = *n;
   }  // else length-dependent scaling sees max(P) + 1, as HF's forward does
 

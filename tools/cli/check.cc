@@ -79,7 +79,8 @@ int run_check(const std::vector<std::string>& args) {
     add_role(in.tensors, flags.require("positions"), "positions", {"positions", "position_ids"});
   }
   if (auto n = flags.get_int("max-pos")) {
-    if (*n <= 0) throw UsageError("--max-pos must be > 0, got " + std::to_string(*n));
+    if (*n <= 0 || *n > (int64_t(1) << 31))  // a sequence length: positions are < 2^31
+      throw UsageError("--max-pos must be in [1, 2^31], got " + std::to_string(*n));
     in.max_pos = *n;
   }
   const CheckResult r = check_parity(spec, in);

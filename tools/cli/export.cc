@@ -56,7 +56,8 @@ int run(const std::vector<std::string>& args) {
   }
   if (auto d = flags.get("dtype")) o.dtype = parse_dtype(*d);
   if (auto n = flags.get_int("max-pos")) {
-    if (*n <= 0) throw UsageError("--max-pos must be > 0, got " + std::to_string(*n));
+    if (*n <= 0 || *n > (int64_t(1) << 22))  // a table of at most 2^22 rows (rotary::export_tables)
+      throw UsageError("--max-pos must be in [1, 4194304], got " + std::to_string(*n));
     o.positions = *n;
   }
   const bool split = flags.has("cos") || flags.has("sin");

@@ -103,7 +103,8 @@ int run(const std::vector<std::string>& args) {
   const Spec spec = spec_from_flags(flags).normalized();
   std::optional<int64_t> seq_len;
   if (auto n = flags.get_int("seq-len")) {
-    if (*n < 1) throw UsageError("--seq-len must be > 0, got " + std::to_string(*n));
+    if (*n < 1 || *n > (int64_t(1) << 31))  // positions are < 2^31
+      throw UsageError("--seq-len must be in [1, 2^31], got " + std::to_string(*n));
     seq_len = *n;
   }
   const Frequencies f = compute_frequencies(spec, seq_len);

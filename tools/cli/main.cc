@@ -112,7 +112,12 @@ Spec spec_from_flags(const Flags& flags, const std::string& default_preset) {
   if (has_config && has_preset) throw UsageError("give either --config or --preset, not both");
   if (auto layer_type = flags.get("layer-type")) {
     if (!has_config) throw UsageError("--layer-type needs --config (a config with rope parameters per layer type)");
-    return layer_type_specs_from_hf_config_file(*flags.get("config")).spec_for(*layer_type);
+    const LayerTypeSpecs specs = layer_type_specs_from_hf_config_file(*flags.get("config"));
+    if (specs.by_type.size() == 1 && specs.by_type[0].layer_type.empty())  // its one entry answers every name
+      throw Error(Error::Kind::kInvalidArgument,  // a config error (exit 1), as an unknown type of a typed config
+                  "[rotary_config] layer_type " + quote_value(*layer_type) + " is not in the config, which has no "
+                  "layer_types (one RoPE for every layer): leave --layer-type out");
+    return specs.spec_for(*layer_type);
   }
   if (has_config) return spec_from_hf_config_file(*flags.get("config"));
   const std::string name = has_preset ? *flags.get("preset") : default_preset;
