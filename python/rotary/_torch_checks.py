@@ -1,4 +1,4 @@
-"""rotary.torch's checks around kernel calls: k against q where two calls rotate them, errors named as the caller's.
+"""rotary.torch's checks around kernel calls: inputs it reads, k against q where two calls rotate them, named errors.
 
 The kernel calls the tensor it rotates q and the offsets positions.*; rotary.torch's functions re-raise its errors
 with their own argument names (x, k, flash-attn's seqlen_offsets / cu_seqlens)."""
@@ -7,6 +7,22 @@ from __future__ import annotations
 from typing import Tuple
 
 import torch
+
+
+def readable(t: torch.Tensor) -> torch.Tensor:
+    """t as memory the core reads as its value: no negative bit, no broadcast axis. An empty tensor is contiguous to
+    torch whatever its strides (.contiguous() returns it as it is, zero strides included): it becomes a fresh one."""
+    if t.numel() == 0:
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    return t.resolve_neg().contiguous() if t.is_neg() else t.contiguous()
+
+
+def unread_error(status: int) -> RuntimeError:
+    """The error of a kernel call that still declines inputs once they were materialised (status: the kernel's copy
+    requests, 1 q, 2 k, 4 positions, 8 cos, 16 sin): its outputs are unwritten, so the call must not return them."""
+    names = [n for bit, n in ((1, "q"), (2, "k"), (4, "positions"), (8, "cos"), (16, "sin")) if status & bit]
+    return RuntimeError(f"[rotary_apply] {', '.join(names)} must be readable by the kernel once materialised, "
+                        f"got a tensor it still declines (status {status}); nothing was written")
 
 
 def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...], where: str = "rotary_apply") -> None:

@@ -50,6 +50,7 @@ import torch
 
 from . import _rotary as _native
 from . import _torch_composite as _composite
+from ._torch_checks import readable as _readable, unread_error as _unread
 from ._torch_composite import check_writable
 from ._rotary import Spec
 
@@ -104,12 +105,7 @@ def spec_from_key(key: str) -> Spec:
 # ----------------------------------------------------------------------------------------------- kernels (CPU)
 
 _POSITION_DTYPES = {torch.int32, torch.int64, torch.float32, torch.float64}
-_COPY_Q, _COPY_K, _COPY_POS, _COPY_COS, _COPY_SIN = 1, 2, 4, 8, 16
-
-
-def _readable(t: torch.Tensor) -> torch.Tensor:
-    """t as memory the core reads as its value: no negative bit, no broadcast axis."""
-    return t.resolve_neg().contiguous() if t.is_neg() else t.contiguous()
+_COPY_Q, _COPY_K, _COPY_POS, _COPY_COS, _COPY_SIN = 1, 2, 4, 8, 16  # the kernel's copy requests (_torch_checks)
 
 
 def _positions_for_kernel(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -181,8 +177,10 @@ def _run(spec: Optional[Spec], cos, sin, q, q_out, k, k_out, positions, offset, 
             cos = _readable(cos)
         if status & _COPY_SIN:
             sin = _readable(sin)
-        _native._torch_apply(spec, cos, sin, q, q_out, k, k_out, positions, offset, layout, pairing, inverse,
-                             seq_len, th, False, 0)
+        status = _native._torch_apply(spec, cos, sin, q, q_out, k, k_out, positions, offset, layout, pairing,
+                                      inverse, seq_len, th, False, 0)
+        if status:
+            raise _unread(status)
 
 
 def _apply_cpu(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
@@ -462,11 +460,13 @@ def _backend_kernel(name: str) -> Optional[Callable]:
             check_writable(q, k, "q" if n == 2 else "x")
             _bump(ts)
         stream = torch.cuda.current_stream(device).cuda_stream
-        for _ in range(2):
+        for attempt in range(2):
             status = _native._torch_apply(spec, cos, sin, q, outs[0], k, outs[1] if n == 2 else None, positions,
                                           offset, layout, pairing, inverse, seq_len, threads, True, stream)
             if not status:
                 break
+            if attempt:
+                raise _unread(status)
             q = _readable(q) if status & _COPY_Q else q
             k = _readable(k) if status & _COPY_K else k
             positions = _readable(positions) if status & _COPY_POS else positions

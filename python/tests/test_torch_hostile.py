@@ -7,8 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import numpy as np  # noqa: E402
+
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
+from reference import apply_bshd, default_inv_freq  # noqa: E402
 
 ops = torch.ops.rotary
 
@@ -295,3 +298,46 @@ def test_apply_qk_of_two_dtypes_in_place_under_compile_and_vmap():
     finally:
         torch._dynamo.reset()
     torch.testing.assert_close(got, want[0], rtol=0, atol=0)
+
+
+def test_an_empty_q_or_k_with_zero_strides_leaves_the_other_output_right():
+    # An empty tensor is contiguous to torch whatever its strides: the kernel asked for a copy of a zero-stride empty q,
+    # .contiguous() returned it as it was, the second call declined again unchecked and k's output stayed
+    # torch.empty_like garbage (1e38 / NaN). autograd's gradient of an unused 0-head output is such a tensor.
+    spec = rotary.Spec(16)
+    key = rt.spec_key(spec)
+    g = torch.Generator().manual_seed(7)
+    pos = torch.arange(5)
+    x = torch.randn(2, 5, 3, 16, generator=g)
+    want = torch.from_numpy(apply_bshd(x.numpy(), pos.numpy(), default_inv_freq(1e4, 16))).float()
+    ang = pos[:, None].double() * torch.from_numpy(default_inv_freq(1e4, 16))
+    cos, sin = ang.cos().float(), ang.sin().float()
+    tol = dict(rtol=0, atol=1e-5)
+    for empty in (torch.zeros(()).expand(2, 5, 0, 16), torch.empty_strided((2, 5, 0, 16), (5, 0, 7, 1))):
+        for f in (lambda a, b: ops.apply_qk(a, b, pos, 0, key), lambda a, b: rt.apply_qk(a, b, pos, spec),
+                  lambda a, b: ops.apply_qk_cos_sin(a, b, cos, sin, pos)):
+            torch.testing.assert_close(f(empty, x)[1], want, **tol)
+            torch.testing.assert_close(f(x, empty)[0], want, **tol)
+    q = torch.randn(2, 5, 0, 16, requires_grad=True)
+    k = x.clone().requires_grad_()
+    w = torch.randn(2, 5, 3, 16, generator=g)
+    torch._dynamo.reset()
+    try:
+        f = torch.compile(lambda q, k: ops.apply_qk(q, k, pos, 0, key), backend="aot_eager", dynamic=True)
+        qo, ko = f(q, k)
+        ((ko * w).sum() + qo.sum()).backward()
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(ko, want, **tol)
+    grad = apply_bshd(w.numpy(), pos.numpy(), default_inv_freq(1e4, 16), inverse=True)
+    torch.testing.assert_close(k.grad, torch.from_numpy(grad).float(), **tol)
+    assert np.isfinite(k.grad.numpy()).all()
+
+
+def test_a_kernel_that_still_declines_its_inputs_raises(monkeypatch):
+    # No call returns outputs the kernel did not write: a second refusal raises.
+    from rotary import _torch_ops
+
+    monkeypatch.setattr(_torch_ops._native, "_torch_apply", lambda *a: 1)
+    with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] q must be readable by the kernel"):
+        ops.apply(torch.randn(1, 2, 1, 8), None, 0, rt.spec_key(rotary.Spec(8)))
