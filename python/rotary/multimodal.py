@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out, _int64_checked, _threads_arg
+from ._arrays import _index_array, _input_and_out, _int64_checked, _threads_arg, _torch_module
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -62,6 +62,19 @@ class AxisFrequencies:
     @property
     def rotary_dim(self) -> int:
         return 2 * int(self.inv_freq.shape[0])
+
+
+def _needs_grad(x: Any) -> bool:
+    """x is a torch tensor that needs a derivative: it requires grad (grad mode on), carries a forward-mode AD tangent,
+    or is a torch.func transform's tensor (torch is imported if x can be a tensor)."""
+    torch = _torch_module()
+    if torch is None or not isinstance(x, torch.Tensor):
+        return False
+    if x.requires_grad and torch.is_grad_enabled():
+        return True
+    fwd = torch.autograd.forward_ad
+    return torch._C._functorch.is_functorch_wrapped_tensor(x) or (
+        fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None)
 
 
 def _wrap(t: tuple) -> AxisFrequencies:
@@ -118,9 +131,24 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float; >= 0 unless
     freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted.
+    torch tensors requiring grad (grad mode on) are differentiable: backward is the inverse rotation by the same
+    frequencies and positions (out= is refused for them; positions get no gradient).
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
+    if _needs_grad(x) or _needs_grad(k):
+        if out is not None:
+            raise ValueError("[rotary_apply_axes] out must be None for tensors that require grad (autograd records "
+                             "no write into out; use the returned tensor), got a tensor")
+        from . import _torch_axes
+
+        return _torch_axes.apply_axes(x, positions, freqs, k, layout, pairing, inverse, threads, backend)
+    return _apply_axes(x, positions, freqs, k, layout, pairing, inverse, out, threads, backend)
+
+
+def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: str, pairing: Optional[str],
+                inverse: bool, out: Any, threads: int, backend: str) -> Any:
+    """apply_axes on arrays (the kernel call)."""
     xv, bf16, out, ov = _input_and_out(x, out)
     kv = kov = k_out = None
     if k is not None:
@@ -140,8 +168,18 @@ def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 
 
     src/dst: "interleaved" (Meta) or "half" (HF). interleaved -> half is HF's convert_llama_weights_to_hf
     permute; half -> interleaved its inverse (llama.cpp's). Only the first rotary_dim rows of each head move
-    (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype.
+    (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype (a torch
+    tensor requiring grad, e.g. an nn.Parameter, gives one requiring grad: backward permutes the gradient back).
     """
+    if _needs_grad(w):
+        from . import _torch_axes
+
+        return _torch_axes.permute_qk_weight(w, int(n_heads), int(head_dim), int(rotary_dim), src, dst)
+    return _permute_qk_weight(w, n_heads, head_dim, rotary_dim, src, dst)
+
+
+def _permute_qk_weight(w: Any, n_heads: int, head_dim: int, rotary_dim: int, src: str, dst: str) -> Any:
+    """permute_qk_weight on arrays (the kernel call)."""
     wv, bf16, out, ov = _input_and_out(w, None, "w")
     _rotary._permute_qk(wv, ov, n_heads=int(n_heads), head_dim=int(head_dim), rotary_dim=int(rotary_dim), src=src,
                         dst=dst, bf16_bits=bf16)

@@ -231,3 +231,99 @@ def test_fractional_positions_match_fp64():
     xi = x.astype(np.float32)
     p = r.integers(0, 70000, (2, 7))
     np.testing.assert_array_equal(rotary.apply(xi, p, spec), rotary.apply(xi, p.astype(np.float64), spec))
+
+
+def _axes_reference(x, pos, freqs, pairing, inverse=False):
+    """Plain-torch float64 rotation by AxisFrequencies: pair j turns by pos[axis[j]] * inv_freq[j], cos/sin scaled by
+    attention_factor (bshd, positions [n_axes, B, S])."""
+    inv = torch.from_numpy(np.asarray(freqs.inv_freq, dtype=np.float64))
+    axis = torch.from_numpy(np.asarray(freqs.axis_of_freq, dtype=np.int64))
+    ang = pos.double()[axis].permute(1, 2, 0) * inv  # [B, S, h]
+    c = (ang.cos() * freqs.attention_factor)[:, :, None]
+    s = (ang.sin() * freqs.attention_factor * (-1 if inverse else 1))[:, :, None]
+    h = inv.shape[0]
+    if pairing == "interleaved":
+        a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
+        rot = torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
+    else:
+        a, b = x[..., :h], x[..., h:2 * h]
+        rot = torch.cat((a * c - b * s, b * c + a * s), -1)
+    return torch.cat((rot, x[..., 2 * h:]), -1)
+
+
+@pytest.mark.parametrize("kind", ["vision", "ggml_mrope_scaled", "ggml_neox_signed"])
+def test_apply_axes_gradients_equal_autograd_through_fp64_reference(kind):
+    # The output of apply_axes on tensors requiring grad did not require grad: the gradient of q/k through the vision /
+    # M-RoPE rotation was silently lost; out=x wrote a leaf that requires grad.
+    freqs = {"vision": rotary.vision_frequencies("qwen2vl", 16),
+             "ggml_mrope_scaled": rotary.ggml_frequencies("mrope", 16, attn_factor=1.5, sections=[2, 3, 3, 0]),
+             "ggml_neox_signed": rotary.ggml_frequencies("neox", 12, attn_factor=0.75)}[kind]
+    g = torch.Generator().manual_seed(11)
+    lo = -20 if freqs.signed_positions else 0
+    pos = torch.randint(lo, 50, (freqs.n_axes, 2, 5), generator=g)
+    x = torch.randn(2, 5, 3, 16, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(2, 5, 1, 16, dtype=torch.float64, generator=g, requires_grad=True)
+    wx, wk = torch.randn_like(x), torch.randn_like(k)
+    tol = dict(rtol=0, atol=1e-6)  # the kernel's angles from float32 frequencies (2^-24 relative)
+    for inverse in (False, True):
+        for kk in (None, k):
+            got = rotary.apply_axes(x, pos, freqs, k=kk, inverse=inverse)
+            got = got if kk is not None else (got,)
+            assert all(t.requires_grad for t in got)
+            loss = (got[0] * wx).sum() + (0 if kk is None else (got[1] * wk).sum())
+            gx = torch.autograd.grad(loss, (x,) if kk is None else (x, k))
+            ref = [_axes_reference(x, pos, freqs, freqs.pairing, inverse)]
+            if kk is not None:
+                ref.append(_axes_reference(k, pos, freqs, freqs.pairing, inverse))
+            torch.testing.assert_close(got, tuple(ref), **tol)
+            rloss = (ref[0] * wx).sum() + (0 if kk is None else (ref[1] * wk).sum())
+            want = torch.autograd.grad(rloss, (x,) if kk is None else (x, k))
+            torch.testing.assert_close(gx, want, **tol)
+    # only k requires grad; an unused 0-head q gets autograd's zero-stride empty gradient
+    q0 = torch.randn(2, 5, 0, 16, dtype=torch.float64)
+    qo, ko = rotary.apply_axes(q0, pos, freqs, k=k)
+    (gk,) = torch.autograd.grad((ko * wk).sum() + qo.sum(), k)
+    ref = _axes_reference(k, pos, freqs, freqs.pairing)
+    torch.testing.assert_close(gk, torch.autograd.grad((ref * wk).sum(), k)[0], **tol)
+    torch.autograd.gradcheck(lambda u: rotary.apply_axes(u, pos[:, :1, :2], freqs), (x[:1, :2],))
+    t = torch.randn_like(x)  # forward-mode AD (a tangent without requires_grad) and torch.func
+    with torch.autograd.forward_ad.dual_level():
+        y = rotary.apply_axes(torch.autograd.forward_ad.make_dual(x.detach(), t), pos, freqs)
+        jt = torch.autograd.forward_ad.unpack_dual(y).tangent
+    torch.testing.assert_close(jt, _axes_reference(t, pos, freqs, freqs.pairing), **tol)
+    _, jt = torch.func.jvp(lambda u: rotary.apply_axes(u, pos, freqs), (x.detach(),), (t,))
+    torch.testing.assert_close(jt, _axes_reference(t, pos, freqs, freqs.pairing), **tol)
+    gx = torch.func.grad(lambda u: (rotary.apply_axes(u, pos, freqs) * wx).sum())(x.detach())
+    torch.testing.assert_close(gx, _axes_reference(wx, pos, freqs, freqs.pairing, inverse=True), **tol)
+    torch.autograd.gradgradcheck(lambda u: rotary.apply_axes(u, pos[:, :1, :2], freqs), (x[:1, :2],))
+    with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] out must be None for tensors that require grad"):
+        rotary.apply_axes(x, pos, freqs, out=x)
+    with pytest.raises(RuntimeError, match=r"^\[rotary_apply_axes\] positions must not require grad"):
+        rotary.apply_axes(x, pos.double().requires_grad_(), freqs)
+    with torch.no_grad():  # no gradient wanted: the array path, out= allowed
+        y = x.detach().clone()
+        rotary.apply_axes(y, pos, freqs, out=y)
+    torch.testing.assert_close(y, _axes_reference(x.detach(), pos, freqs, freqs.pairing), **tol)
+
+
+def test_permute_qk_weight_of_a_parameter_carries_the_gradient():
+    # permute_qk_weight on an nn.Parameter returned a tensor that did not require grad.
+    g = torch.Generator().manual_seed(12)
+    w = torch.nn.Parameter(torch.randn(3 * 16, 5, dtype=torch.float64, generator=g))
+    wo = torch.randn(3 * 16, 5, dtype=torch.float64, generator=g)
+    for src, dst in (("interleaved", "half"), ("half", "interleaved")):
+        out = rotary.permute_qk_weight(w, n_heads=3, head_dim=16, src=src, dst=dst)
+        assert out.requires_grad
+        ref = _hf_permute(w, 3, 48, 5)
+        if src == "half":  # the inverse permutation: ref is interleaved -> half, so w = ref(out)
+            ref = out.detach().clone()
+            assert torch.equal(_hf_permute(ref, 3, 48, 5), w.detach())
+            (g_got,) = torch.autograd.grad((out * wo).sum(), w)
+            (g_want,) = torch.autograd.grad((_hf_permute(wo, 3, 48, 5) * w).sum(), w)
+            torch.testing.assert_close(g_got, g_want, rtol=0, atol=0)
+            continue
+        assert torch.equal(out.detach(), ref.detach())
+        (g_got,) = torch.autograd.grad((out * wo).sum(), w)
+        (g_want,) = torch.autograd.grad((ref * wo).sum(), w)
+        torch.testing.assert_close(g_got, g_want, rtol=0, atol=0)
+    torch.autograd.gradcheck(lambda u: rotary.permute_qk_weight(u, n_heads=3, head_dim=16, rotary_dim=8), (w[:, :2],))
