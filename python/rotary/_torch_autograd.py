@@ -119,7 +119,9 @@ def _table_grads(pairs, cos, sin, positions, offset, layout, pairing, inverse):
         gc = dc if gc is None else gc + dc
         gs = ds if gs is None else gs + ds
     # gc: per token, [B, S, h] (bshd/bhsd) or [T, h] (thd)
-    if cos.dim() == 3:  # [B or 1, S, h]: a table shared by the batch gets the sum over it
+    if cos.dim() == 3:  # [B or 1, S, h] ([1, T, h] for thd): a table shared by the batch gets the sum over it
+        if gc.dim() == 2:  # thd: [T, h] -> [1, T, h]
+            gc, gs = gc.unsqueeze(0), gs.unsqueeze(0)
         return gc.sum_to_size(cos.shape).to(cos.dtype), gs.sum_to_size(sin.shape).to(sin.dtype)
     if positions is None:
         n = gc.shape[-2]

@@ -273,3 +273,48 @@ def test_rope_module_on_empty_inputs():
     for shape in ((2, 0, 16), (0, 5, 16), (0, 16)):
         y = rope(torch.randn(shape))
         assert y.shape == shape and y.dtype == torch.float32
+
+
+def _rotate_by_tables(x, c, s, pairing):
+    """Plain-torch rotation of x [..., D] by per-token c/s [..., h] (broadcast over heads), differentiable in all."""
+    h = c.shape[-1]
+    if pairing == "interleaved":
+        a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
+        rot = torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
+    else:
+        a, b = x[..., :h], x[..., h:2 * h]
+        rot = torch.cat((a * c - b * s, b * c + a * s), -1)
+    return torch.cat((rot, x[..., 2 * h:]), -1)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_thd_per_token_tables_get_their_gradients(pairing):
+    # thd with per-token tables [1, T, R/2] that require grad: backward raised torch's "size {[1, 7, 6]} is not
+    # expandable to size {[7, 6]}" (the tables' gradient was built [T, R/2] and summed to [1, T, R/2]).
+    g = torch.Generator().manual_seed(21)
+    T, H, D, h = 7, 3, 16, 6
+    x = torch.randn(T, H, D, dtype=torch.float64, generator=g, requires_grad=True)
+    k = torch.randn(T, 1, D, dtype=torch.float64, generator=g, requires_grad=True)
+    cos = torch.rand(1, T, h, dtype=torch.float64, generator=g, requires_grad=True)
+    sin = torch.rand(1, T, h, dtype=torch.float64, generator=g, requires_grad=True)
+    wx, wk = torch.randn_like(x), torch.randn_like(k)
+    ops = torch.ops.rotary
+    ref_x = _rotate_by_tables(x, cos[0][:, None], sin[0][:, None], pairing)
+    ref_k = _rotate_by_tables(k, cos[0][:, None], sin[0][:, None], pairing)
+    want = torch.autograd.grad((ref_x * wx).sum(), (x, cos, sin), retain_graph=True)
+    want_qk = torch.autograd.grad((ref_x * wx).sum() + (ref_k * wk).sum(), (x, k, cos, sin))
+    for f in (lambda: rt.apply_cos_sin(x, cos, sin, layout="thd", pairing=pairing),
+              lambda: ops.apply_cos_sin(x, cos, sin, None, 0, "thd", pairing)):
+        got = torch.autograd.grad((f() * wx).sum(), (x, cos, sin))
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    qo, ko = ops.apply_qk_cos_sin(x, k, cos, sin, None, 0, "thd", pairing)
+    got = torch.autograd.grad((qo * wx).sum() + (ko * wk).sum(), (x, k, cos, sin))
+    torch.testing.assert_close(got, want_qk, rtol=0, atol=1e-12)
+    xf, cf, sf = x.detach().float(), cos.detach().float().requires_grad_(), sin.detach().float().requires_grad_()
+    got = torch.autograd.grad((ops.apply_cos_sin(xf, cf, sf, None, 0, "thd", pairing) * wx.float()).sum(), (cf, sf))
+    torch.testing.assert_close(got, want[1:], rtol=0, atol=1e-5, check_dtype=False)
+    gc = torch.func.grad(lambda c: (rt.apply_cos_sin(x.detach(), c, sin.detach(), layout="thd", pairing=pairing)
+                                    * wx).sum())(cos.detach())
+    torch.testing.assert_close(gc, want[1], rtol=0, atol=1e-12)
+    torch.autograd.gradcheck(lambda c, s: ops.apply_cos_sin(x.detach()[:3], c, s, None, 0, "thd", pairing),
+                             (cos[:, :3].detach().requires_grad_(), sin[:, :3].detach().requires_grad_()))
