@@ -154,11 +154,19 @@ def _device_rows(tables: list, ids: torch.Tensor, use: Optional[torch.Tensor] = 
     return torch.where(inside, c, fc), torch.where(inside, s, fs)
 
 
+def offset_with_ids_error(offset: int) -> ValueError:
+    """The operators' error for an offset given with position ids (it was ignored)."""
+    return ValueError(f"[rotary_apply] offset must be 0 when positions are given (the ids are the positions: add "
+                      f"the offset to them), got {offset}")
+
+
 def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device) -> torch.Tensor:
     if positions is None:
         if offset < 0:  # known on the host: the CPU kernel's error (indexing would wrap to the table's end)
             raise ValueError(f"[rotary_apply] positions.offset must be >= 0, got {offset}")
         return torch.arange(offset, offset + n_tok, device=device)
+    if offset:
+        raise offset_with_ids_error(offset)
     if positions.is_floating_point():
         raise NotImplementedError("[rotary] fractional positions on device tensors are not supported "
                                   "(rotary's CPU kernels compute them)")

@@ -18,7 +18,7 @@ Argument encoding (tensors and plain scalars/strings only, so graphs and exporte
             cached cos/sin table to every later call with that key.
   positions None (then token s sits at offset + s), or an integer tensor ([S], [B, S], [T] for thd, M-RoPE
             [3, B, S] / [3, T]) or a float tensor (fractional positions), on any device; never read on the host
-            for device tensors.
+            for device tensors. With positions given, offset must be 0 (ValueError otherwise).
   pairing   "" = the spec's own (spec ops); "half" / "interleaved".
   threads   0 = torch.get_num_threads() (the process's affinity mask caps it further in the engine).
 
@@ -51,7 +51,7 @@ import torch
 from . import _rotary as _native
 from . import _torch_composite as _composite
 from ._torch_checks import readable as _readable, unread_error as _unread
-from ._torch_composite import check_writable
+from ._torch_composite import check_writable, offset_with_ids_error
 from ._rotary import Spec
 
 LIB = torch.library.Library("rotary", "DEF")  # noqa: TOR901 - the namespace's one definition library
@@ -160,6 +160,8 @@ def _run(spec: Optional[Spec], cos, sin, q, q_out, k, k_out, positions, offset, 
          seq_len, threads) -> None:
     """One call of the CPU kernel; inputs it cannot read as they are get materialised once. In place (q_out None):
     the version counters of q (and k) are bumped, as torch's own in-place kernels do."""
+    if offset and positions is not None:
+        raise offset_with_ids_error(offset)
     if q_out is None:
         _bump((q,) if k is None else (q, k))
     positions = _positions_for_kernel(positions)
@@ -452,6 +454,8 @@ def _backend_kernel(name: str) -> Optional[Callable]:
             positions, offset, key, layout, pairing, inverse, seq_len, threads = args[n:]
             spec = spec_from_key(key)
         device = ts[0].device
+        if offset and positions is not None:
+            raise offset_with_ids_error(offset)
         if positions is not None and positions.device != device:
             positions = positions.to(device, non_blocking=True)
         outs = [None] * n if inplace else [torch.empty_like(t) for t in ts]

@@ -341,3 +341,33 @@ def test_a_kernel_that_still_declines_its_inputs_raises(monkeypatch):
     monkeypatch.setattr(_torch_ops._native, "_torch_apply", lambda *a: 1)
     with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] q must be readable by the kernel"):
         ops.apply(torch.randn(1, 2, 1, 8), None, 0, rt.spec_key(rotary.Spec(8)))
+
+
+def test_an_offset_given_with_position_ids_is_refused():
+    # torch.ops.rotary.apply(x, ids, 5, key) rotated by the ids alone: the offset was silently ignored.
+    from rotary import _torch_composite
+
+    spec = rotary.Spec(16)
+    key = rt.spec_key(spec)
+    cos, sin = rt.cos_sin(torch.arange(64), spec)
+    ids = torch.arange(4)
+    x0, k0 = torch.randn(1, 4, 2, 16), torch.randn(1, 4, 1, 16)
+    calls = (lambda x, k: ops.apply(x, ids, 5, key), lambda x, k: ops.apply_(x, ids, 5, key),
+             lambda x, k: ops.apply_qk(x, k, ids, 5, key), lambda x, k: ops.apply_qk_(x, k, ids, 5, key),
+             lambda x, k: ops.apply_cos_sin(x, cos, sin, ids, 5), lambda x, k: ops.apply_cos_sin_(x, cos, sin, ids, 5),
+             lambda x, k: ops.apply_qk_cos_sin(x, k, cos, sin, ids, 5),
+             lambda x, k: ops.apply_qk_cos_sin_(x, k, cos, sin, ids, 5),
+             lambda x, k: ops.apply_cos_sin(x.double(), cos.double(), sin.double(), ids, 5))
+    for forced in (False, True):
+        with _torch_composite.forced() if forced else contextlib.nullcontext():
+            for f in calls:
+                x, k = x0.clone(), k0.clone()
+                with pytest.raises(ValueError, match=r"^\[rotary_apply\] offset must be 0 when positions are given"
+                                                     r" .*got 5$"):
+                    f(x, k)
+                assert torch.equal(x, x0) and torch.equal(k, k0)
+    # offset 0 with ids, and the ids moved by the offset, as before; the public functions never pass both
+    want = torch.from_numpy(apply_bshd(x0.numpy(), (ids + 5).numpy(), default_inv_freq(1e4, 16))).float()
+    for y in (ops.apply(x0, ids + 5, 0, key), rt.apply(x0, ids + 5, spec), rotary.apply(x0, ids + 5, spec),
+              rt.apply(x0, 5, spec), ops.apply(x0, None, 5, key)):
+        torch.testing.assert_close(y, want, rtol=0, atol=1e-5)
