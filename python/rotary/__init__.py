@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _check_out, _empty_like, _index_array,
+from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
                       _input_and_out, _int64_checked, _is_torch, _offset_arg, _seq_len_arg, _threads_arg,
                       _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
@@ -194,6 +194,8 @@ def apply_qk(
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+        _check_torch_write(q, "q", "rotary_apply")
+        _check_torch_write(k, "k", "rotary_apply")
         q_out, k_out = q, k
     else:
         q_out = _empty_like(q) if q_out is None else q_out
@@ -391,6 +393,8 @@ def apply_qk_cos_sin(
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+        _check_torch_write(q, "q", "rotary_apply")
+        _check_torch_write(k, "k", "rotary_apply")
         q_out, k_out = q, k
     qv, bf16, q_out, qov = _input_and_out(q, q_out, "q", "q_out")
     kv, _, k_out, kov = _input_and_out(k, k_out, "k", "k_out")

@@ -149,7 +149,22 @@ def _empty_like(x: Any) -> Any:
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 
 
-def _check_out(out: Any, x: Any, what: str) -> None:
+def _check_torch_write(out: Any, what: str, where: str) -> None:
+    """A torch tensor the call writes (out=, or x in place) that torch itself would refuse to write: an inference
+    tensor outside inference mode, or (grad mode on) one that requires grad, as torch's out= functions refuse."""
+    torch = _torch_module()
+    if torch is None or not isinstance(out, torch.Tensor):
+        return
+    if out.is_inference() and not torch.is_inference_mode_enabled():
+        raise _inference_write_error(where, what)
+    if out.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"[{where}] {what} must not require grad (functions with out= arguments don't support "
+                           "automatic differentiation, as torch's own; use the returned tensor, or write under "
+                           "torch.no_grad()), got a tensor that requires grad")
+
+
+def _check_out(out: Any, x: Any, what: str, where: str = "rotary_apply") -> None:
+    _check_torch_write(out, what, where)
     x_numpy = isinstance(x, np.ndarray)
     if isinstance(out, np.ndarray) != x_numpy or (not x_numpy and _is_torch(out) != _is_torch(x)):
         raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
@@ -208,13 +223,14 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
                     f"got {type(a).__name__}")
 
 
-def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out") -> Tuple[Any, bool, Any, Any]:
+def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out",
+                   where: str = "rotary_apply") -> Tuple[Any, bool, Any, Any]:
     """(core view of x, x is bf16 bits, the output array, its core view): `out`, checked against x, or a new one."""
     xv, bf16 = _as_core_array(x, what, readonly=True)
     if out is None:
         out = _empty_like(x)
     else:
-        _check_out(out, x, out_what)
+        _check_out(out, x, out_what, where)
     ov, _ = _as_core_array(out, out_what)
     return xv, bf16, out, ov
 

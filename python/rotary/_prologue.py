@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _float_arg, _has_broadcast_axis, _index_array,
-                      _empty_like, _inference_write_error, _is_torch, _mark_written, _seq_len_arg, _table_arrays,
-                      _threads_arg, _torch_module)
+from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _check_torch_write, _float_arg, _has_broadcast_axis,
+                      _index_array, _empty_like, _inference_write_error, _is_torch, _mark_written, _seq_len_arg,
+                      _table_arrays, _threads_arg, _torch_module)
 from ._positions import _split_positions, _table_positions
 from ._rotary import Spec
 
@@ -401,6 +401,7 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
     def conv(x, what, scale_name, scale):
         if x is None:
             return None, -1, 1.0
+        _check_torch_write(x, what, "rotary_apply")
         code = _fp8_code(x)
         if code is None:
             if scale is not None:

@@ -149,7 +149,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
 def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: str, pairing: Optional[str],
                 inverse: bool, out: Any, threads: int, backend: str) -> Any:
     """apply_axes on arrays (the kernel call)."""
-    xv, bf16, out, ov = _input_and_out(x, out)
+    xv, bf16, out, ov = _input_and_out(x, out, where="rotary_apply_axes")
     kv = kov = k_out = None
     if k is not None:
         kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out")

@@ -371,3 +371,46 @@ def test_an_offset_given_with_position_ids_is_refused():
     for y in (ops.apply(x0, ids + 5, 0, key), rt.apply(x0, ids + 5, spec), rotary.apply(x0, ids + 5, spec),
               rt.apply(x0, 5, spec), ops.apply(x0, None, 5, key)):
         torch.testing.assert_close(y, want, rtol=0, atol=1e-5)
+
+
+def test_out_that_torch_would_refuse_to_write_is_refused():
+    # rotary.apply(x, out=leaf requiring grad) and out= an inference tensor outside inference mode were written;
+    # torch's own out= functions (torch.mul(x, 2, out=leaf)) and rotary's in-place operators refuse both.
+    spec = rotary.Spec(16)
+    g = torch.Generator().manual_seed(8)
+    x, k = torch.randn(1, 4, 2, 16, generator=g), torch.randn(1, 4, 1, 16, generator=g)
+    cos, sin = rt.cos_sin(torch.arange(8), spec)
+    freqs = rotary.mrope_frequencies(spec)
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    calls = [("out", lambda o, ko: rotary.apply(x, 0, spec, out=o)),
+             ("out", lambda o, ko: rotary.apply_cos_sin(x, cos, sin, 0, out=o)),
+             ("q_out", lambda o, ko: rotary.apply_qk(x, k, 0, spec, q_out=o, k_out=ko)),
+             ("k_out", lambda o, ko: rotary.apply_qk(x, k, 0, spec, q_out=o.detach().clone(), k_out=ko)),
+             ("q_out", lambda o, ko: rotary.apply_qk_cos_sin(x, k, cos, sin, 0, q_out=o, k_out=ko)),
+             ("out", lambda o, ko: rotary.apply_axes(x, torch.arange(4)[None], freqs, out=o)),
+             ("q", lambda o, ko: rotary.apply_qk(o, ko, 0, spec, inplace=True)),
+             ("q", lambda o, ko: rotary.apply_qk_cos_sin(o, ko, cos, sin, 0, inplace=True))]
+    prefix = {5: "rotary_apply_axes"}
+    for i, (name, f) in enumerate(calls):
+        where = prefix.get(i, "rotary_apply")
+        o, ko = torch.zeros_like(x, requires_grad=True), torch.zeros_like(k, requires_grad=name == "k_out")
+        if name != "q":  # (in place, a tensor requiring grad goes through autograd, recorded or refused by torch)
+            with pytest.raises(RuntimeError, match=rf"^\[{where}\] {name} must not require grad"):
+                f(o, ko)
+            assert not o.detach().any() and not ko.detach().any()
+            with torch.no_grad():  # torch writes such tensors without grad mode, as rotary does
+                f(o, ko)
+            assert o.detach().any() or ko.detach().any()
+        with torch.inference_mode():
+            o, ko = torch.zeros_like(x), torch.zeros_like(k)
+        with pytest.raises(RuntimeError, match=rf"^\[{where}\] {name} must not be an inference tensor for an in-place"
+                                               r" update outside InferenceMode"):
+            f(o.clone() if name == "k_out" else o, ko.clone() if name == "q_out" else ko)
+        assert not o.any() and not ko.any()
+        with torch.inference_mode():
+            f(o, ko)  # inside inference_mode: written, as torch writes them
+    if fp8 is not None:
+        with torch.inference_mode():
+            o8 = torch.zeros(x.shape, dtype=fp8)
+        with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] out must not be an inference tensor"):
+            rotary.apply(x, 0, spec, out=o8, out_scale=1.0)
