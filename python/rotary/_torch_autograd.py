@@ -3,7 +3,8 @@
 Backward of a rotation is the inverse rotation with the same cos/sin (grad_x = R(-angle) grad_y, attention factor
 included), computed by the same operator, so it is differentiable again. Caller cos/sin operators also give
 gradients for cos and sin (torch composite, only when they require grad). In-place operators record the functional
-operator plus copy_ when a gradient is needed, as torch does for its own in-place ops.
+operator plus copy_ when a gradient is needed, as torch does for its own in-place ops. Inputs that carry forward-mode
+tangents get the rotated tangents attached to the outputs (make_dual; registered formulas are reverse mode only).
 """
 from __future__ import annotations
 
@@ -13,6 +14,53 @@ from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key, write_all
 
 ops = torch.ops.rotary
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_FWD = torch.autograd.forward_ad
+
+
+def has_tangent(*args) -> bool:
+    """Whether a tensor among args carries a forward-mode AD tangent (torch.autograd.forward_ad, torch.func.jvp)."""
+    if _FWD._current_level < 0:
+        return False
+    return any(isinstance(a, torch.Tensor) and _FWD.unpack_dual(a).tangent is not None for a in args)
+
+
+def _with_tangents(name: str, args: tuple):
+    """An operator call whose inputs carry forward-mode tangents (torch.autograd.forward_ad, torch.func.jvp): the
+    registered formulas give reverse mode only (a torch.library limitation), so the primal outputs are computed from
+    the primals and get their tangents with make_dual. The rotation is linear in x: x's tangent is rotated the same
+    way; caller tables add the rotation of x by their tangents (pass-through channels 0). In place: the result is
+    copied back (copy_ carries the tangent)."""
+    args = full_args(name, args)
+    n = _N_ROTATED[name]
+    tables = "cos_sin" in name
+    inplace = name.endswith("_")
+    split = [_FWD.unpack_dual(a) if isinstance(a, torch.Tensor) else (a, None) for a in args]
+    primals = tuple(p for p, _ in split)
+    functional = getattr(ops, name[:-1] if inplace else name)
+    outs = functional(*primals)
+    outs = outs if n == 2 else (outs,)
+    single = ops.apply_cos_sin if tables else ops.apply
+    rest = primals[n:]
+    duals = []
+    for i, out in enumerate(outs):
+        t = None if split[i][1] is None else single(split[i][1], *rest)
+        if tables and (split[n][1] is not None or split[n + 1][1] is not None):
+            cos, sin = rest[0], rest[1]
+            ct = split[n][1] if split[n][1] is not None else torch.zeros_like(cos)
+            st = split[n + 1][1] if split[n + 1][1] is not None else torch.zeros_like(sin)
+            dt = single(primals[i], ct, st, *rest[2:])
+            r = 2 * cos.shape[-1]
+            if r < dt.shape[-1]:
+                dt = torch.cat((dt[..., :r], torch.zeros_like(dt[..., r:])), dim=-1)
+            t = dt if t is None else t + dt
+        duals.append(out if t is None else _FWD.make_dual(out, t))
+    if not inplace:
+        return tuple(duals) if n == 2 else duals[0]
+    if n == 1:
+        args[0].copy_(duals[0])
+    else:  # a write torch refuses goes first: q is left as it was
+        write_all(args[:2], duals)
+    return None
 
 
 def _register_autograd(name: str, backward, setup_context) -> None:
@@ -29,6 +77,8 @@ def _register_autograd(name: str, backward, setup_context) -> None:
     kernels = KERNELS[name]
 
     def kernel(keyset, *args):
+        if _FWD._current_level >= 0 and has_tangent(*args):
+            return _with_tangents(name, args)
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             return with_grad(keyset, *args)
         below = keyset & _AFTER_AUTOGRAD
@@ -196,6 +246,8 @@ def _inplace_autograd(name: str, n_mutated: int):
     kernels = KERNELS[name]
 
     def kernel(keyset, *args):
+        if _FWD._current_level >= 0 and has_tangent(*args):
+            return _with_tangents(name, args)
         if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
             # As torch does for its in-place ops: the functional op is recorded and copy_ writes its result into the
             # mutated tensors (torch refuses a leaf requiring grad here, and bumps the version counters).

@@ -33,6 +33,7 @@ import torch
 import rotary as _rotary
 from rotary import _torch_ops
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
+from rotary._torch_autograd import has_tangent as _has_tangent
 from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, named, raise_named
 from rotary._torch_ops import spec_from_key, spec_key
 from rotary._torch_positions import _functorch_active, _peek_functorch, _positions, raise_offsets_error
@@ -46,6 +47,7 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _tracing_state = torch._C._get_tracing_state
 _profiler = torch.autograd.profiler
+_forward_ad = torch.autograd.forward_ad
 _kernel = {name: fns[_torch_ops._CPU_KEYS] for name, fns in _torch_ops.KERNELS.items()}
 
 
@@ -54,7 +56,7 @@ def _eager(*tensors: Any) -> bool:
     tensors needing no gradient, outside torch.compile, torch.func, dispatch/function modes, jit tracing and the
     profiler (any of those sees the operator itself). Saves the dispatcher's Python-kernel round trip in eager code
     (docs/performance.md, "PyTorch operators")."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:  # forward AD: the operator's Autograd kernel
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
@@ -468,7 +470,8 @@ def apply_rotary_pos_emb(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, si
     computed by HF's torch formula, so cos and sin get HF's gradients, each half its own.
     """
     r = cos.shape[-1]
-    tables_need_grad = (cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled()
+    tables_need_grad = ((cos.requires_grad or sin.requires_grad) and torch.is_grad_enabled()) or (
+        _forward_ad._current_level >= 0 and _has_tangent(cos, sin))
     if r % 2 == 0 and cos.shape == sin.shape and not tables_need_grad:
         h = r // 2
         out = _rotate_qk_by_halves(q, k, cos[..., :h], sin[..., :h], unsqueeze_dim)

@@ -318,3 +318,66 @@ def test_thd_per_token_tables_get_their_gradients(pairing):
     torch.testing.assert_close(gc, want[1], rtol=0, atol=1e-12)
     torch.autograd.gradcheck(lambda c, s: ops.apply_cos_sin(x.detach()[:3], c, s, None, 0, "thd", pairing),
                              (cos[:, :3].detach().requires_grad_(), sin[:, :3].detach().requires_grad_()))
+
+
+def test_forward_mode_ad_rotates_the_tangents():
+    # With torch.autograd.forward_ad the tangents came back None through rt.apply / ops.apply / apply_qk / RoPE /
+    # apply_rotary_emb / apply_rotary_pos_emb, unrotated through in-place ops.apply_ / rt.apply(inplace=True), and
+    # torch.func.jvp of torch.ops.rotary.* gave zeros (the registered formulas give reverse mode only).
+    fwd = torch.autograd.forward_ad
+    ops = torch.ops.rotary
+    spec = rotary.Spec(16)
+    key = rt.spec_key(spec)
+    g = torch.Generator().manual_seed(31)
+    x = torch.randn(2, 4, 3, 16, dtype=torch.float64, generator=g)
+    t = torch.randn(2, 4, 3, 16, dtype=torch.float64, generator=g)
+    pos = torch.tensor([[0, 3, 5, 9], [2, 2, 7, 1]])
+    ang = pos[..., None].double() * torch.from_numpy(default_inv_freq(1e4, 16))
+    c, s = ang.cos()[:, :, None], ang.sin()[:, :, None]
+    want = _rotate_by_tables(t, c, s, "half")
+    tc, ts = torch.randn(12, 8, dtype=torch.float64, generator=g), torch.randn(12, 8, dtype=torch.float64, generator=g)
+    table = torch.arange(12)[:, None].double() * torch.from_numpy(default_inv_freq(1e4, 16))
+    cos, sin = table.cos(), table.sin()
+    tol = dict(rtol=0, atol=1e-6)  # the kernel's float32 cos/sin (f32 tensors: f32 rounding)
+    calls = {"rt.apply": lambda d: rt.apply(d, pos, spec), "ops.apply": lambda d: ops.apply(d, pos, 0, key),
+             "rt.apply_qk": lambda d: rt.apply_qk(d, x[:, :, :1], pos, spec)[0],
+             "ops.apply_qk k": lambda d: ops.apply_qk(x[:, :, :2], d, pos, 0, key)[1],
+             "ops.apply_cos_sin f32": lambda d: ops.apply_cos_sin(d.float(), cos.float(), sin.float(), pos).double(),
+             "rt.apply_cos_sin": lambda d: rt.apply_cos_sin(d, cos, sin, pos),
+             "ops.apply_qk_cos_sin": lambda d: ops.apply_qk_cos_sin(d, x, cos, sin, pos)[0],
+             "ops.apply_": lambda d: (ops.apply_(d, pos, 0, key), d)[1],
+             "rt.apply inplace": lambda d: rt.apply(d, pos, spec, inplace=True),
+             "ops.apply_qk_": lambda d: (ops.apply_qk_(d, x.clone(), pos, 0, key), d)[1],
+             "ops.apply_cos_sin_": lambda d: (ops.apply_cos_sin_(d, cos, sin, pos), d)[1]}
+    for name, f in calls.items():
+        with fwd.dual_level():
+            y = f(fwd.make_dual(x.clone(), t.clone()))
+            got = fwd.unpack_dual(y).tangent
+        assert got is not None, name
+        torch.testing.assert_close(got, want, **tol, msg=name)
+    xs = x[:, :, 0].contiguous()  # RoPE and flash-attn's apply_rotary_emb at positions 0..3
+    ang0 = torch.arange(4)[:, None].double() * torch.from_numpy(default_inv_freq(1e4, 16))
+    want0 = _rotate_by_tables(t[:, :, 0], ang0.cos(), ang0.sin(), "half")
+    for name, f in {"RoPE": lambda d: rt.RoPE(16)(d),
+                    "apply_rotary_emb": lambda d: rt.apply_rotary_emb(d[:, :, None], cos.float(), sin.float())[:, :, 0],
+                    "apply_rotary_pos_emb": lambda d: rt.apply_rotary_pos_emb(
+                        d[:, None], d[:, None], torch.cat((ang0.cos(), ang0.cos()), -1)[None],
+                        torch.cat((ang0.sin(), ang0.sin()), -1)[None])[0][:, 0]}.items():
+        with fwd.dual_level():
+            y = f(fwd.make_dual(xs.float() if name == "apply_rotary_emb" else xs, t[:, :, 0].clone()))
+            got = fwd.unpack_dual(y).tangent
+        assert got is not None, name
+        torch.testing.assert_close(got.double(), want0, **tol, msg=name)
+    # torch.func.jvp of the operators, tables' tangents included (against the plain-torch formula's jvp)
+    for f in (lambda u: ops.apply(u, pos, 0, key), lambda u: ops.apply_qk(u, x, pos, 0, key)[0]):
+        torch.testing.assert_close(torch.func.jvp(f, (x,), (t,))[1], want, **tol)
+    xf, cf, sf = x.float(), cos.float(), sin.float()
+    got = torch.func.jvp(lambda u, a, b: ops.apply_cos_sin(u, a, b, pos), (xf, cf, sf), (t.float(), tc.float(),
+                                                                                        ts.float()))[1]
+    ref = torch.func.jvp(lambda u, a, b: _rotate_by_tables(u, a[pos][:, :, None], b[pos][:, :, None], "half"),
+                         (x, cos, sin), (t, tc, ts))[1]
+    torch.testing.assert_close(got.double(), ref, rtol=0, atol=1e-5)
+    xg = x[:1, :2, :1].clone().requires_grad_()
+    torch.autograd.gradcheck(lambda u: rt.apply(u, pos[:1, :2], spec), (xg,), check_forward_ad=True)
+    torch.autograd.gradcheck(lambda u, a, b: ops.apply_cos_sin(u, a, b, pos[:1, :2]),
+                             (xg, cos.clone().requires_grad_(), sin.clone().requires_grad_()), check_forward_ad=True)
