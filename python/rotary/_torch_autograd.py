@@ -343,6 +343,14 @@ def _loop(name, batch, in_dims, args):
         n = _N_ROTATED[name]
         if any(d is None for d in in_dims[:n]):
             raise ValueError("[rotary] vmap: an in-place rotation needs its tensors batched")
+    if batch == 0:  # an empty vmapped axis: one call on a zero item gives the items' shapes (and checks the rest)
+        if inplace:
+            return None, None
+        item = [torch.zeros(a.shape[:d] + a.shape[d + 1:], dtype=a.dtype, device=a.device) if d is not None else a
+                for a, d in zip(args, in_dims)]
+        out = op(*item)
+        empty = tuple(o.new_empty((0,) + tuple(o.shape)) for o in (out if isinstance(out, tuple) else (out,)))
+        return (empty, (0,) * len(empty)) if isinstance(out, tuple) else (empty[0], 0)
     results = []
     for i in range(batch):
         item = [a.select(d, i) if d is not None else a for a, d in zip(args, in_dims)]

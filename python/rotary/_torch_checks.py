@@ -25,6 +25,10 @@ def unread_error(status: int) -> RuntimeError:
                         f"got a tensor it still declines (status {status}); nothing was written")
 
 
+def threads_error(threads: int) -> ValueError:
+    return ValueError(f"[rotary_apply] threads must be >= 0 (0 = torch.get_num_threads()), got {threads}")
+
+
 def raise_named(e: Exception, names: Tuple[Tuple[str, str], ...], where: str = "rotary_apply") -> None:
     """Raises the kernel's error e with the argument it names renamed (old, new): the kernel calls the tensor it
     rotates q and the offsets positions.*; returns if e names none of them. `where`: the call's prefix (the
@@ -64,13 +68,12 @@ def check_k_like_q(q: torch.Tensor, k: torch.Tensor, layout: str) -> None:
     rank, form = RANKS.get(layout, (0, ""))
     if q.dim() != rank:
         return  # q's own call reports it
-    shape = dims(k.shape)
     if k.dim() != rank:
         raise ValueError(f"[rotary_apply] k must have rank {rank} {form} for layout {layout}, got rank {k.dim()} "
-                         f"(shape {shape})")
+                         f"(shape {dims(k.shape)})")
     axes = ((0, "token count T"),) if layout == "thd" else ((0, "batch size"), (2 if layout == "bhsd" else 1,
                                                                                 "sequence length S"))
     for axis, what in axes + ((-1, "head_dim"),):
-        if k.shape[axis] != q.shape[axis]:
+        if k.shape[axis] != q.shape[axis]:  # the message is built on failure only (torch.compile traces the rest)
             raise ValueError(f"[rotary_apply] k {what} must equal q's {q.shape[axis]}, got {k.shape[axis]} "
-                             f"(k shape {shape})")
+                             f"(k shape {dims(k.shape)})")

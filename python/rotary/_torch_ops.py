@@ -50,7 +50,7 @@ import torch
 
 from . import _rotary as _native
 from . import _torch_composite as _composite
-from ._torch_checks import readable as _readable, unread_error as _unread
+from ._torch_checks import readable as _readable, threads_error, unread_error as _unread
 from ._torch_composite import check_writable, offset_with_ids_error
 from ._rotary import Spec
 
@@ -153,6 +153,8 @@ def write_all(dsts, srcs) -> None:
 
 
 def _threads(threads: int) -> int:
+    if threads < 0:
+        raise threads_error(threads)
     return threads if threads > 0 else torch.get_num_threads()
 
 
@@ -162,10 +164,10 @@ def _run(spec: Optional[Spec], cos, sin, q, q_out, k, k_out, positions, offset, 
     the version counters of q (and k) are bumped, as torch's own in-place kernels do."""
     if offset and positions is not None:
         raise offset_with_ids_error(offset)
+    th = _threads(threads)
     if q_out is None:
         _bump((q,) if k is None else (q, k))
     positions = _positions_for_kernel(positions)
-    th = _threads(threads)
     status = _native._torch_apply(spec, cos, sin, q, q_out, k, k_out, positions, offset, layout, pairing, inverse,
                                   seq_len, th, False, 0)
     if status:
@@ -460,6 +462,8 @@ def _backend_kernel(name: str) -> Optional[Callable]:
             positions = positions.to(device, non_blocking=True)
         outs = [None] * n if inplace else [torch.empty_like(t) for t in ts]
         q, k = ts[0], ts[1] if n == 2 else None
+        if threads < 0:
+            raise threads_error(threads)
         if inplace:
             check_writable(q, k, "q" if n == 2 else "x")
             _bump(ts)

@@ -57,7 +57,14 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
     if isinstance(positions, float):
         raise TypeError("[rotary] a scalar position must be an int (the start offset); pass a tensor for "
                         "fractional positions")
-    return torch.as_tensor(np.asarray(positions)), 0
+    try:
+        a = np.asarray(positions)
+    except (ValueError, TypeError):  # a ragged list
+        a = np.asarray(None)
+    if a.dtype.kind not in "biuf":  # a str, bytes, ragged or object list: torch's conversion error named nothing
+        raise TypeError(f"[rotary_apply] positions must be an int, a tensor, or an integer or float array or list, "
+                        f"got {type(positions).__name__} (numpy dtype {a.dtype})")
+    return torch.as_tensor(a), 0
 
 
 def _int_scalar(positions: Any) -> bool:

@@ -414,3 +414,41 @@ def test_out_that_torch_would_refuse_to_write_is_refused():
             o8 = torch.zeros(x.shape, dtype=fp8)
         with pytest.raises(RuntimeError, match=r"^\[rotary_apply\] out must not be an inference tensor"):
             rotary.apply(x, 0, spec, out=o8, out_scale=1.0)
+
+
+def test_small_edges_of_the_torch_entries():
+    # apply_qk of two dtypes failed torch.compile(fullgraph=True, dynamic=True) (its k check formatted k.shape before
+    # checking: "Unsupported: tp_repr_impl"); vmap over an empty batch on the per-item path raised a bare
+    # IndexError; threads=-2 was accepted; rt.apply(x, "abc", spec) raised torch's conversion TypeError.
+    spec = rotary.Spec(16)
+    g = torch.Generator().manual_seed(9)
+    q, k = torch.randn(2, 4, 3, 16, generator=g), torch.randn(2, 4, 1, 16, generator=g).bfloat16()
+    f = lambda q, k: rt.apply_qk(q, k, 2, spec)  # noqa: E731
+    torch._dynamo.reset()
+    try:
+        got = torch.compile(f, fullgraph=True, dynamic=True, backend="aot_eager")(q, k)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(got, f(q, k), rtol=0, atol=0)
+    specd = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=8)
+    mrope = rotary.Spec(16, mrope_section=[2, 3, 3])
+    xs, ps = torch.randn(0, 1, 4, 3, 16), torch.zeros(0, 1, 4, dtype=torch.long)
+    assert torch.func.vmap(lambda a, p: rt.apply(a, p, specd))(xs, ps).shape == (0, 1, 4, 3, 16)
+    qo, ko = torch.func.vmap(lambda a, b, p: ops.apply_qk(a, b, p, 0, rt.spec_key(specd)))(xs, xs[:, :, :, :1], ps)
+    assert qo.shape == (0, 1, 4, 3, 16) and ko.shape == (0, 1, 4, 1, 16)
+    c, s = torch.func.vmap(lambda p: ops.cos_sin(p, rt.spec_key(mrope)))(torch.zeros(0, 3, 2, 5, dtype=torch.long))
+    assert c.shape == s.shape == (0, 2, 5, 8) and c.dtype == torch.float32
+    x = torch.randn(1, 4, 2, 16, generator=g)
+    cos, sin = rt.cos_sin(torch.arange(8), spec)
+    for call in (lambda: ops.apply(x, None, 0, rt.spec_key(spec), "bshd", "", False, None, -2),
+                 lambda: ops.apply_(x, None, 0, rt.spec_key(spec), "bshd", "", False, None, -2),
+                 lambda: rt.apply(x, 0, spec, threads=-2), lambda: rt.apply_cos_sin(x, cos, sin, threads=-1),
+                 lambda: rt.apply_qk(x, x, 0, spec, threads=-2)):
+        x0 = x.clone()
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] threads must be >= 0 .*got -[12]$"):
+            call()
+        assert torch.equal(x, x0)
+    for bad in ("abc", ["a", "b", "c", "d"], [[0, 1], [2]]):
+        with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions must be an int, a tensor, or an integer"):
+            rt.apply(x, bad, spec)
+    torch.testing.assert_close(rt.apply(x, [0, 1, 2, 3], spec), rt.apply(x, 0, spec), rtol=0, atol=0)
