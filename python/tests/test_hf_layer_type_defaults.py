@@ -175,3 +175,28 @@ def test_step3p7_drops_a_truncate_beside_its_layer_types(tmp_path):
                                                    "original_max_position_embeddings": 1024}, "truncate": False}}
     specs = _compare({"model_type": "step3p7", "text_config": text}, tmp_path, "step3p7")
     assert specs["full_attention"].truncate
+
+
+@pytest.mark.parametrize("form", ["object", "to_dict", "file"])
+def test_ergo_rotates_interleaved_pairs_as_its_code(form, tmp_path):
+    # ERGO's rotate_half pairs x[..., ::2] with x[..., 1::2] over repeat_interleave'd cos/sin: interleaved pairs
+    # (read as half-split, the rotation differed from transformers' by ~5).
+    conf, mod = hf_model_modules("ergo")
+    config = conf.ErgoConfig(**({} if form == "object" else FIELDS))
+    (tmp_path / "config.json").write_text(config.to_json_string())
+    doc = {"object": config, "to_dict": config.to_dict(), "file": str(tmp_path / "config.json")}[form]
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    emb = mod.ErgoRotaryEmbedding(config)
+    pos = np.array([0, 1, 7, 100, 4000])
+    ran = 0
+    for layer_type, spec in specs.specs.items():
+        if spec is None:
+            continue
+        ran += 1
+        assert spec.pairing == "interleaved", layer_type
+        cos, sin = emb(torch.zeros(1, len(pos), 8, dtype=torch.float64), torch.tensor([pos]), layer_type)
+        q = torch.randn(1, 2, len(pos), spec.head_dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        hf, _ = mod.apply_rotary_pos_emb(q, q, cos.double(), sin.double())
+        ours = rotary.apply(q.numpy(), pos, spec, layout="bhsd")
+        assert np.max(np.abs(ours - hf.numpy())) < 1e-3, layer_type  # transformers' cos/sin are float32
+    assert ran

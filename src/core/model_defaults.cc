@@ -170,6 +170,9 @@ const std::vector<ModelDefaults> kTable = {
     M("embedding_gemma2_text").gemma4(kEmbeddingGemma2Rope),
     M("emu3").theta(1000000.0),
     M("emu3_text_model").theta(1000000.0),
+    // ERGO: per layer type (full_attention null: no RoPE); rotate_half on x[..., ::2] / x[..., 1::2] with
+    // repeat_interleave'd cos/sin, default frequencies over the whole head.
+    M("ergo").interleaved().default_whole_head(),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
     M("ernie4_5_moe").theta(500000.0).interleaved(),
     M("ernie4_5_vl_moe").theta(500000.0).interleaved().text_only(),
