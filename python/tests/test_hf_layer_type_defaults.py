@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rotary
-from hf_models import hf_model_modules, load_hf_config, per_type_rope
+from hf_models import hf_model_modules, load_hf_config, per_type_rope, quiet_transformers
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -200,3 +200,46 @@ def test_ergo_rotates_interleaved_pairs_as_its_code(form, tmp_path):
         ours = rotary.apply(q.numpy(), pos, spec, layout="bhsd")
         assert np.max(np.abs(ours - hf.numpy())) < 1e-3, layer_type  # transformers' cos/sin are float32
     assert ran
+
+
+@pytest.mark.parametrize("form", ["object", "to_dict", "file", "composite"])
+def test_dots3_note_rotates_its_qk_rope_channels_in_interleaved_pairs(form, tmp_path):
+    # Dots 3 Note's MLA attention rotates q_rot / k_rot (the qk_rope_head_dim channels) with
+    # apply_rotary_pos_emb_interleave; its class sets each layer type's partial_rotary_factor to qk_rope / head_dim
+    # (0.25 of 256), so its frequencies span those 64 channels. rotary read 16 channels (0.25 of 64), half-split.
+    conf, mod = hf_model_modules("dots3_note")
+    with quiet_transformers():
+        full = conf.Dots3NoteConfig()
+        config = full.get_text_config()
+        (full if form == "composite" else config).save_pretrained(tmp_path)
+        emb = mod.Dots3NoteTextRotaryEmbedding(config)
+    doc = {"object": config, "to_dict": config.to_dict(), "file": str(tmp_path / "config.json"),
+           "composite": full.to_dict()}[form]
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    assert sorted(specs.specs) == sorted(set(config.layer_types))
+    pos = np.array([0, 1, 7, 100, 4000])
+    for layer_type, spec in specs.specs.items():
+        base = config.rope_parameters[layer_type]["rope_theta"]
+        assert (spec.head_dim, spec.rotary_dim, spec.pairing, spec.base) == (64, 64, "interleaved", base), layer_type
+        cos, sin = emb(torch.zeros(1, len(pos), 8), torch.tensor([pos]), layer_type)
+        q = torch.randn(1, 2, len(pos), config.qk_rope_head_dim, generator=torch.Generator().manual_seed(0))
+        hf, _ = mod.apply_rotary_pos_emb_interleave(q.double(), q.double(), cos.double(), sin.double())
+        ours = rotary.apply(q.double().numpy(), pos, spec, layout="bhsd")
+        # its _interleave variant writes each pair's results de-interleaved (i, i + 32; q and k alike)
+        got = np.concatenate([ours[..., 0::2], ours[..., 1::2]], axis=-1)
+        assert np.max(np.abs(got - hf.numpy())) < 1e-3, layer_type  # transformers' cos/sin are float32
+    with pytest.raises(NotImplementedError, match="per layer type"):
+        rotary.Spec.from_hf_config(doc)
+
+
+def test_a_hub_style_dots3_note_file_is_refused_naming_why():
+    # Without nested rope_parameters its class takes the sliding layers' base from swa_rope_theta (and their widths
+    # from swa_* keys, the layer pattern from its own rule), which rotary does not read: refused, not read with 8e7.
+    hub = {"model_type": "dots3_note_text", "hidden_size": 4096, "num_attention_heads": 64, "head_dim": 256,
+           "qk_rope_head_dim": 64, "qk_nope_head_dim": 192, "rope_theta": 8e7, "swa_rope_theta": 5e4,
+           "max_position_embeddings": 131072, "num_hidden_layers": 4,
+           "layer_types": ["indexed_attention", "indexed_attention", "sliding_attention", "sliding_attention"]}
+    for read in (rotary.Spec.from_hf_config, rotary.LayerTypeSpecs.from_hf_config):
+        with pytest.raises(ValueError, match=r"rope_parameters must be nested per layer type for model_type "
+                                             r"dots3_note_text \(.*swa_rope_theta"):
+            read(hub)

@@ -223,6 +223,9 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   const ModelDefaults& cls = model_defaults(model_type);
 
   if (cls.unsupported != nullptr) invalid("model_type " + model_type + ": " + cls.unsupported);
+  if (cls.flat_refused != nullptr && !d.layer_entry)
+    invalid(top.field("rope_parameters") + " must be nested per layer type for model_type " +
+            model_type + " (" + cls.flat_refused + "), got " + show(*d.dict));
   // --- head_dim: DeepSeek's rope part, explicit (Gemma, Qwen3), the class's, or hidden / heads.
   const std::string head_key = cls.head_dim_key.empty() ? "head_dim" : std::string(cls.head_dim_key);
   const bool qk_rope = top.integer("qk_rope_head_dim") || (cls.qk_rope_head_dim != 0 && !top.has_key("qk_rope_head_dim"));
@@ -319,6 +322,16 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
               (whole ? quote_value(type_name) : show(json(spec.partial_rotary_factor))));
     spec.rotary_dim = spec.head_dim;
     if (sc.type != RopeType::kProportional || !named) spec.partial_rotary_factor = 1.0;  // proportional keeps its own
+  } else if (qk_rope && cls.partial_of_head_dim) {
+    // Dots 3 Note: the factor is a share of head_dim; its code rotates the qk_rope_head_dim channels, whole.
+    const int64_t head = top.integer("head_dim").value_or(cls.head_dim);
+    const auto w = static_cast<int64_t>(static_cast<double>(head) * spec.partial_rotary_factor);
+    if (w != spec.head_dim)
+      invalid((!prf_field.empty() ? prf_field : rp.field("partial_rotary_factor")) + " must give the " +
+              std::to_string(spec.head_dim) + " qk_rope channels model_type " + model_type + " rotates (int(head_dim " +
+              std::to_string(head) + " * factor) = " + std::to_string(w) + "), got " + show(json(spec.partial_rotary_factor)));
+    spec.rotary_dim = spec.head_dim;
+    spec.partial_rotary_factor = 1.0;
   } else if (sc.type == RopeType::kProportional) {
     spec.rotary_dim = spec.head_dim;  // proportional keeps head_dim/2 angles, zero beyond the rotated part
   } else if (sc.type == RopeType::kDefault && cls.default_ignores_partial) {

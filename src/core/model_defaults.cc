@@ -63,6 +63,11 @@ const json kEmbeddingGemma2Rope = per_type(rope(1000000.0), rope(10000.0));
 const json kMoonshineStreamingRope = rope(10000.0, 0.8);
 const json kMuseSparkTextRope = rope(500000.0);
 
+const char* const kDots3Flat =
+    "its config class builds rope_parameters per layer type from swa_rope_theta (the sliding layers' base), the "
+    "swa_* head widths and a derived layer pattern, which rotary does not read: pass the config transformers builds "
+    "(the config object, its to_dict() or a file it saved), whose rope_parameters are nested per layer type";
+
 /// One entry, built field by field: M("glm").partial(0.5).head(128).interleaved().
 struct M : ModelDefaults {
   explicit M(std::string_view type) { model_type = type; }
@@ -87,6 +92,8 @@ struct M : ModelDefaults {
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
   M& text_only() { text_positions_only = true; return *this; }
   M& refused(const char* why) { unsupported = why; return *this; }
+  M& nested_only(const char* why) { flat_refused = why; return *this; }
+  M& share_of_head() { partial_of_head_dim = true; return *this; }
   M& labels() { rope_labels = true; return *this; }
   M& default_partial(double v) { default_type_partial = v; return *this; }
   M& types_only() { drops_keys_beside_types = true; return *this; }
@@ -163,6 +170,13 @@ const std::vector<ModelDefaults> kTable = {
     M("dia_encoder").head(128),
     M("diffusion_gemma").gemma4(kGemma4Rope),
     M("diffusion_gemma_text").gemma4(kGemma4Rope),
+    // Dots 3 Note: DeepSeek MLA (q_pass, q_rot: rotary's head_dim is qk_rope_head_dim, rotated in interleaved pairs by
+    // apply_rotary_pos_emb_interleave), per layer type; its class sets each entry's partial_rotary_factor to
+    // qk_rope_head_dim / head_dim. Hub-style files (no nested rope_parameters) are refused: kDots3Flat.
+    M("dots3_note").theta(80000000.0).head(256).qk_rope_head(64).interleaved().share_of_head()
+        .nested_only(kDots3Flat),
+    M("dots3_note_text").theta(80000000.0).head(256).qk_rope_head(64).interleaved().share_of_head()
+        .nested_only(kDots3Flat),
     M("dory").head(256).dict(kDoryRope).layers(4).default_whole_head(),
     M("deepseek_v2").qk_rope_head(64).interleaved(),
     M("deepseek_v3").qk_rope_head(64).interleave_flag(),

@@ -62,6 +62,14 @@ struct ModelDefaults {
   bool text_positions_only = false;
   /// Why a Spec cannot describe the model's RoPE (read as a refusal); null: it can.
   const char* unsupported = nullptr;
+  /// Why a file whose RoPE dict is not nested per layer type is refused: the class builds its per-layer-type RoPE
+  /// from keys rotary does not read (Dots 3 Note: swa_rope_theta, swa_* head widths, a derived layer pattern); null:
+  /// such a file is read.
+  const char* flat_refused = nullptr;
+  /// MLA classes whose RoPE dict's partial_rotary_factor is a share of head_dim, not of qk_rope_head_dim (Dots 3
+  /// Note's class sets qk_rope_head_dim / head_dim): the rotated width int(head_dim * factor) must be the
+  /// qk_rope_head_dim channels its attention rotates (rotary's head_dim), which are rotated whole.
+  bool partial_of_head_dim = false;
   /// The class sets partial_rotary_factor whatever the file's top level says (Bamba: 0.5); a RoPE dict's own still wins.
   bool forced_partial = false;
   /// head_dim without a file value is this multiple of hidden_size / num_attention_heads (Zamba2: 2).
