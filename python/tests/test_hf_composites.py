@@ -96,3 +96,33 @@ def test_a_saved_qwen_omni_config_rotates_as_its_thinker_does(model_type, rope_c
     np.testing.assert_allclose(s, sin, rtol=0, atol=2e-5)
     other, _ = rotary.cos_sin(spec.replace(mrope_interleaved=not spec.mrope_interleaved), pos3)
     assert np.abs(other - cos).max() > 1e-3  # the positions tell the two axis assignments apart
+
+
+@pytest.mark.parametrize("key", ["mrope_section", "xdrope_section"])
+@pytest.mark.parametrize("section", [[16, 16, 16, 16], [16, 24, 24], [32, 16, 16]])
+def test_hunyuan_vl_reads_text_positions_only_whatever_its_section(key, section, tmp_path):
+    # HunYuanVLConfig renames xdrope_section to mrope_section; its code splits cat(freq, freq) over the whole head by
+    # 2 x section (recomposition_frequencies), no rotation a Spec expresses. rotary read the section as Qwen2-VL's
+    # contiguous M-RoPE (off by 1.6 from transformers) or refused 4 entries: it reads what the code computes when every
+    # axis has the same position (docs/scaling.md).
+    from hf_models import hf_model_modules
+
+    conf, mod = hf_model_modules("hunyuan_vl")
+    with quiet_transformers():
+        config = conf.HunYuanVLConfig(text_config={"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                                        key: list(section)}})
+        text = config.get_text_config(decoder=True)
+        emb = mod.HunYuanVLRotaryEmbedding(text)
+        config.save_pretrained(tmp_path)
+    assert text.rope_parameters["mrope_section"] == section  # transformers' renaming
+    pos = np.array([0, 1, 7, 30, 4000])
+    cos, sin = emb(torch.zeros(1, len(pos), 8), torch.tensor([pos])[None].expand(len(section), 1, -1))
+    for source in (config, config.to_dict(), str(tmp_path / "config.json")):
+        spec = rotary.Spec.from_hf_config(source)
+        assert not spec.mrope_section and spec.rotary_dim == spec.head_dim == 2 * sum(section), type(source)
+        ours_cos, ours_sin = rotary.cos_sin(spec, pos)
+        half = spec.rotary_dim // 2
+        for hf, ours in ((cos, ours_cos), (sin, ours_sin)):
+            hf = hf[0].double().numpy()
+            # (transformers computes float32 angles: 4000 * 2^-24 of a turn)
+            assert np.max(np.abs(hf[:, :half] - ours)) < 1e-3 and np.max(np.abs(hf[:, half:] - ours)) < 1e-3

@@ -225,6 +225,10 @@ const std::vector<ModelDefaults> kTable = {
     M("helium").theta(100000.0).head(128).interleaved(),
     M("higgs_audio_v2").theta(500000.0).head(128).dict(kHiggsAudioV2Rope),
     M("hrm_text").head(128),
+    // HunYuan-VL: text positions only (docs/scaling.md): recomposition_frequencies splits cat(freq, freq) over the
+    // whole head by 2 x mrope_section (its class renames xdrope_section to it), which is no rotation a Spec expresses.
+    M("hunyuan_vl").text_only(),
+    M("hunyuan_vl_text").text_only(),
     M("hy_v3").theta(11158840.0).head(128),
     M("hy_v4").qk_rope_head(64).interleaved(),
     // HY-V4-VL: the config class sets mrope_section [12, 10, 10] (its code's own [24, 20, 20] is never reached).
