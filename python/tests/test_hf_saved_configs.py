@@ -62,3 +62,36 @@ def test_dbrx_reads_its_attribute_map_and_its_attn_config_base(tmp_path):
     assert hf.attn_config.rope_theta == 500000 and hf.rope_parameters["rope_theta"] == 10000.0  # transformers' reading
     spec = rotary.Spec.from_hf_config(str(tmp_path / "config.json"))
     assert (spec.head_dim, spec.base, spec.max_position_embeddings) == (128, 500000.0, 32768)
+
+
+def _max_pos_aliases():
+    """(model_type, key) for each transformers config class whose attribute_map sends max_position_embeddings to
+    another key (the only one a saved file holds), where the model has a text RotaryEmbedding."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    out = []
+    for model_type in sorted(CONFIG_MAPPING_NAMES):
+        try:
+            cls = CONFIG_MAPPING[model_type]
+        except Exception:  # noqa: BLE001 - needs an optional dependency
+            continue
+        key = (getattr(cls, "attribute_map", None) or {}).get("max_position_embeddings")
+        if key and text_rotary_embedding_class(model_type) is not None:
+            out.append((model_type, key))
+    return out
+
+
+@pytest.mark.parametrize("model_type,key", _max_pos_aliases())
+def test_an_attribute_mapped_max_position_embeddings_is_read(model_type, key, tmp_path):
+    # transformers reads max_position_embeddings from the attribute_map'd key (BailingHybrid: model_max_length; it
+    # was refused as "max_position_embeddings is required" for dynamic): rotary reads that key too.
+    with quiet_transformers():
+        config = transformers.AutoConfig.for_model(model_type, max_position_embeddings=32768)
+        if getattr(config, "rope_parameters", None) is not None and "rope_type" in config.rope_parameters:
+            config.rope_parameters = {**config.rope_parameters, "rope_type": "dynamic", "factor": 4.0}
+        config.save_pretrained(tmp_path)
+    doc = config.to_dict()
+    assert doc[key] == config.max_position_embeddings == 32768 and "max_position_embeddings" not in doc, model_type
+    for source in (config, doc, str(tmp_path / "config.json")):
+        spec = rotary.Spec.from_hf_config(source)
+        assert spec.max_position_embeddings == 32768, (model_type, type(source))

@@ -137,7 +137,8 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
     M("axk1").qk_rope_head(64).interleave_flag(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("axk2").qk_rope_head(32).interleaved(),
-    M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved(),  // head_dim is qk_rope_head_dim
+    // head_dim is qk_rope_head_dim; max_position_embeddings is model_max_length (its attribute_map).
+    M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved().max_pos_from("model_max_length"),
     M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
     M("bitnet").theta(500000.0),
     M("blt").theta(500000.0).interleaved(),  // repeat_interleave'd cos/sin, rotate_half on x[::2] / x[1::2]
