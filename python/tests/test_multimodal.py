@@ -241,14 +241,8 @@ def _axes_reference(x, pos, freqs, pairing, inverse=False):
     ang = pos.double()[axis].permute(1, 2, 0) * inv  # [B, S, h]
     c = (ang.cos() * freqs.attention_factor)[:, :, None]
     s = (ang.sin() * freqs.attention_factor * (-1 if inverse else 1))[:, :, None]
-    h = inv.shape[0]
-    if pairing == "interleaved":
-        a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
-        rot = torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
-    else:
-        a, b = x[..., :h], x[..., h:2 * h]
-        rot = torch.cat((a * c - b * s, b * c + a * s), -1)
-    return torch.cat((rot, x[..., 2 * h:]), -1)
+    from torch_reference import rotate_by_tables
+    return rotate_by_tables(x, c, s, pairing)
 
 
 @pytest.mark.parametrize("kind", ["vision", "ggml_mrope_scaled", "ggml_neox_signed"])

@@ -10,6 +10,7 @@ import torch.nn as nn  # noqa: E402
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
 from reference import default_inv_freq, rotate  # noqa: E402
+from torch_reference import rotate_by_tables  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the seed's module, verbatim
@@ -275,16 +276,7 @@ def test_rope_module_on_empty_inputs():
         assert y.shape == shape and y.dtype == torch.float32
 
 
-def _rotate_by_tables(x, c, s, pairing):
-    """Plain-torch rotation of x [..., D] by per-token c/s [..., h] (broadcast over heads), differentiable in all."""
-    h = c.shape[-1]
-    if pairing == "interleaved":
-        a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
-        rot = torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
-    else:
-        a, b = x[..., :h], x[..., h:2 * h]
-        rot = torch.cat((a * c - b * s, b * c + a * s), -1)
-    return torch.cat((rot, x[..., 2 * h:]), -1)
+_rotate_by_tables = rotate_by_tables
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])

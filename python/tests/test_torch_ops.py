@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 import rotary  # noqa: E402
 import rotary.torch as rt  # noqa: E402
+from torch_reference import rotate_by_tables  # noqa: E402
 
 ops = torch.ops.rotary
 SPEC = rotary.Spec(16, 12, base=1e4)
@@ -228,16 +229,7 @@ def test_eager_calls_equal_the_operators_and_modes_see_them():
 # ----------------------------------------------------------------------------------------------- torch.func
 
 
-def _reference(x, c, s, pairing):
-    """Plain-torch RoPE with float64 cos/sin [..., h] broadcast over heads (bshd)."""
-    h = c.shape[-1]
-    if pairing == "interleaved":
-        a, b = x[..., 0:2 * h:2], x[..., 1:2 * h:2]
-        rot = torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
-    else:
-        a, b = x[..., :h], x[..., h:2 * h]
-        rot = torch.cat((a * c - b * s, b * c + a * s), -1)
-    return torch.cat((rot, x[..., 2 * h:]), -1)
+_reference = rotate_by_tables  # plain torch, float64 cos/sin broadcast over heads (bshd)
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
