@@ -95,3 +95,9 @@ def test_an_attribute_mapped_max_position_embeddings_is_read(model_type, key, tm
     for source in (config, doc, str(tmp_path / "config.json")):
         spec = rotary.Spec.from_hf_config(source)
         assert spec.max_position_embeddings == 32768, (model_type, type(source))
+    # A file holding both keys: the class's __init__ decides which wins (BailingHybrid: model_max_length; DBRX:
+    # max_position_embeddings); rotary read the plain key for both.
+    both = dict(doc, max_position_embeddings=1000)
+    with quiet_transformers():
+        want = type(config).from_dict(both).max_position_embeddings
+    assert rotary.Spec.from_hf_config(both).max_position_embeddings == want, model_type

@@ -254,7 +254,7 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
     invalid(top.field("head_dim") + " must be in [1, 65536], got " + std::to_string(spec.head_dim) +
             (top.has("head_dim") || top.has("qk_rope_head_dim") ? "" : " (hidden_size / num_attention_heads)"));
   spec.max_position_embeddings = top.integer("max_position_embeddings").value_or(top.integer("n_positions").value_or(0));
-  if (!top.has("max_position_embeddings") && !cls.max_pos_key.empty())
+  if ((cls.max_pos_key_wins || !top.has("max_position_embeddings")) && !cls.max_pos_key.empty())
     spec.max_position_embeddings = top.integer(std::string(cls.max_pos_key)).value_or(spec.max_position_embeddings);
 
   // --- the RoPE dict (the caller chose it: rope_parameters, rope_scaling, or one layer type's entry).

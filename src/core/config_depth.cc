@@ -122,9 +122,14 @@ std::string python_json_tokens(std::string_view text, bool same_length) {
 
 json parse_config_text(std::string_view json_text, const std::string& source_name) {
   // The parser takes a NUL byte for the end of its input and would read "{..}\0garbage" as valid; JSON has no
-  // NUL outside strings, nor raw control characters inside them (Python's json refuses it too).
-  if (const std::size_t z = json_text.find('\0'); z != std::string_view::npos)
-    fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: a NUL byte at offset " + std::to_string(z));
+  // NUL outside strings, nor raw control characters inside them (Python's json refuses it too). Trailing NULs
+  // only are a C string's terminator counted in the length (`sizeof literal`): the text ends there.
+  if (const std::size_t z = json_text.find('\0'); z != std::string_view::npos) {
+    if (json_text.find_first_not_of('\0', z) != std::string_view::npos)
+      fail(Error::Kind::kIo, kWhere, source_name + " is not valid JSON: a NUL byte at offset " + std::to_string(z) +
+                                         " before more text");
+    json_text = json_text.substr(0, z);
+  }
   check_config_depth(json_text, source_name, kWhere);
   json doc;
   try {

@@ -85,7 +85,7 @@ struct M : ModelDefaults {
   M& interleave_flag() { interleaved_pairs = true; return *this; }  // rope_interleave, read by the code, defaults to true
   M& heads_from(std::string_view key) { heads_key = key; return *this; }
   M& hidden_from(std::string_view key) { hidden_key = key; return *this; }
-  M& max_pos_from(std::string_view key) { max_pos_key = key; return *this; }
+  M& max_pos_from(std::string_view key, bool wins = false) { max_pos_key = key; max_pos_key_wins = wins; return *this; }
   M& base_in(std::string_view key) { theta_in = key; return *this; }
   M& head_key(std::string_view key) { head_dim_key = key; return *this; }
   M& qk_nope_head(int64_t v) { qk_nope_head_dim = v; return *this; }
@@ -138,7 +138,7 @@ const std::vector<ModelDefaults> kTable = {
     M("axk1").qk_rope_head(64).interleave_flag(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("axk2").qk_rope_head(32).interleaved(),
     // head_dim is qk_rope_head_dim; max_position_embeddings is model_max_length (its attribute_map).
-    M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved().max_pos_from("model_max_length"),
+    M("bailing_hybrid").theta(6000000.0).qk_rope_head(64).interleaved().max_pos_from("model_max_length", /*wins=*/true),
     M("bamba").partial(0.5).partial_forced(),  // "hardcode for BC": a top-level partial_rotary_factor is not read
     M("bitnet").theta(500000.0),
     M("blt").theta(500000.0).interleaved(),  // repeat_interleave'd cos/sin, rotate_half on x[::2] / x[1::2]

@@ -43,6 +43,9 @@ struct ModelDefaults {
   /// max_seq_len), read when the file lacks the plain key; empty: none.
   std::string_view hidden_key;
   std::string_view max_pos_key;
+  /// true: max_pos_key wins over a max_position_embeddings in the same file, as the class's __init__ makes it
+  /// (Bailing hybrid: model_max_length); false: read only when the file lacks the plain key (DBRX's max_seq_len).
+  bool max_pos_key_wins = false;
   /// The sub-object whose rope_theta is the base when neither the RoPE dict nor the top level gives one (DBRX's
   /// attn_config: its code and vLLM read it there, transformers 5.25 does not; docs/scaling.md); empty: none.
   std::string_view theta_in;

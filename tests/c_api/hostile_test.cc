@@ -145,7 +145,7 @@ std::vector<CCase> c_cases() {
       {"desc head_dim 2^40", [](CCall&) { rotary_spec_desc_t d; rotary_spec_desc_init(&d); d.head_dim = int64_t(1) << 40; return rotary_spec_create(&d, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"head_dim must be <= 65536", "1099511627776"}},
       {"config truncated", [](CCall&) { const char t[] = R"({"head_dim": 64, "rope_theta": 5e5)"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"config.json is not valid JSON"}},
       // the parser ends its input at a NUL byte: the bytes after it were ignored (status 0)
-      {"config with a NUL byte", [](CCall&) { const char t[] = "{\"head_dim\": 8}\0garbage"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"not valid JSON", "a NUL byte at offset 15"}},
+      {"config with a NUL byte", [](CCall&) { const char t[] = "{\"head_dim\": 8}\0garbage"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"not valid JSON", "a NUL byte at offset 15 before more text"}},
       {"config not an object", [](CCall&) { const char t[] = "[1, 2]"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_IO, {"must hold a JSON object", "[1,2]"}},
       {"config length cuts the text", [](CCall&) { const char t[] = R"({"head_dim": 64})"; return rotary_spec_from_config_json(t, 5, &g_unused); }, ROTARY_ERROR_IO, {"not valid JSON"}},
       {"config factor string", [](CCall&) { const char t[] = R"({"head_dim": 64, "rope_scaling": {"type": "linear", "factor": "2"}})"; return rotary_spec_from_config_json(t, sizeof t - 1, &g_unused); }, ROTARY_ERROR_INVALID_ARGUMENT, {"rope_scaling.factor must be a number", "\"2\""}},
@@ -224,6 +224,11 @@ TEST(HostileC, TheUnbrokenCallsSucceed) {
   CCall e;
   e.use_thd();
   EXPECT_EQ(rotary_rope_apply(e.fixed, &e.a), ROTARY_OK) << rotary_last_error();
+  // A config length counting the literal's terminator (`sizeof t`): the trailing NULs end the text.
+  const char t[] = "{\"head_dim\": 8, \"rope_theta\": 500000}";
+  rotary_spec_t* s = nullptr;
+  EXPECT_EQ(rotary_spec_from_config_json(t, sizeof t, &s), ROTARY_OK) << rotary_last_error();
+  rotary_spec_free(s);
 }
 
 // Many threads share one rope handle; failing and succeeding calls interleave: each thread sees its own
