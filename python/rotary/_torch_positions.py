@@ -57,14 +57,16 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
     if isinstance(positions, float):
         raise TypeError("[rotary] a scalar position must be an int (the start offset); pass a tensor for "
                         "fractional positions")
+    # No dtype inspection on the way that works: torch.compile traces np.asarray + as_tensor, not ndarray attributes.
     try:
-        a = np.asarray(positions)
-    except (ValueError, TypeError):  # a ragged list
-        a = np.asarray(None)
-    if a.dtype.kind not in "biuf":  # a str, bytes, ragged or object list: torch's conversion error named nothing
+        return torch.as_tensor(np.asarray(positions)), 0
+    except (ValueError, TypeError, RuntimeError):  # str, bytes, ragged or object: torch's error named nothing
+        try:
+            dtype = np.asarray(positions).dtype
+        except (ValueError, TypeError):
+            dtype = "ragged"
         raise TypeError(f"[rotary_apply] positions must be an int, a tensor, or an integer or float array or list, "
-                        f"got {type(positions).__name__} (numpy dtype {a.dtype})")
-    return torch.as_tensor(a), 0
+                        f"got {type(positions).__name__} (numpy dtype {dtype})") from None
 
 
 def _int_scalar(positions: Any) -> bool:

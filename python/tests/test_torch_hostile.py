@@ -430,6 +430,16 @@ def test_small_edges_of_the_torch_entries():
     finally:
         torch._dynamo.reset()
     torch.testing.assert_close(got, f(q, k), rtol=0, atol=0)
+    # ... and the positions check must not break compiling list or numpy positions (it read ndarray.dtype, which
+    # dynamo cannot trace: "Unsupported ndarray attribute access").
+    for pos in ([0, 2, 5, 1], np.array([3, 1, 4, 1])):
+        fl = lambda q, k: rt.apply_qk(q, k, pos, spec)  # noqa: E731
+        torch._dynamo.reset()
+        try:
+            got = torch.compile(fl, fullgraph=True, backend="aot_eager")(q, k)
+        finally:
+            torch._dynamo.reset()
+        torch.testing.assert_close(got, fl(q, k), rtol=0, atol=0)
     specd = rotary.Spec(16, rope_type="dynamic", factor=2.0, max_position_embeddings=8)
     mrope = rotary.Spec(16, mrope_section=[2, 3, 3])
     xs, ps = torch.randn(0, 1, 4, 3, 16), torch.zeros(0, 1, 4, dtype=torch.long)
