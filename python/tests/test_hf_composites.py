@@ -1,5 +1,6 @@
 """Composite configs (Qwen-Omni, Dia, T5Gemma, ColPali, ColQwen2): rotary reads the language model where
-transformers' get_text_config() finds it, checked against the model's own RotaryEmbedding."""
+transformers' get_text_config() finds it, checked against the model's own RotaryEmbedding; models and parts whose RoPE
+is no text RoPE a Spec expresses (or who have none) are refused, naming why."""
 from __future__ import annotations
 
 import copy
@@ -126,3 +127,24 @@ def test_hunyuan_vl_reads_text_positions_only_whatever_its_section(key, section,
             hf = hf[0].double().numpy()
             # (transformers computes float32 angles: 4000 * 2^-24 of a turn)
             assert np.max(np.abs(hf[:, :half] - ours)) < 1e-3 and np.max(np.abs(hf[:, half:] - ours)) < 1e-3
+
+
+def test_lightglue_is_refused_its_angles_are_projected_keypoint_coordinates():
+    # LightGlue's cos/sin are cos/sin of a learned Linear(2, head_dim / 2) of each keypoint's (x, y), repeat_interleave'd
+    # (its rotate_half pairs x[::2] with x[1::2]): no token positions, no fixed frequencies. rotary read it as default
+    # half-split RoPE over its 64-wide heads.
+    from hf_models import hf_model_modules
+
+    conf, mod = hf_model_modules("lightglue")
+    with quiet_transformers():
+        config = conf.LightGlueConfig()
+    enc = mod.LightGluePositionalEncoder(config)
+    keypoints = torch.rand(1, 5, 2, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        (cos, _), = enc(keypoints)
+        enc.projector.weight.mul_(2.0)
+        (cos2, _), = enc(keypoints)
+    assert not torch.allclose(cos, cos2)  # the angles are the checkpoint's projection of the coordinates
+    for source in (config, config.to_dict(), config.to_json_string()):
+        with pytest.raises(ValueError, match=r"model_type lightglue: its rotary angles are keypoint coordinates"):
+            rotary.Spec.from_hf_config(source)

@@ -243,6 +243,9 @@ const std::vector<ModelDefaults> kTable = {
     M("lfm2").theta(1000000.0),
     M("lfm2_moe").theta(1000000.0),
     M("lfm3").head(128).dict(kLfm3Rope).default_whole_head(),  // its layer types (conv among them) are not derived
+    M("lightglue").refused("its rotary angles are keypoint coordinates through a learned projection "
+                           "(LightGluePositionalEncoder), not token positions times fixed frequencies, which a Spec "
+                           "does not express"),
     M("llama4").theta(500000.0).head(128).interleaved(),
     M("llama4_text").theta(500000.0).head(128).interleaved(),
     M("longcat_flash").theta(10000000.0).qk_rope_head(64).interleaved(),
