@@ -148,3 +148,61 @@ def test_lightglue_is_refused_its_angles_are_projected_keypoint_coordinates():
     for source in (config, config.to_dict(), config.to_json_string()):
         with pytest.raises(ValueError, match=r"model_type lightglue: its rotary angles are keypoint coordinates"):
             rotary.Spec.from_hf_config(source)
+
+
+def _permutation_equivariant(attn, width: int) -> bool:
+    """An attention without position encoding (non-causal, no mask) commutes with permuting its tokens."""
+    h = torch.randn(1, 9, width, generator=torch.Generator().manual_seed(3))
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out, perm_out = attn(h)[0], attn(h[:, perm])[0]
+    return bool(torch.allclose(out[:, perm], perm_out, atol=1e-5))
+
+
+def _model_rotation_matches(spec, emb, apply_fn) -> None:
+    """rotary.apply with `spec` against the model's own apply function on its RotaryEmbedding's cos/sin."""
+    pos = torch.arange(3, 10)[None]
+    with torch.no_grad():
+        cos, sin = emb(torch.zeros(1), pos)
+    q = torch.randn(1, 2, 7, spec.head_dim, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    want, _ = apply_fn(q, q, cos.double(), sin.double())
+    got = rotary.apply(q.transpose(1, 2).float().numpy(), pos.numpy(), spec).transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=2e-5)
+
+
+def test_musicflamingo_audio_rope_is_refused_and_its_text_config_read():
+    # MusicFlamingoConfig's own rope_parameters (base 1200, 0.2 of head_dim 1280) drive its audio RoPE: 2-D (window
+    # start, frame) angles scaled by each token's timestamp, rotated in (x[2i], x[2i+1]) pairs. rotary read them as a
+    # half-split text Spec; and AudioFlamingo3's encoder (its audio_config), which has no RoPE, as default RoPE.
+    from hf_models import hf_model_modules
+
+    conf, mod = hf_model_modules("musicflamingo")
+    with quiet_transformers():
+        config = conf.MusicFlamingoConfig()
+    emb = mod.MusicFlamingoRotaryEmbedding(config)
+    frames = torch.arange(8, dtype=torch.float32)[None] * 0.04
+    with torch.no_grad():
+        cos, _ = emb(frames, 8)
+        cos_later, _ = emb(frames + 30.0, 8)  # the same frames, 30 s further into the audio
+    assert not torch.allclose(cos, cos_later)  # the angles are timestamps', not token positions'
+    for source in (config, config.to_dict(), config.to_json_string()):
+        with pytest.raises(ValueError, match=r"model_type musicflamingo: its rope_parameters are the audio side's"):
+            rotary.Spec.from_hf_config(source)
+    audio_conf, audio_mod = hf_model_modules("audioflamingo3")
+    audio = config.audio_config
+    with quiet_transformers():
+        audio._attn_implementation = "eager"
+        assert _permutation_equivariant(audio_mod.AudioFlamingo3EncoderLayer(audio).self_attn, audio.d_model)
+    assert not [n for n in dir(audio_mod) if n.endswith("RotaryEmbedding")]
+    for source in (audio, audio.to_dict()):
+        with pytest.raises(ValueError, match=r"model_type audioflamingo3_encoder: its attention has no rotary"):
+            rotary.Spec.from_hf_config(source)
+    # The language model (Qwen2) reads as Qwen2's own rotation; so does AudioFlamingo3's composite (its text_config).
+    from hf_models import modeling_module
+
+    qwen2, qwen2_apply = _rope_class("qwen2", None), modeling_module("qwen2").apply_rotary_pos_emb
+    text = config.text_config
+    _model_rotation_matches(rotary.Spec.from_hf_config(text), qwen2(config=text), qwen2_apply)
+    with quiet_transformers():
+        af3 = audio_conf.AudioFlamingo3Config()
+    _model_rotation_matches(rotary.Spec.from_hf_config(af3.to_dict()), qwen2(config=af3.text_config), qwen2_apply)

@@ -60,6 +60,8 @@ KNOWN = {
     "gpt_neox_japanese": (("top",), "its class reads rotary_pct, not a top-level partial_rotary_factor"),
     "eomt_dinov3": (ALL, "a 2-D vision RoPE (head_dim / 4 frequencies per axis), not a text one"),
     "nanochat": (ALL, "refused by rotary (its code rotates by minus the angle)"),
+    "musicflamingo": (ALL, "refused by rotary (its RoPE is the audio side's timestamp-scaled 2-D one: "
+                      "test_hf_composites.py)"),
 }
 # Classes that refuse the trimmed 768-wide file (validators; sections that no longer cover its head) or that AutoConfig
 # does not know: test_every_model_whose_default_rope_ignores_the_factor_rotates_the_whole_head checks them instead.

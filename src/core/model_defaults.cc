@@ -135,6 +135,9 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
     M("apertus1p5").theta(12000000.0).dict(kApertusRope),  // its text part's class dict: Apertus's
     M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
+    M("audioflamingo3_encoder").refused("its attention has no rotary embedding (the encoder adds learned absolute "
+                                        "positions, embed_positions): read the composite's text_config for the "
+                                        "language model's RoPE"),
     M("axk1").qk_rope_head(64).interleave_flag(),  // rope_interleave defaults to true in this and the other MLA classes below
     M("axk2").qk_rope_head(32).interleaved(),
     // head_dim is qk_rope_head_dim; max_position_embeddings is model_max_length (its attribute_map).
@@ -275,6 +278,9 @@ const std::vector<ModelDefaults> kTable = {
     M("muse_glimmer_assistant").theta(500000.0).head(128),
     M("muse_glimmer_text").head(128),
     M("muse_spark_text").head(64).dict(kMuseSparkTextRope),
+    M("musicflamingo").refused("its rope_parameters are the audio side's 2-D time RoPE (window and frame axes, "
+                               "angles scaled by each window's timestamps), which a Spec does not express; the "
+                               "language model's RoPE is its text_config's: pass config.text_config"),
     M("nanochat").refused("its code rotates by minus the angle (rotate_half is cat(x2, -x1)), which a Spec does not "
                           "express: build the Spec from the config's fields and rotate with the inverse direction"),
     M("nemotron").partial(0.5),
