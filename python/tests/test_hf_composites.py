@@ -206,3 +206,25 @@ def test_musicflamingo_audio_rope_is_refused_and_its_text_config_read():
     with quiet_transformers():
         af3 = audio_conf.AudioFlamingo3Config()
     _model_rotation_matches(rotary.Spec.from_hf_config(af3.to_dict()), qwen2(config=af3.text_config), qwen2_apply)
+
+
+def test_moonshine_streaming_decoder_is_read_and_its_encoder_refused():
+    # The decoder (the top-level config) rotates (x[2i], x[2i+1]) pairs over 0.8 of its heads, as rotary reads it; the
+    # encoder's attention has no RoPE at all (rotary read MoonshineStreamingEncoderConfig as half-split default RoPE).
+    from hf_models import hf_model_modules
+
+    conf, mod = hf_model_modules("moonshine_streaming")
+    with quiet_transformers():
+        config = conf.MoonshineStreamingConfig()
+    spec = rotary.Spec.from_hf_config(config)
+    assert spec.pairing == "interleaved"
+    _model_rotation_matches(spec, mod.MoonshineStreamingRotaryEmbedding(config), mod.apply_rotary_pos_emb)
+    encoder = config.encoder_config
+    with quiet_transformers():
+        encoder._attn_implementation = "eager"
+        assert _permutation_equivariant(mod.MoonshineStreamingEncoderAttention(encoder, 0), encoder.hidden_size)
+    with quiet_transformers():
+        standalone = conf.MoonshineStreamingEncoderConfig()
+    for source in (encoder, encoder.to_dict(), standalone.to_json_string()):
+        with pytest.raises(ValueError, match=r"model_type moonshine_streaming_encoder: its attention has no rotary"):
+            rotary.Spec.from_hf_config(source)

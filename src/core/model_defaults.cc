@@ -274,6 +274,8 @@ const std::vector<ModelDefaults> kTable = {
     M("moonshine").partial(0.9).interleaved().heads_from("decoder_num_attention_heads"),  // x[0::2] with x[1::2]
     // Moonshine Streaming: its first-half cos/sin repeat_interleave'd, pairs (x[2i], x[2i+1]).
     M("moonshine_streaming").interleaved().dict(kMoonshineStreamingRope),
+    M("moonshine_streaming_encoder").refused("its attention has no rotary embedding (the encoder rotates nothing; "
+                                             "the decoder's RoPE is the moonshine_streaming config's)"),
     M("muse_glimmer").head(128),
     M("muse_glimmer_assistant").theta(500000.0).head(128),
     M("muse_glimmer_text").head(128),
