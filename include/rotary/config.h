@@ -49,7 +49,8 @@ struct ROTARY_API LayerTypeSpecs {
   std::vector<std::string> layer_types;
 
   /// The Spec of a layer type. Throws Error(kInvalidArgument) naming the valid types for an unknown name,
-  /// or saying that the type has no RoPE (a null entry). The single "" entry (no layer types) answers every name (the CLI's --layer-type refuses any name for such a config).
+  /// or saying that the type has no RoPE (a null entry). The single "" entry (no layer types) answers every name
+  /// (the CLI's --layer-type refuses any name for such a config).
   const Spec& spec_for(std::string_view layer_type) const;
   /// The Spec of layer `layer` (0-based), through layer_types; without layer_types, a shared Spec answers
   /// every layer >= 0.

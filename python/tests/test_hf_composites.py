@@ -228,3 +228,39 @@ def test_moonshine_streaming_decoder_is_read_and_its_encoder_refused():
     for source in (encoder, encoder.to_dict(), standalone.to_json_string()):
         with pytest.raises(ValueError, match=r"model_type moonshine_streaming_encoder: its attention has no rotary"):
             rotary.Spec.from_hf_config(source)
+
+
+# Model types whose transformers code has no rotary embedding at all; rotary read their configs as default RoPE
+# (base 10000) and now refuses them (src/core/model_defaults.cc, kNoRope).
+NO_ROPE = ["albert", "bart", "bert", "bloom", "camembert", "clip", "clip_text_model", "clip_vision_model", "deberta",
+           "deberta-v2", "distilbert", "electra", "gpt2", "gpt_bigcode", "gpt_neo", "mbart", "mpt", "mt5", "opt",
+           "roberta", "siglip", "siglip_text_model", "siglip_vision_model", "t5", "vit", "whisper", "xlm-roberta"]
+
+
+@pytest.mark.parametrize("model_type", NO_ROPE)
+def test_a_model_type_without_rope_is_refused(model_type):
+    import importlib
+    import inspect
+    with quiet_transformers():
+        config = transformers.AutoConfig.for_model(model_type)
+    modeling = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
+    source = inspect.getsource(modeling)
+    assert "RotaryEmbedding" not in source and "rotate_half" not in source, f"{model_type} rotates: transformers changed"
+    for src in (config, config.to_dict()):
+        # a composite (clip, siglip) is refused at the text config get_text_config() finds (clip_text_model, ...)
+        with pytest.raises(ValueError, match=rf"model_type {model_type}(_text_model)?: its attention has no rotary emb"):
+            rotary.Spec.from_hf_config(src)
+
+
+def test_falcon_with_alibi_is_refused_and_without_it_read():
+    # transformers' Falcon rotates q/k unless config.alibi, when it adds ALiBi biases instead; rotary read both as RoPE.
+    import inspect
+    from transformers.models.falcon import modeling_falcon
+    forward = inspect.getsource(modeling_falcon.FalconAttention.forward)
+    assert "if not self.config.alibi" in forward and "apply_rotary_pos_emb" in forward, "transformers' Falcon changed"
+    with quiet_transformers():
+        rope_cfg, alibi_cfg = transformers.FalconConfig(), transformers.FalconConfig(alibi=True)
+    assert rotary.Spec.from_hf_config(rope_cfg).head_dim == rope_cfg.hidden_size // rope_cfg.num_attention_heads
+    for src in (alibi_cfg, alibi_cfg.to_dict()):
+        with pytest.raises(ValueError, match=r"alibi is true: model_type falcon then uses ALiBi attention biases"):
+            rotary.Spec.from_hf_config(src)

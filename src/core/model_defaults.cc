@@ -11,6 +11,9 @@ using json = nlohmann::json;
 
 // Class default RoPE dicts. gpt-oss's leaves rope_theta to the table, so a top-level rope_theta still wins, as
 // in transformers; Apertus's class dict carries its own, which a top-level rope_theta does not replace.
+const char* const kNoRope =
+    "its attention has no rotary embedding (positions enter as learned or fixed absolute embeddings, or as ALiBi or "
+    "relative attention biases): there is no RoPE to read";
 const json kGptOssRope = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
                           {"truncate", false}, {"original_max_position_embeddings", 4096}};
 const json kApertusRope = {{"rope_type", "llama3"}, {"rope_theta", 12000000.0}, {"factor", 8.0},
@@ -135,6 +138,18 @@ const std::vector<ModelDefaults> kTable = {
     M("apertus").theta(12000000.0).dict(kApertusRope),
     M("apertus1p5").theta(12000000.0).dict(kApertusRope),  // its text part's class dict: Apertus's
     M("apertus1p5_text").theta(12000000.0).dict(kApertusRope),
+    // Model types whose attention has no rotary embedding at all (learned or fixed absolute positions, ALiBi or
+    // relative biases): a config of theirs has no RoPE to read, and the generic reading would invent one (base 10000).
+    M("albert").refused(kNoRope), M("bart").refused(kNoRope), M("bert").refused(kNoRope),
+    M("bloom").refused(kNoRope), M("camembert").refused(kNoRope), M("clip").refused(kNoRope),
+    M("clip_text_model").refused(kNoRope), M("clip_vision_model").refused(kNoRope), M("deberta").refused(kNoRope),
+    M("deberta-v2").refused(kNoRope), M("distilbert").refused(kNoRope), M("electra").refused(kNoRope),
+    M("gpt2").refused(kNoRope), M("gpt_bigcode").refused(kNoRope), M("gpt_neo").refused(kNoRope),
+    M("mbart").refused(kNoRope), M("mpt").refused(kNoRope), M("mt5").refused(kNoRope), M("opt").refused(kNoRope),
+    M("roberta").refused(kNoRope), M("siglip").refused(kNoRope), M("siglip_text_model").refused(kNoRope),
+    M("siglip_vision_model").refused(kNoRope),
+    M("t5").refused(kNoRope), M("vit").refused(kNoRope), M("whisper").refused(kNoRope),
+    M("xlm-roberta").refused(kNoRope),
     M("audioflamingo3_encoder").refused("its attention has no rotary embedding (the encoder adds learned absolute "
                                         "positions, embed_positions): read the composite's text_config for the "
                                         "language model's RoPE"),
