@@ -37,6 +37,8 @@ def _with_tangents(name: str, args: tuple):
     split = [_FWD.unpack_dual(a) if isinstance(a, torch.Tensor) else (a, None) for a in args]
     primals = tuple(p for p, _ in split)
     functional = getattr(ops, name[:-1] if inplace else name)
+    if tables and torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        return _tables_both_modes(functional, args, primals, n, inplace)
     outs = functional(*primals)
     outs = outs if n == 2 else (outs,)
     single = ops.apply_cos_sin if tables else ops.apply
@@ -60,6 +62,27 @@ def _with_tangents(name: str, args: tuple):
         args[0].copy_(duals[0])
     else:  # a write torch refuses goes first: q is left as it was
         write_all(args[:2], duals)
+    return None
+
+
+def _tables_both_modes(functional, args: tuple, primals: tuple, n: int, inplace: bool):
+    """Caller tables with tangents and a reverse-mode gradient (forward-over-reverse: gradgradcheck, Hessian-vector
+    products): the backward's results depend on the saved x, cos and sin, whose tangents the primal call would drop
+    (a silent zero), so the rotation is torch's own composite formula on the dual tensors, differentiable in both
+    modes to any order. The operator itself runs first on the primals, without a graph, for its checks."""
+    from ._torch_composite import _table_rotation
+
+    with torch.no_grad():
+        functional(*primals)
+    cos, sin, positions, offset, layout, pairing, inverse = args[n:n + 7]
+    rotated = [a.clone() if inplace else a for a in args[:n]]  # copy_ below must not change what backward saved
+    outs = tuple(_table_rotation(a, cos, sin, positions, offset, layout, pairing, inverse) for a in rotated)
+    if not inplace:
+        return outs if n == 2 else outs[0]
+    if n == 1:
+        args[0].copy_(outs[0])
+    else:  # a write torch refuses goes first: q is left as it was
+        write_all(args[:2], outs)
     return None
 
 

@@ -373,3 +373,37 @@ def test_forward_mode_ad_rotates_the_tangents():
     torch.autograd.gradcheck(lambda u: rt.apply(u, pos[:1, :2], spec), (xg,), check_forward_ad=True)
     torch.autograd.gradcheck(lambda u, a, b: ops.apply_cos_sin(u, a, b, pos[:1, :2]),
                              (xg, cos.clone().requires_grad_(), sin.clone().requires_grad_()), check_forward_ad=True)
+
+
+def test_forward_over_reverse_through_caller_tables():
+    # grad(create_graph=True) inside a forward-AD level (gradgradcheck's check_fwd_over_rev, Hessian-vector products)
+    # gave the gradients no tangent through the caller-table operators: the backward's saved x/cos/sin had lost theirs.
+    fwd = torch.autograd.forward_ad
+    ops = torch.ops.rotary
+    g = torch.Generator().manual_seed(41)
+    x, w, tx = (torch.randn(2, 3, 2, 6, dtype=torch.float64, generator=g) for _ in range(3))
+    cos, sin, tc = (torch.randn(5, 2, dtype=torch.float64, generator=g) for _ in range(3))  # 4 rotated, 2 pass
+    pos = torch.tensor([[0, 4, 2], [1, 1, 3]])
+    calls = {"ops.apply_cos_sin": lambda u, c, s: ops.apply_cos_sin(u, c, s, pos),
+             "rt.apply_cos_sin": lambda u, c, s: rt.apply_cos_sin(u, c, s, pos, pairing="interleaved"),
+             "ops.apply_qk_cos_sin": lambda u, c, s: ops.apply_qk_cos_sin(u, u * 2, c, s, pos)[1],
+             "ops.apply_cos_sin_": lambda u, c, s: (ops.apply_cos_sin_(v := u.clone(), c, s, pos), v)[1]}
+    for name, f in calls.items():
+        pairing = "interleaved" if name == "rt.apply_cos_sin" else "half"
+
+        def ref(u, c, s):
+            return _rotate_by_tables(u, c[pos][:, :, None], s[pos][:, :, None], pairing) * (2 if "qk" in name else 1)
+
+        with fwd.dual_level():
+            xd = fwd.make_dual(x.clone(), tx).requires_grad_()
+            cd = fwd.make_dual(cos.clone(), tc).requires_grad_()
+            sd = sin.clone().requires_grad_()
+            got = [fwd.unpack_dual(t).tangent for t in torch.autograd.grad(
+                (f(xd, cd, sd) * w).sum(), (xd, cd, sd), create_graph=True)]
+            want = [fwd.unpack_dual(t).tangent for t in torch.autograd.grad(
+                (ref(xd, cd, sd) * w).sum(), (xd, cd, sd), create_graph=True)]
+        for a, b in zip(got, want):
+            assert a is not None, name
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=name)
+        args = (x[:, :, :1].clone().requires_grad_(), cos.clone().requires_grad_(), sin.clone().requires_grad_())
+        assert torch.autograd.gradgradcheck(f, args, check_fwd_over_rev=True), name
