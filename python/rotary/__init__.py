@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
-                      _input_and_out, _int64_checked, _is_torch, _offset_arg, _seq_len_arg, _threads_arg,
+                      _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg, _seq_len_arg, _threads_arg,
                       _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
@@ -49,11 +49,6 @@ __all__ = [
 def _spec_from_dict(d: dict) -> Spec:
     """Rebuilds a Spec from Spec.to_dict() (used by pickling)."""
     return Spec(**d)
-
-
-def _maybe_autograd(x: Any) -> bool:
-    torch = _torch_module()
-    return torch is not None and isinstance(x, torch.Tensor) and x.requires_grad and torch.is_grad_enabled()
 
 
 def apply(
@@ -92,7 +87,8 @@ def apply(
     batch_offsets: per-batch start offsets [B] added to an int `positions`.
     out_scale: with an fp8 `out` (ml_dtypes float8_e4m3fn / float8_e5m2, torch.float8_e4m3fn / float8_e5m2), its
       per-tensor scale: out holds fp8(fl32(y / out_scale)) of the f32 result y, nearest even, saturating.
-    A torch tensor requiring grad is routed through rotary.torch's autograd function.
+    A torch tensor requiring grad, carrying a forward-mode tangent or wrapped by torch.func is routed through
+    rotary.torch (both AD modes).
     """
     # Fast path: plain numpy float arrays, an int offset and an output array (x itself = in place).
     if (type(x) is _ndarray and type(out) is _ndarray and type(positions) is int and type(threads) is int
@@ -102,7 +98,7 @@ def apply(
         return out
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
-    if _maybe_autograd(x):
+    if _needs_grad(x):
         if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
                 or out_scale is not None):
             raise ValueError("[rotary] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
@@ -170,7 +166,7 @@ def apply_qk(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
-    if not numpy_qk and (_maybe_autograd(q) or _maybe_autograd(k)):
+    if not numpy_qk and (_needs_grad(q) or _needs_grad(k)):
         if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
                 or batch_offsets is not None or q_out_scale is not None or k_out_scale is not None):
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale=/cu_seqlens=/seq_offsets=/batch_offsets= "
@@ -317,10 +313,10 @@ def apply_cos_sin(
       `positions` with cu_seqlens means the same).
     layout, pairing ("half" / "interleaved"), inverse (rotate by -angle: the backward pass), out (x itself for
     in place), threads, backend, out_scale (an fp8 `out`'s per-tensor scale: FlashInfer's rope_quantize_fp8 with
-    quant_scale = 1 / out_scale): as in rotary.apply. A torch tensor requiring grad goes through
-    rotary.torch.apply_cos_sin (differentiable with respect to x).
+    quant_scale = 1 / out_scale): as in rotary.apply. A torch x requiring grad or carrying a forward-mode
+    tangent (torch.func included) goes through rotary.torch.apply_cos_sin (differentiable with respect to x).
     """
-    if _maybe_autograd(x):
+    if _needs_grad(x):
         if out is not None or out_scale is not None:
             raise ValueError("[rotary] out= and out_scale= are not supported for tensors requiring grad; use "
                              "rotary.torch.apply_cos_sin")
@@ -371,7 +367,7 @@ def apply_qk_cos_sin(
     inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. q_out_scale / k_out_scale:
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
-    if (_maybe_autograd(q) or _maybe_autograd(k)) and not inplace:
+    if (_needs_grad(q) or _needs_grad(k)) and not inplace:
         if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "
                              "grad; use rotary.torch.apply_cos_sin")
@@ -395,6 +391,13 @@ def apply_qk_cos_sin(
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
         _check_torch_write(q, "q", "rotary_apply")
         _check_torch_write(k, "k", "rotary_apply")
+        if _needs_grad(q) or _needs_grad(k):  # forward-mode tangents (requiring grad is refused above)
+            from . import torch as rotary_torch
+
+            kw = dict(layout=layout, pairing=pairing, inverse=inverse, inplace=True, threads=threads, backend=backend,
+                      cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
+            return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
+                    rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
         q_out, k_out = q, k
     qv, bf16, q_out, qov = _input_and_out(q, q_out, "q", "q_out")
     kv, _, k_out, kov = _input_and_out(k, k_out, "k", "k_out")
@@ -431,9 +434,10 @@ def onnx_rotary_embedding(
     rotary_embedding_dim: R (0 = head_size); channels R..head_size-1 pass through.
     inverse: not an ONNX attribute: rotate by -angle, the operator's gradient with respect to X.
     Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
-    A torch X that requires grad gets a Y that carries it (the inverse rotation); caches that require grad raise.
+    A torch X that requires grad gets a Y that carries it (the inverse rotation); caches that require grad raise, and so
+    does an X carrying a forward-mode tangent (torch: the jvp is not implemented).
     """
-    if any(_maybe_autograd(t) for t in (X, cos_cache, sin_cache)):
+    if any(_needs_grad(t) for t in (X, cos_cache, sin_cache)):
         from ._onnx_grad import with_gradient
 
         return with_gradient(lambda x, inv: onnx_rotary_embedding(

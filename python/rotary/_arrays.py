@@ -149,6 +149,19 @@ def _empty_like(x: Any) -> Any:
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 
 
+def _needs_grad(x: Any) -> bool:
+    """x is a torch tensor that needs a derivative: it requires grad (grad mode on), carries a forward-mode AD tangent,
+    or is a torch.func transform's tensor. Such inputs go through rotary.torch, which records both modes."""
+    torch = _torch_module()
+    if torch is None or not isinstance(x, torch.Tensor):
+        return False
+    if x.requires_grad and torch.is_grad_enabled():
+        return True
+    fwd = torch.autograd.forward_ad
+    return torch._C._functorch.is_functorch_wrapped_tensor(x) or (
+        fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None)
+
+
 def _check_torch_write(out: Any, what: str, where: str) -> None:
     """A torch tensor the call writes (out=, or x in place) that torch itself would refuse to write: an inference
     tensor outside inference mode, or (grad mode on) one that requires grad, as torch's out= functions refuse."""

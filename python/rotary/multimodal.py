@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out, _int64_checked, _threads_arg, _torch_module
+from ._arrays import _index_array, _input_and_out, _int64_checked, _needs_grad, _threads_arg
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -62,19 +62,6 @@ class AxisFrequencies:
     @property
     def rotary_dim(self) -> int:
         return 2 * int(self.inv_freq.shape[0])
-
-
-def _needs_grad(x: Any) -> bool:
-    """x is a torch tensor that needs a derivative: it requires grad (grad mode on), carries a forward-mode AD tangent,
-    or is a torch.func transform's tensor (torch is imported if x can be a tensor)."""
-    torch = _torch_module()
-    if torch is None or not isinstance(x, torch.Tensor):
-        return False
-    if x.requires_grad and torch.is_grad_enabled():
-        return True
-    fwd = torch.autograd.forward_ad
-    return torch._C._functorch.is_functorch_wrapped_tensor(x) or (
-        fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None)
 
 
 def _wrap(t: tuple) -> AxisFrequencies:

@@ -407,3 +407,29 @@ def test_forward_over_reverse_through_caller_tables():
             torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=name)
         args = (x[:, :, :1].clone().requires_grad_(), cos.clone().requires_grad_(), sin.clone().requires_grad_())
         assert torch.autograd.gradgradcheck(f, args, check_fwd_over_rev=True), name
+
+
+def test_array_functions_carry_forward_mode_tangents():
+    # rotary.apply / apply_qk / apply_cos_sin / apply_qk_cos_sin (in place too) / apply_context_parallel dropped a
+    # dual x's tangent (None; unrotated in place) and torch.func.jvp(rotary.apply) raised nanobind's "incompatible
+    # function arguments": only requires_grad sent a tensor through rotary.torch.
+    fwd = torch.autograd.forward_ad
+    spec = rotary.Spec(8)
+    g = torch.Generator().manual_seed(43)
+    x, t = (torch.randn(1, 3, 2, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    ang = torch.arange(3)[:, None].double() * torch.from_numpy(default_inv_freq(1e4, 8))
+    cos, sin = ang.cos(), ang.sin()
+    want = _rotate_by_tables(t, cos[:, None], sin[:, None], "half")
+    calls = {"apply": lambda a: rotary.apply(a, 0, spec), "apply_qk": lambda a: rotary.apply_qk(x, a, 0, spec)[1],
+             "apply_qk inplace": lambda a: rotary.apply_qk(a, a[:, :, :1].clone(), 0, spec, inplace=True)[0],
+             "apply_cos_sin": lambda a: rotary.apply_cos_sin(a, cos, sin),
+             "apply_qk_cos_sin": lambda a: rotary.apply_qk_cos_sin(a, x, cos, sin)[0],
+             "apply_qk_cos_sin inplace": lambda a: rotary.apply_qk_cos_sin(x.clone(), a, cos, sin, inplace=True)[1],
+             "apply_context_parallel": lambda a: rotary.apply_context_parallel(a, spec, 0, 1)}
+    for name, f in calls.items():
+        with fwd.dual_level():
+            got = fwd.unpack_dual(f(fwd.make_dual(x.clone(), t.clone()))).tangent
+        assert got is not None, name
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=name)  # float32 cos/sin
+    got = torch.func.jvp(lambda a: rotary.apply(a, 0, spec), (x,), (t,))[1]
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
