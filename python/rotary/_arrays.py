@@ -152,6 +152,8 @@ def _empty_like(x: Any) -> Any:
 def _needs_grad(x: Any) -> bool:
     """x is a torch tensor that needs a derivative: it requires grad (grad mode on), carries a forward-mode AD tangent,
     or is a torch.func transform's tensor. Such inputs go through rotary.torch, which records both modes."""
+    if x is None or type(x) is np.ndarray:  # the common cases, without a torch look-up (per-call overhead)
+        return False
     torch = _torch_module()
     if torch is None or not isinstance(x, torch.Tensor):
         return False
@@ -165,6 +167,8 @@ def _needs_grad(x: Any) -> bool:
 def _check_torch_write(out: Any, what: str, where: str) -> None:
     """A torch tensor the call writes (out=, or x in place) that torch itself would refuse to write: an inference
     tensor outside inference mode, or (grad mode on) one that requires grad, as torch's out= functions refuse."""
+    if out is None or type(out) is np.ndarray:  # the common cases, without a torch look-up (per-call overhead)
+        return
     torch = _torch_module()
     if torch is None or not isinstance(out, torch.Tensor):
         return

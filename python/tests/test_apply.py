@@ -357,3 +357,22 @@ def test_outputs_are_aligned_and_out_of_place_into_aligned_or_numpy_arrays_agree
         rotary.apply_qk(q, k, 3, spec, layout="thd", q_out=q_out, k_out=k_out)
         np.testing.assert_array_equal(q_out, q_rot)
         np.testing.assert_array_equal(k_out, k_rot)
+
+
+def test_numpy_calls_skip_the_torch_checks(rng, monkeypatch):
+    # The torch-only checks of the array functions (_needs_grad: a derivative is needed; _check_torch_write: an out=
+    # torch would refuse) looked torch up for numpy arrays and None too (per-call overhead): they return first.
+    import rotary._arrays as arrays
+
+    looked_up = []
+    monkeypatch.setattr(arrays, "_torch_module", lambda: looked_up.append(1))
+    x = rng.standard_normal((1, 3, 2, 8)).astype(np.float32)
+    assert not arrays._needs_grad(x) and not arrays._needs_grad(None)
+    arrays._check_torch_write(x, "out", "rotary_apply")
+    arrays._check_torch_write(None, "out", "rotary_apply")
+    assert not looked_up
+    spec = rotary.Spec(8)
+    want = apply_bshd(x.astype(np.float64), np.arange(3), default_inv_freq(1e4, 8))
+    for got in (rotary.apply(x, 0, spec, out=np.empty_like(x)), rotary.apply_qk(x, x.copy(), 0, spec, inplace=True)[1]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert not looked_up
