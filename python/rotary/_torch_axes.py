@@ -65,12 +65,10 @@ class _AxesRotation(torch.autograd.Function):
 
 def apply_axes(x: Any, positions: Any, freqs: Any, k: Any, layout: str, pairing: Optional[str], inverse: bool,
                threads: int, backend: str) -> Any:
-    """multimodal.apply_axes for torch x (and k) of which one needs a derivative (out= refused before)."""
+    """multimodal.apply_axes for torch x (and k) of which one needs a derivative (out=, mixed types refused before)."""
     if isinstance(positions, torch.Tensor) and positions.requires_grad:
         raise RuntimeError("[rotary_apply_axes] positions must not require grad (apply_axes gives no gradient for "
                            "positions; detach them), got a tensor that requires grad")
-    if k is not None and not isinstance(k, torch.Tensor):
-        raise TypeError(f"[rotary] q and k must be the same array type, got {type(x).__name__} and {type(k).__name__}")
     return _AxesRotation.apply(x, k, positions, freqs, layout, pairing, bool(inverse), threads, backend)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out, _int64_checked, _needs_grad, _threads_arg
+from ._arrays import _index_array, _input_and_out, _int64_checked, _is_torch, _needs_grad, _threads_arg
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -117,12 +117,16 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
 
     positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float; >= 0 unless
     freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
-    For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted.
+    For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted. k must be the same array type as x.
     torch tensors requiring grad (grad mode on) are differentiable: backward is the inverse rotation by the same
     frequencies and positions (out= is refused for them; positions get no gradient).
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
+    if k is not None and type(k) is not type(x) and (
+            isinstance(x, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(x) != _is_torch(k)):
+        raise TypeError(f"[rotary_apply_axes] x and k must be the same array type, got {type(x).__name__} and "
+                        f"{type(k).__name__}")
     if _needs_grad(x) or _needs_grad(k):
         if out is not None:
             raise ValueError("[rotary_apply_axes] out must be None for tensors that require grad (autograd records "

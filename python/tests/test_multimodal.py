@@ -321,3 +321,26 @@ def test_permute_qk_weight_of_a_parameter_carries_the_gradient():
         (g_want,) = torch.autograd.grad((ref * wo).sum(), w)
         torch.testing.assert_close(g_got, g_want, rtol=0, atol=0)
     torch.autograd.gradcheck(lambda u: rotary.permute_qk_weight(u, n_heads=3, head_dim=16, rotary_dim=8), (w[:, :2],))
+
+
+def test_apply_axes_refuses_x_and_k_of_different_array_types():
+    # A torch x with a numpy k gave (Tensor, ndarray) without grad, and "[rotary] q and k must be the same array
+    # type" with x requiring grad: both are refused now, in apply_axes' words, before anything is written.
+    torch = pytest.importorskip("torch")
+    fr = rotary.mrope_frequencies(rotary.Spec(16))
+    p = np.zeros((1, 3), np.int64)
+    xn = np.random.default_rng(5).standard_normal((1, 3, 2, 16)).astype(np.float32)
+    kn = xn[:, :, :1].copy()
+    for x, k, types in ((torch.from_numpy(xn.copy()), kn, "Tensor and ndarray"),
+                        (torch.from_numpy(xn.copy()).requires_grad_(), kn, "Tensor and ndarray"),
+                        (xn, torch.from_numpy(kn.copy()), "ndarray and Tensor"),
+                        (xn, torch.from_numpy(kn.copy()).requires_grad_(), "ndarray and Tensor")):
+        msg = rf"^\[rotary_apply_axes\] x and k must be the same array type, got {types}$"
+        with pytest.raises(TypeError, match=msg):
+            rotary.apply_axes(x, p, fr, k=k)
+    out = np.zeros_like(xn)
+    with pytest.raises(TypeError, match="x and k must be the same array type"):
+        rotary.apply_axes(xn, p, fr, k=torch.from_numpy(kn.copy()), out=out)
+    assert not out.any()
+    y, yk = rotary.apply_axes(torch.from_numpy(xn.copy()), p, fr, k=torch.from_numpy(kn.copy()))  # same types: fine
+    np.testing.assert_array_equal(yk.numpy(), rotary.apply_axes(xn, p, fr, k=kn)[1])
