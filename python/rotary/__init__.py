@@ -313,10 +313,11 @@ def apply_cos_sin(
       `positions` with cu_seqlens means the same).
     layout, pairing ("half" / "interleaved"), inverse (rotate by -angle: the backward pass), out (x itself for
     in place), threads, backend, out_scale (an fp8 `out`'s per-tensor scale: FlashInfer's rope_quantize_fp8 with
-    quant_scale = 1 / out_scale): as in rotary.apply. A torch x requiring grad or carrying a forward-mode
-    tangent (torch.func included) goes through rotary.torch.apply_cos_sin (differentiable with respect to x).
+    quant_scale = 1 / out_scale): as in rotary.apply. A torch x, cos or sin requiring grad or carrying a
+    forward-mode tangent (torch.func included) goes through rotary.torch.apply_cos_sin (differentiable with respect
+    to x, cos and sin).
     """
-    if _needs_grad(x):
+    if _needs_grad(x) or (type(x) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))):
         if out is not None or out_scale is not None:
             raise ValueError("[rotary] out= and out_scale= are not supported for tensors requiring grad; use "
                              "rotary.torch.apply_cos_sin")
@@ -367,7 +368,9 @@ def apply_qk_cos_sin(
     inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. q_out_scale / k_out_scale:
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
-    if (_needs_grad(q) or _needs_grad(k)) and not inplace:
+    needs = _needs_grad(q) or _needs_grad(k) or (
+        type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin)))  # tables' derivatives too
+    if needs and not inplace:
         if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "
                              "grad; use rotary.torch.apply_cos_sin")
@@ -389,15 +392,15 @@ def apply_qk_cos_sin(
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
-        _check_torch_write(q, "q", "rotary_apply")
-        _check_torch_write(k, "k", "rotary_apply")
-        if _needs_grad(q) or _needs_grad(k):  # forward-mode tangents (requiring grad is refused above)
+        if needs:  # rotary.torch records the in-place rotation in both AD modes (a leaf requiring grad: torch's error)
             from . import torch as rotary_torch
 
             kw = dict(layout=layout, pairing=pairing, inverse=inverse, inplace=True, threads=threads, backend=backend,
                       cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
             return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
                     rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
+        _check_torch_write(q, "q", "rotary_apply")
+        _check_torch_write(k, "k", "rotary_apply")
         q_out, k_out = q, k
     qv, bf16, q_out, qov = _input_and_out(q, q_out, "q", "q_out")
     kv, _, k_out, kov = _input_and_out(k, k_out, "k", "k_out")

@@ -433,3 +433,34 @@ def test_array_functions_carry_forward_mode_tangents():
         torch.testing.assert_close(got, want, rtol=0, atol=1e-6, msg=name)  # float32 cos/sin
     got = torch.func.jvp(lambda a: rotary.apply(a, 0, spec), (x,), (t,))[1]
     torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_array_functions_carry_the_tables_derivatives_and_record_in_place_tables():
+    # rotary.apply_cos_sin / apply_qk_cos_sin dropped a tangent or grad on cos/sin (only x was checked): tangent None,
+    # the output not requiring grad; and apply_qk_cos_sin(inplace=True) refused a non-leaf q requiring grad as an out=.
+    fwd = torch.autograd.forward_ad
+    g = torch.Generator().manual_seed(44)
+    x, tc = (torch.randn(1, 3, 2, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    ang = torch.arange(3)[:, None].double() * torch.from_numpy(default_inv_freq(1e4, 8))
+    cos, sin = ang.cos(), ang.sin()
+    tcos = tc[0, :, 0, :4]
+    want = _rotate_by_tables(x, tcos[:, None], torch.zeros_like(tcos)[:, None], "half")  # d/dcos, sin fixed
+    for name, f in {"apply_cos_sin": lambda c: rotary.apply_cos_sin(x, c, sin),
+                    "apply_qk_cos_sin": lambda c: rotary.apply_qk_cos_sin(x, x[:, :, :1], c, sin)[0]}.items():
+        with fwd.dual_level():
+            got = fwd.unpack_dual(f(fwd.make_dual(cos.clone(), tcos.clone()))).tangent
+        assert got is not None, name
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12, msg=name)
+        c = cos.clone().requires_grad_()
+        y = f(c)
+        assert y.requires_grad, name
+        (gc,) = torch.autograd.grad((y * x).sum(), c)
+        (want_gc,) = torch.autograd.grad((_rotate_by_tables(x, c[:, None], sin[:, None], "half") * x).sum(), c)
+        torch.testing.assert_close(gc, want_gc, rtol=0, atol=1e-12, msg=name)
+    leaf = x.clone().requires_grad_()
+    q, k = leaf * 1, leaf[:, :, :1] * 2
+    qo, _ = rotary.apply_qk_cos_sin(q, k, cos, sin, inplace=True)
+    assert qo is q and q.grad_fn is not None
+    (gq,) = torch.autograd.grad(q.sum(), leaf)
+    (want_gq,) = torch.autograd.grad(_rotate_by_tables(leaf, cos[:, None], sin[:, None], "half").sum(), leaf)
+    torch.testing.assert_close(gq, want_gq, rtol=0, atol=1e-6)
