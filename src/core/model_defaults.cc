@@ -12,8 +12,9 @@ using json = nlohmann::json;
 // Class default RoPE dicts. gpt-oss's leaves rope_theta to the table, so a top-level rope_theta still wins, as
 // in transformers; Apertus's class dict carries its own, which a top-level rope_theta does not replace.
 const char* const kNoRope =
-    "its attention has no rotary embedding (positions enter as learned or fixed absolute embeddings, or as ALiBi or "
-    "relative attention biases): there is no RoPE to read";
+    "its attention has no rotary embedding in transformers (positions enter as learned or fixed absolute embeddings, "
+    "or as ALiBi or relative attention biases): there is no RoPE to read (a remote-code model that reuses this "
+    "model_type with a RoPE of its own: build the Spec from its fields)";
 const json kGptOssRope = {{"rope_type", "yarn"}, {"factor", 32.0}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
                           {"truncate", false}, {"original_max_position_embeddings", 4096}};
 const json kApertusRope = {{"rope_type", "llama3"}, {"rope_theta", 12000000.0}, {"factor", 8.0},
