@@ -20,8 +20,8 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
-                      _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg, _seq_len_arg, _threads_arg,
-                      _table_arrays, _torch_module, empty, empty_like)
+                      _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg, _same_array_type,
+                      _seq_len_arg, _threads_arg, _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
@@ -176,7 +176,7 @@ def apply_qk(
         # In place too: recorded for autograd as torch records its in-place ops (a leaf requiring grad raises).
         return rotary_torch.apply_qk(q, k, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                      seq_len=seq_len, threads=threads, inplace=inplace, backend=backend)
-    if not numpy_qk and (isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k)):
+    if not numpy_qk and not _same_array_type(q, k):
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
@@ -380,7 +380,7 @@ def apply_qk_cos_sin(
                   cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
                 rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
-    if isinstance(q, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(q) != _is_torch(k):
+    if not _same_array_type(q, k):
         raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")

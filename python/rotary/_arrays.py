@@ -34,6 +34,13 @@ def _is_torch(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
+def _same_array_type(a: Any, b: Any) -> bool:
+    """a and b are both numpy arrays or both torch tensors (or both neither); subclasses count as their base."""
+    if type(a) is type(b):
+        return True
+    return isinstance(a, np.ndarray) == isinstance(b, np.ndarray) and _is_torch(a) == _is_torch(b)
+
+
 def _is_numpy_bf16(a: np.ndarray) -> bool:
     # ml_dtypes' bfloat16 is the only kind-'V' dtype we accept. Its scalar type's name, not dtype.name,
     # which ml_dtypes builds on each access (1.4 us, four times per apply_qk call).
@@ -183,7 +190,7 @@ def _check_torch_write(out: Any, what: str, where: str) -> None:
 def _check_out(out: Any, x: Any, what: str, where: str = "rotary_apply") -> None:
     _check_torch_write(out, what, where)
     x_numpy = isinstance(x, np.ndarray)
-    if isinstance(out, np.ndarray) != x_numpy or (not x_numpy and _is_torch(out) != _is_torch(x)):
+    if not _same_array_type(out, x):
         raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
                         f"got {type(out).__name__}")
     if tuple(out.shape) != tuple(x.shape):

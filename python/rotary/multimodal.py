@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out, _int64_checked, _is_torch, _needs_grad, _threads_arg
+from ._arrays import _index_array, _input_and_out, _int64_checked, _needs_grad, _same_array_type, _threads_arg
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -123,8 +123,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
-    if k is not None and type(k) is not type(x) and (
-            isinstance(x, np.ndarray) != isinstance(k, np.ndarray) or _is_torch(x) != _is_torch(k)):
+    if k is not None and not _same_array_type(x, k):
         raise TypeError(f"[rotary_apply_axes] x and k must be the same array type, got {type(x).__name__} and "
                         f"{type(k).__name__}")
     if _needs_grad(x) or _needs_grad(k):

@@ -223,10 +223,11 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   const ModelDefaults& cls = model_defaults(model_type);
 
   if (cls.unsupported != nullptr) invalid("model_type " + model_type + ": " + cls.unsupported);
-  // Falcon's RW models (alibi: true) bias attention instead of rotating it; the others rotate (transformers' Falcon).
-  if (model_type == "falcon" && r.root->contains("alibi") && truthy(r.root->at("alibi")))
-    invalid(top.field("alibi") + " is true: model_type falcon then uses ALiBi attention biases and no rotary embedding; "
-            "there is no RoPE to read");
+  if (!cls.refused_if_key.empty()) {
+    const std::string key(cls.refused_if_key);
+    if (r.root->contains(key) && truthy(r.root->at(key)))
+      invalid(top.field(key) + " is true: model_type " + model_type + " " + cls.refused_if_why);
+  }
   if (cls.flat_refused != nullptr && !d.layer_entry)
     invalid(top.field("rope_parameters") + " must be nested per layer type for model_type " +
             model_type + " (" + cls.flat_refused + "), got " + show(*d.dict));

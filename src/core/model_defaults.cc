@@ -96,6 +96,7 @@ struct M : ModelDefaults {
   M& no_rotary_dim() { ignores_rotary_dim = true; return *this; }
   M& text_only() { text_positions_only = true; return *this; }
   M& refused(const char* why) { unsupported = why; return *this; }
+  M& refused_if(std::string_view key, const char* why) { refused_if_key = key; refused_if_why = why; return *this; }
   M& nested_only(const char* why) { flat_refused = why; return *this; }
   M& share_of_head() { partial_of_head_dim = true; return *this; }
   M& labels() { rope_labels = true; return *this; }
@@ -151,6 +152,9 @@ const std::vector<ModelDefaults> kTable = {
     M("siglip_vision_model").refused(kNoRope),
     M("t5").refused(kNoRope), M("vit").refused(kNoRope), M("whisper").refused(kNoRope),
     M("xlm-roberta").refused(kNoRope),
+    // transformers' Falcon rotates q/k unless config.alibi (the RW models), when it adds ALiBi biases instead.
+    M("falcon").refused_if("alibi",
+                           "then uses ALiBi attention biases and no rotary embedding; there is no RoPE to read"),
     M("audioflamingo3_encoder").refused("its attention has no rotary embedding (the encoder adds learned absolute "
                                         "positions, embed_positions): read the composite's text_config for the "
                                         "language model's RoPE"),

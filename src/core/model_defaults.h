@@ -65,6 +65,10 @@ struct ModelDefaults {
   bool text_positions_only = false;
   /// Why a Spec cannot describe the model's RoPE (read as a refusal); null: it can.
   const char* unsupported = nullptr;
+  /// A top-level flag that, when true (Python truthiness), means the model has no RoPE to read, and why (Falcon's
+  /// alibi: its attention then adds ALiBi biases instead of rotating); empty: none.
+  std::string_view refused_if_key;
+  const char* refused_if_why = nullptr;
   /// Why a file whose RoPE dict is not nested per layer type is refused: the class builds its per-layer-type RoPE
   /// from keys rotary does not read (Dots 3 Note: swa_rope_theta, swa_* head widths, a derived layer pattern); null:
   /// such a file is read.

@@ -95,12 +95,13 @@ RerotatePlan build_rerotate_plan(const RerotateArgs& a) {
   p.rotary_dim = sa.effective_rotary_dim();
   p.half = p.rotary_dim / 2;
   // The angles are formed from the frequencies, never read from a table; a table-mode rope's limit still holds.
+  const int64_t max_from = max_of(p.from_pos, p.slots), max_to = max_of(p.to_pos, p.slots);
   if (std::any_of(p.slots.begin(), p.slots.end(), [](int64_t s) { return s >= 0; })) {
-    RopeAccess::check_table_limit(*a.from.rope, a.from.seq_len, max_of(p.from_pos, p.slots), kWhere, "from (from_positions)");
-    RopeAccess::check_table_limit(*to.rope, to.seq_len, max_of(p.to_pos, p.slots), kWhere, "to (to_positions)");
+    RopeAccess::check_table_limit(*a.from.rope, a.from.seq_len, max_from, kWhere, "from (from_positions)");
+    RopeAccess::check_table_limit(*to.rope, to.seq_len, max_to, kWhere, "to (to_positions)");
   }
-  const Frequencies& fa = RopeAccess::frequencies(*a.from.rope, a.from.seq_len, max_of(p.from_pos, p.slots), p.freq_storage);
-  const Frequencies& fb = RopeAccess::frequencies(*to.rope, to.seq_len, max_of(p.to_pos, p.slots), p.freq_storage);
+  const Frequencies& fa = RopeAccess::frequencies(*a.from.rope, a.from.seq_len, max_from, p.freq_storage);
+  const Frequencies& fb = RopeAccess::frequencies(*to.rope, to.seq_len, max_to, p.freq_storage);
   p.from_freq = fa.inv_freq.data();
   p.to_freq = fb.inv_freq.data();
   p.same_freqs = fa.inv_freq == fb.inv_freq;

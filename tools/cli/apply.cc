@@ -171,11 +171,8 @@ int run_apply(const std::vector<std::string>& argv) {
   Spec spec = spec_from_flags(flags);
   ApplyArgs args = common_args(flags);
   if (auto p = flags.get("pairing")) args.pairing = parse_flag(parse_pairing, *p, "--pairing");  // else the spec's
-  if (auto n = flags.get_int("seq-len")) {
-    if (*n <= 0 || *n > (int64_t(1) << 31))  // positions are < 2^31
-      throw UsageError("--seq-len must be in [1, 2^31], got " + std::to_string(*n));
-    args.seq_len = *n;
-  }  // else length-dependent scaling sees max(P) + 1, as HF's forward does
+  // Positions are < 2^31; without --seq-len, length-dependent scaling sees max(P) + 1, as HF's forward does.
+  if (auto n = flags.get_count("seq-len", 1LL << 31, "2^31")) args.seq_len = *n;
 
   // M-RoPE (Qwen2-VL / Qwen3-VL): sections over (t, h, w); positions then have shape [3,B,S] or [3,T].
   if (auto sec = flags.get("mrope-section")) spec.mrope.section = parse_int_list("mrope-section", *sec);

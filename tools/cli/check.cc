@@ -78,11 +78,7 @@ int run_check(const std::vector<std::string>& args) {
     add_role(in.tensors, flags.require("input"), "input", {"input"});
     add_role(in.tensors, flags.require("positions"), "positions", {"positions", "position_ids"});
   }
-  if (auto n = flags.get_int("max-pos")) {
-    if (*n <= 0 || *n > (int64_t(1) << 31))  // a sequence length: positions are < 2^31
-      throw UsageError("--max-pos must be in [1, 2^31], got " + std::to_string(*n));
-    in.max_pos = *n;
-  }
+  if (auto n = flags.get_count("max-pos", 1LL << 31, "2^31")) in.max_pos = *n;  // a sequence length
   const CheckResult r = check_parity(spec, in);
   const std::string out = flags.has("json") ? check_result_json(r) : check_result_text(r);
   std::fputs(out.c_str(), stdout);

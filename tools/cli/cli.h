@@ -74,6 +74,8 @@ class Flags {
   std::optional<std::string> get(const std::string& name) const;
   std::string require(const std::string& name) const;
   std::optional<long long> get_int(const std::string& name) const;  ///< UsageError if not an integer
+  /// get_int within [1, max]: UsageError "--NAME must be in [1, MAX_TEXT], got N" outside it.
+  std::optional<long long> get_count(const std::string& name, long long max, const std::string& max_text) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -55,11 +55,7 @@ int run(const std::vector<std::string>& args) {
     else throw UsageError("--what must be cos-sin or inv-freq, got " + quote_value(*w));
   }
   if (auto d = flags.get("dtype")) o.dtype = parse_dtype(*d);
-  if (auto n = flags.get_int("max-pos")) {
-    if (*n <= 0 || *n > (int64_t(1) << 22))  // a table of at most 2^22 rows (rotary::export_tables)
-      throw UsageError("--max-pos must be in [1, 4194304], got " + std::to_string(*n));
-    o.positions = *n;
-  }
+  if (auto n = flags.get_count("max-pos", 1LL << 22, "4194304")) o.positions = *n;  // rotary::export_tables' limit
   const bool split = flags.has("cos") || flags.has("sin");
   if (split == flags.has("out")) throw UsageError("give either --out FILE or --cos A.npy --sin B.npy");
   // Every check on the flags happens before anything is computed or written.

@@ -102,11 +102,7 @@ int run(const std::vector<std::string>& args) {
   if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   const Spec spec = spec_from_flags(flags).normalized();
   std::optional<int64_t> seq_len;
-  if (auto n = flags.get_int("seq-len")) {
-    if (*n < 1 || *n > (int64_t(1) << 31))  // positions are < 2^31
-      throw UsageError("--seq-len must be in [1, 2^31], got " + std::to_string(*n));
-    seq_len = *n;
-  }
+  if (auto n = flags.get_count("seq-len", 1LL << 31, "2^31")) seq_len = *n;  // positions are < 2^31
   const Frequencies f = compute_frequencies(spec, seq_len);
   if (flags.has("json"))
     print_json(spec, f);

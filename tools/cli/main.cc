@@ -92,6 +92,13 @@ std::optional<long long> Flags::get_int(const std::string& name) const {
   return out;
 }
 
+std::optional<long long> Flags::get_count(const std::string& name, long long max, const std::string& max_text) const {
+  const auto n = get_int(name);
+  if (n && (*n < 1 || *n > max))
+    throw UsageError("--" + name + " must be in [1, " + max_text + "], got " + std::to_string(*n));
+  return n;
+}
+
 Option config_option() {
   return {"config", "FILE", "a Hugging Face config.json (v4 rope_scaling or v5 rope_parameters) to read the RoPE from", "none"};
 }
