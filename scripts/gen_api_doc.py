@@ -4,8 +4,9 @@
 
 C/C++: for every public header, its role line and each documented declaration in order: the `///` comment
 block, the declaration (inline bodies replaced by `;`), and members with their `///<` comments.
-Python: for every name in rotary.__all__ and rotary.torch.__all__, its signature and docstring, read with `ast`
-from python/rotary/*.py and python/rotary/_rotary.pyi (nothing is imported, so no build is needed).
+Python: for every name in rotary.__all__ and rotary.torch.__all__ (with the `__all__ += module.__all__` additions),
+its signature and docstring, read with `ast` from the module, the package files it imports the name from
+(python/rotary/*.py) and python/rotary/_rotary.pyi (nothing is imported, so no build is needed).
 
     python3 scripts/gen_api_doc.py          # rewrite docs/api.md
     python3 scripts/gen_api_doc.py --check  # exit 1 if docs/api.md is not what this script writes
@@ -127,15 +128,72 @@ def python_defs(files: list[str]) -> dict[str, ast.AST]:
     return defs
 
 
+def _package_file(module: str | None, level: int) -> pathlib.Path | None:
+    """The package file an import names (`from .x import`, `from rotary.x import`, `from . import x`), or None."""
+    pkg = ROOT / "python" / "rotary"
+    if level == 1 and module:
+        name = module
+    elif level == 0 and module and module.startswith("rotary."):
+        name = module[len("rotary."):]
+    else:
+        return None
+    path = pkg / f"{name}.py"
+    return path if path.exists() else None
+
+
+def _module_aliases(tree: ast.Module) -> dict[str, pathlib.Path]:
+    """Names bound to package modules by `from . import x [as y]` / `import rotary.x as y`."""
+    pkg = ROOT / "python" / "rotary"
+    aliases: dict[str, pathlib.Path] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None:
+            for a in node.names:
+                if (pkg / f"{a.name}.py").exists():
+                    aliases[a.asname or a.name] = pkg / f"{a.name}.py"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "rotary":
+            for a in node.names:
+                if (pkg / f"{a.name}.py").exists():
+                    aliases[a.asname or a.name] = pkg / f"{a.name}.py"
+    return aliases
+
+
 def module_all(path: pathlib.Path) -> list[str]:
+    """A module's __all__: its literal lists, and `__all__ += other.__all__` of the package modules it imports."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    aliases = _module_aliases(tree)
     names: list[str] = []
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            if isinstance(target, ast.Name) and target.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+            if not (isinstance(target, ast.Name) and target.id == "__all__"):
+                continue
+            if isinstance(node.value, (ast.List, ast.Tuple)):
                 names += [ast.literal_eval(e) for e in node.value.elts]
-    return names
+            elif (isinstance(node.value, ast.Attribute) and node.value.attr == "__all__"
+                  and isinstance(node.value.value, ast.Name) and node.value.value.id in aliases):
+                names += module_all(aliases[node.value.value.id])
+    return list(dict.fromkeys(names))
+
+
+def resolve_def(name: str, path: pathlib.Path, seen: frozenset = frozenset()):
+    """The def or class a module's name refers to: defined in the module, or followed through its
+    `from .x import name [as alias]` / `from .x import *` imports of package modules; None for constants and
+    outside names."""
+    if path in seen or not path.exists():
+        return None
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            source = _package_file(node.module, node.level)
+            for a in node.names:
+                if source is not None and (a.asname or a.name) == name:
+                    return resolve_def(a.name, source, seen | {path})
+                if source is not None and a.name == "*" and name in module_all(source):
+                    return resolve_def(name, source, seen | {path})
+    return None
 
 
 def describe(name: str, node) -> list[str]:
@@ -160,15 +218,14 @@ def describe(name: str, node) -> list[str]:
 def python_section() -> str:
     pkg = ROOT / "python" / "rotary"
     out = ["## Python (`import rotary`, `import rotary.torch`)", ""]
-    modules = (("rotary", module_all(pkg / "__init__.py") + module_all(pkg / "multimodal.py")
-                + module_all(pkg / "_prologue.py"), ["__init__.py", "multimodal.py", "_prologue.py", "_rotary.pyi"]),
+    modules = (("rotary", module_all(pkg / "__init__.py"), ["__init__.py", "_rotary.pyi"]),
                ("rotary.torch", module_all(pkg / "torch.py"), ["torch.py", "_torch_flash.py"]),
                ("rotary.prologue_torch", module_all(pkg / "prologue_torch.py"), ["prologue_torch.py"]))
     for module, names, files in modules:
         defs = python_defs(files)
         out += [f"### `{module}`", ""]
         for name in names:
-            node = defs.get(name)
+            node = defs.get(name) or resolve_def(name, pkg / files[0])
             if node is None:
                 out += [f"#### `{name}`", "", "(a constant or alias; see the module's docstring)", ""]
                 continue
