@@ -68,15 +68,21 @@ def _with_tangents(name: str, args: tuple):
 def _tables_both_modes(functional, args: tuple, primals: tuple, n: int, inplace: bool):
     """Caller tables with tangents and a reverse-mode gradient (forward-over-reverse: gradgradcheck, Hessian-vector
     products): the backward's results depend on the saved x, cos and sin, whose tangents the primal call would drop
-    (a silent zero), so the rotation is torch's own composite formula on the dual tensors, differentiable in both
-    modes to any order. The operator itself runs first on the primals, without a graph, for its checks."""
-    from ._torch_composite import _table_rotation
+    (a silent zero), so the tangents and the graph come from torch's own formula on the dual tensors (differentiable
+    in both modes to any order, each tangent in its primal's dtype). The primal values are the operator's own: it
+    runs on the primals without a graph (its checks too), and its results are written into the formula's outputs
+    (no_grad, through detach(): the graph and the tangents stay the formula's; no backward saves these outputs)."""
+    from ._torch_composite import dual_table_rotation
 
     with torch.no_grad():
-        functional(*primals)
+        exact = functional(*primals)
+    exact = exact if n == 2 else (exact,)
     cos, sin, positions, offset, layout, pairing, inverse = args[n:n + 7]
     rotated = [a.clone() if inplace else a for a in args[:n]]  # copy_ below must not change what backward saved
-    outs = tuple(_table_rotation(a, cos, sin, positions, offset, layout, pairing, inverse) for a in rotated)
+    outs = tuple(dual_table_rotation(a, cos, sin, positions, offset, layout, pairing, inverse) for a in rotated)
+    with torch.no_grad():
+        for out, value in zip(outs, exact):
+            out.detach().copy_(value)
     if not inplace:
         return outs if n == 2 else outs[0]
     if n == 1:

@@ -321,6 +321,28 @@ def _table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse):
     return rotate(x, _to_layout(c, layout), _to_layout(s, layout), pairing, inverse)
 
 
+def dual_table_rotation(x, cos, sin, positions, offset, layout, pairing, inverse):
+    """The caller-tables rotation as plain torch ops on dual tensors that also require grad (forward-over-reverse):
+    differentiable in both modes to any order. rotate()'s copy into empty_like(x) would give a bf16/f16 x an f32
+    tangent (copy_ into a tensor without one takes the source's tangent as it is), so the result is rounded with
+    .to(x.dtype), which rounds the tangent too; the caller replaces the primal values by the operator's own."""
+    c, s = _rows_for_tables(x, cos, sin, positions, offset, layout)
+    c, s = _to_layout(c, layout), _to_layout(s, layout)
+    half = c.shape[-1]
+    rot = 2 * half
+    ct = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xr = x[..., :rot].to(ct)
+    c, s = c.to(ct), s.to(ct)
+    x1, x2 = (xr[..., 0::2], xr[..., 1::2]) if pairing == "interleaved" else (xr[..., :half], xr[..., half:])
+    if inverse:
+        s = -s
+    y1 = x1 * c - x2 * s
+    y2 = x2 * c + x1 * s
+    y = torch.stack((y1, y2), dim=-1).flatten(-2) if pairing == "interleaved" else torch.cat((y1, y2), dim=-1)
+    y = y.to(x.dtype)
+    return y if rot == x.shape[-1] else torch.cat((y, x[..., rot:]), dim=-1)
+
+
 # The composite implementation of every operator (same signatures as the operators).
 def _apply(x, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
     return _spec_rotation(x, positions, offset, spec, layout, pairing, inverse, seq_len)
