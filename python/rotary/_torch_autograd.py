@@ -5,6 +5,8 @@ included), computed by the same operator, so it is differentiable again. Caller 
 gradients for cos and sin (torch composite, only when they require grad). In-place operators record the functional
 operator plus copy_ when a gradient is needed, as torch does for its own in-place ops. Inputs that carry forward-mode
 tangents get the rotated tangents attached to the outputs (make_dual; registered formulas are reverse mode only).
+At a torch.func transform's level the formulas are recorded with a single-level autograd Function (torch.func
+refuses register_autograd's generated one).
 """
 from __future__ import annotations
 
@@ -92,6 +94,44 @@ def _tables_both_modes(functional, args: tuple, primals: tuple, n: int, inplace:
     return None
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+try:
+    from torch._functorch.utils import enable_single_level_autograd_function as _single_level
+    from torch.autograd.function import _SingleLevelFunction
+except ImportError:  # pragma: no cover - another torch: torch.func keeps the generated Function's own error
+    _SingleLevelFunction = None
+
+
+def _single_level_function(name: str, op, backward, setup_context):
+    """The operator's formula as an autograd Function of one autograd level, for calls at a torch.func transform's
+    level (grad, jacrev, hessian, vmap(grad), jvp(grad), ...). register_autograd's generated autograd.Function is
+    refused there (torch.func asks a Function for setup_context and a vmap rule, as if it ran above the transforms),
+    but the Autograd kernel already runs at one level, on that level's tensors: the Function records the formula
+    there, as torch's own kernels do, and its forward redispatches below autograd to the next level (whose
+    tangents, batching and gradients the operator's rules handle in turn); its backward calls the operators, so
+    every composition of transforms differentiates it again. Arguments: the operator's, all of them, then the
+    dispatch key set."""
+
+    def forward(ctx, *args):
+        keyset, args = args[-1], args[:-1]
+        # the Function turns both modes off; the levels below have their own (as torch.func's own Functions do)
+        with torch.enable_grad(), _FWD._set_fwd_grad_enabled(True), torch._C._AutoDispatchBelowAutograd():
+            out = op.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+        setup_context(ctx, args, out)
+        return out
+
+    def backward_all(ctx, *grads):
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[:-1]
+        try:
+            return tuple(backward(ctx, *grads)) + (None,)
+        finally:
+            ctx.needs_input_grad = needs
+
+    return type(f"SingleLevel_rotary_{name}", (_SingleLevelFunction,),
+                {"forward": staticmethod(forward), "backward": staticmethod(backward_all)})
+
+
 def _register_autograd(name: str, backward, setup_context) -> None:
     """torch.library.register_autograd's formula for a functional operator, in an Autograd kernel that calls the
     backend kernel straight away when no gradient is needed and the tensors are plain CPU/CUDA tensors outside any
@@ -104,11 +144,16 @@ def _register_autograd(name: str, backward, setup_context) -> None:
         return
     with_grad = make_autograd_impl(op, Info(backward, setup_context))
     kernels = KERNELS[name]
+    single = _single_level_function(name, op, backward, setup_context) if _SingleLevelFunction else None
 
     def kernel(keyset, *args):
+        grad = torch.is_grad_enabled() and torch._C._any_requires_grad(*args)
+        if grad and single is not None and _functorch_active():  # a torch.func transform's level
+            with _single_level():
+                return single.apply(*full_args(name, args), keyset)
         if _FWD._current_level >= 0 and has_tangent(*args):
             return _with_tangents(name, args)
-        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        if grad:
             return with_grad(keyset, *args)
         below = keyset & _AFTER_AUTOGRAD
         direct = kernels.get(below.raw_repr())
@@ -275,9 +320,10 @@ def _inplace_autograd(name: str, n_mutated: int):
     kernels = KERNELS[name]
 
     def kernel(keyset, *args):
-        if _FWD._current_level >= 0 and has_tangent(*args):
+        grad = torch.is_grad_enabled() and torch._C._any_requires_grad(*args)
+        if _FWD._current_level >= 0 and not (grad and _functorch_active()) and has_tangent(*args):
             return _with_tangents(name, args)
-        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+        if grad:
             # As torch does for its in-place ops: the functional op is recorded and copy_ writes its result into the
             # mutated tensors (torch refuses a leaf requiring grad here, and bumps the version counters).
             # The functional op saves its rotated inputs when the tables need a gradient; copy_ below would change

@@ -33,6 +33,8 @@ Registration style (follow it when adding an operator, e.g. torch.ops.rotary.pro
     kernel (torch.library.register_fake).
   * Functional operators: torch.library.register_autograd(backward, setup_context=...), the backward built from the
     operators themselves (differentiable again); positions are saved with save_for_backward (version-checked).
+    Under torch.func transforms the same backward and setup_context are recorded by a single-level autograd
+    Function (rotary/_torch_autograd.py), so a new operator's formula works there with no extra code.
   * In-place operators (name ending in "_", mutated arguments annotated `(a!)`, returning ()): their kernels refuse
     inference tensors outside inference mode (check_writable; the dispatcher does not) and bump
     the mutated tensors' version counters (torch._C._increment_version); their Autograd kernel (_inplace_autograd) redispatches when no

@@ -72,3 +72,77 @@ def test_forward_over_reverse_tables_keep_the_operators_values_and_dtype(dtype, 
             for gr, primal in zip(grads, (x, cos)):
                 t = fwd.unpack_dual(gr).tangent
                 assert t is not None and t.dtype == primal.dtype, name
+
+
+def _transforms(f, a, t):
+    """Each torch.func composition of f at a (tangent t): name -> result."""
+    batch = torch.stack((a, a * 0.5 + t, -a))
+    return {"grad": torch.func.grad(f)(a),
+            "jvp(grad)": torch.func.jvp(torch.func.grad(f), (a,), (t,))[1],
+            "hessian": torch.func.hessian(f)(a),
+            "jacfwd(jacrev)": torch.func.jacfwd(torch.func.jacrev(f))(a),
+            "jacrev(jacrev)": torch.func.jacrev(torch.func.jacrev(f))(a),
+            "vmap(grad)": torch.func.vmap(torch.func.grad(f))(batch),
+            "grad(vmap)": torch.func.grad(lambda b: torch.func.vmap(f)(b).sum())(batch)}
+
+
+def test_torch_func_compositions_through_the_operators():
+    # torch.func.grad (and every composition with it: jvp(grad), hessian, jacfwd(jacrev), vmap(grad)) of a function
+    # calling torch.ops.rotary.* raised torch's "must override the setup_context staticmethod": the formula
+    # registered with register_autograd lives in an autograd.Function that torch.func transforms refuse.
+    g = torch.Generator().manual_seed(52)
+    x, k, t, w = (torch.randn(2, 3, 2, 6, dtype=torch.float64, generator=g) for _ in range(4))  # 4 rotated, 2 pass
+    cos, sin, tc = (torch.randn(5, 2, dtype=torch.float64, generator=g) for _ in range(3))
+    pos = torch.tensor([[0, 4, 2], [1, 1, 3]])
+    spec = rotary.Spec(6, rotary_dim=4, base=100.0)
+    key = rt.spec_key(spec)
+    ang = pos[..., None].double() * (1.0 / 100.0 ** (torch.arange(0, 4, 2, dtype=torch.float64) / 4))
+    spec_c, spec_s = ang.cos()[:, :, None], ang.sin()[:, :, None]
+
+    def by_tables(u, c, s):
+        return rotate_by_tables(u, c[pos][:, :, None], s[pos][:, :, None], "half")
+
+    def in_place_x(u):
+        v = u * 1
+        ops.apply_cos_sin_(v, cos, sin, pos)
+        return v
+
+    def in_place_qk(u):
+        v, kk = u * 1, k * u
+        ops.apply_qk_(v, kk, pos, 0, key)
+        return kk
+
+    def in_place_spec(u):
+        v = u * 1
+        ops.apply_(v, pos, 0, key)
+        return v
+
+    # name -> (f(a), the same composition in plain torch, the argument, its tangent, float64 exact or f32 rows)
+    cases = {
+        "apply_cos_sin x": (lambda u: ops.apply_cos_sin(u, cos, sin, pos), lambda u: by_tables(u, cos, sin), x, t),
+        "apply_cos_sin cos": (lambda c: ops.apply_cos_sin(x, c, sin, pos), lambda c: by_tables(x, c, sin), cos, tc),
+        "apply_cos_sin_": (in_place_x, lambda u: by_tables(u, cos, sin), x, t),
+        "apply_qk_cos_sin": (lambda u: ops.apply_qk_cos_sin(u, k * u, cos, sin, pos)[1],
+                             lambda u: by_tables(k * u, cos, sin), x, t),
+        "apply_qk_cos_sin cos": (lambda c: ops.apply_qk_cos_sin(x, k, c, sin, pos)[0] * 2
+                                 + ops.apply_qk_cos_sin(x, k, c, sin, pos)[1],
+                                 lambda c: by_tables(x, c, sin) * 2 + by_tables(k, c, sin), cos, tc),
+        "apply": (lambda u: ops.apply(u, pos, 0, key), lambda u: rotate_by_tables(u, spec_c, spec_s, "half"), x, t),
+        "apply_": (in_place_spec, lambda u: rotate_by_tables(u, spec_c, spec_s, "half"), x, t),
+        "apply_qk": (lambda u: ops.apply_qk(u, k * u, pos, 0, key)[1],
+                     lambda u: rotate_by_tables(k * u, spec_c, spec_s, "half"), x, t),
+        "apply_qk_": (in_place_qk, lambda u: rotate_by_tables(k * u, spec_c, spec_s, "half"), x, t),
+        "rt.apply_cos_sin": (lambda u: rt.apply_cos_sin(u, cos, sin, pos), lambda u: by_tables(u, cos, sin), x, t),
+    }
+    for name, (rot, ref, a, ta) in cases.items():
+        tol = 1e-12 if "cos_sin" in name else 2e-6  # spec operators rotate by rotary's f32 cos/sin rows
+
+        def f(u, rot=rot):
+            return ((rot(u) ** 2) * w).sum() + (rot(u) * u.sum()).sum()
+
+        def f_ref(u, ref=ref):
+            return ((ref(u) ** 2) * w).sum() + (ref(u) * u.sum()).sum()
+
+        got, want = _transforms(f, a, ta), _transforms(f_ref, a, ta)
+        for tname in want:
+            torch.testing.assert_close(got[tname], want[tname], rtol=tol, atol=tol, msg=f"{name} {tname}")
