@@ -30,13 +30,22 @@ def modeling_module(model_type: str) -> Optional[ModuleType]:
         return None
 
 
+def text_rotary_embedding_names(mod: ModuleType) -> list:
+    """The names of the RotaryEmbedding classes a modeling module defines that are not vision ones, sorted.
+
+    A vision RoPE is the class named <Model>VisionRotaryEmbedding (Qwen2VLVisionRotaryEmbedding, PixtralVision...):
+    a model whose own name holds "Vision" keeps its text RoPE in <Model>TextRotaryEmbedding (Granite 4 Vision's
+    Granite4VisionTextRotaryEmbedding), which a skip of every name containing "Vision" hid."""
+    return sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and not n.endswith("VisionRotaryEmbedding")
+                  and isinstance(getattr(mod, n), type) and getattr(mod, n).__module__ == mod.__name__)
+
+
 def text_rotary_embedding_class(model_type: str) -> Optional[type]:
     """The model's text RotaryEmbedding class (the first by name that is not a vision one), or None."""
     mod = modeling_module(model_type)
     if mod is None:
         return None
-    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n
-                   and isinstance(getattr(mod, n), type) and getattr(mod, n).__module__ == mod.__name__)
+    names = text_rotary_embedding_names(mod)
     return getattr(mod, names[0]) if names else None
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import rotary
-from hf_models import text_rotary_embedding_class, trimmed_hf_config
+from hf_models import text_rotary_embedding_class, text_rotary_embedding_names, trimmed_hf_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -43,7 +43,7 @@ def _hf_modeling(model_type: str):
 def _hf_text_rope(model_type: str, config):
     """The model's text RotaryEmbedding built from `config` (its inv_freq, attention_scaling, mrope_section)."""
     mod = _hf_modeling(model_type)
-    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    names = text_rotary_embedding_names(mod)
     assert names, f"{model_type}: no RotaryEmbedding class"
     return getattr(mod, names[0])(config=config)
 

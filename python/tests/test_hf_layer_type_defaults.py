@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import rotary
-from hf_models import hf_model_modules, load_hf_config, per_type_rope, quiet_transformers
+from hf_models import hf_model_modules, load_hf_config, per_type_rope, quiet_transformers, text_rotary_embedding_names
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -22,7 +22,7 @@ def _hf(doc: dict, tmp_path, module: str):
     _, mod = hf_model_modules(module)
     config = load_hf_config(tmp_path)
     config = getattr(config, "text_config", config)
-    names = sorted(n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n)
+    names = text_rotary_embedding_names(mod)
     return config, getattr(mod, names[0])(config=config)
 
 

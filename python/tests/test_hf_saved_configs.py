@@ -101,3 +101,18 @@ def test_an_attribute_mapped_max_position_embeddings_is_read(model_type, key, tm
     with quiet_transformers():
         want = type(config).from_dict(both).max_position_embeddings
     assert rotary.Spec.from_hf_config(both).max_position_embeddings == want, model_type
+
+
+@pytest.mark.parametrize("model_type", ["granite4_vision", "granite4_vision_text"])
+def test_a_model_whose_name_holds_vision_has_its_text_rope_found_and_read(model_type):
+    # Granite 4 Vision's text RoPE is Granite4VisionTextRotaryEmbedding: hf_models skipped every class whose name
+    # holds "Vision", so the tests that find a model's text RoPE through it passed this model type by.
+    cls = text_rotary_embedding_class(model_type)
+    assert cls is not None and cls.__name__ == "Granite4VisionTextRotaryEmbedding", cls
+    with quiet_transformers():
+        config = transformers.AutoConfig.for_model(model_type)
+        hf = cls(config=config.get_text_config()).inv_freq.double().numpy()
+    for source in (config, config.to_dict()):
+        ours = rotary.Spec.from_hf_config(source).inv_freq(None)
+        assert ours.shape == hf.shape, (model_type, type(source))
+        np.testing.assert_allclose(ours, hf, rtol=1e-6, err_msg=model_type)
