@@ -303,3 +303,15 @@ def test_in_place_calls_under_torch_func_grad_equal_the_out_of_place_gradient():
         got = torch.func.grad(lambda a: (f(a, True) * w).sum())(x)
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
         assert want.abs().sum() > 0
+
+
+def test_an_id_past_the_caller_table_is_named_by_its_index():
+    # It said "position 10 is out of range for cos/sin", not where.
+    x = np.ones((2, 3, 2, 8), np.float32)
+    cos, sin = np.ones((10, 4), np.float32), np.zeros((10, 4), np.float32)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions\.ids\[1,2\] is 10, out of range for cos/sin "
+                                         r"with 10 rows \(shape \[10,4\]\)"):
+        rotary.apply_cos_sin(x, cos, sin, np.array([[0, 1, 2], [3, 9, 10]]))
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions\.ids\[2\] is 12, out of range"):
+        rotary.apply_cos_sin(x, cos, sin, np.array([0, 1, 12]))
+

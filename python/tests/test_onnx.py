@@ -176,8 +176,12 @@ def test_onnx_errors_name_the_nodes_inputs():
          "[onnx_rotary_embedding] X dtype must be floating"),
         (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.array([[0, -1, 2]])), ValueError,
          "[onnx_rotary_embedding] position_ids[0,1] must be >= 0"),
+        # the id past the caches named by its index (it said "position 5 is out of range", not where)
         (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.array([[0, 5, 2]])), ValueError,
-         "[onnx_rotary_embedding] position 5 is out of range for cos_cache/sin_cache with 5 rows"),
+         "[onnx_rotary_embedding] position_ids[0,1] is 5, out of range for cos_cache/sin_cache with 5 rows"),
+        (lambda: rotary.onnx_rotary_embedding(np.ones((2, 2, 3, 8), np.float32), cos, sin,
+                                              np.array([[0, 1, 2], [3, 7, 5]])), ValueError,
+         "[onnx_rotary_embedding] position_ids[1,1] is 7, out of range for cos_cache/sin_cache with 5 rows"),
         (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.zeros((1, 4), np.int64)), ValueError,
          "[onnx_rotary_embedding] position_ids shape [1,4] does not match"),
     ]

@@ -8,6 +8,7 @@
 #include "core/frequency_checks.h"
 #include "core/messages.h"
 #include "engine/overlap.h"
+#include "engine/position_checks.h"
 #include "engine/tensor_checks.h"
 
 namespace rotary::detail {
@@ -94,9 +95,14 @@ void attach_caller_cos_sin(Plan& plan, const TensorView& cos, const TensorView& 
   if (cos.rank == 2) {
     if (range.fractional) invalid("positions.ids must be integer with a caller cos/sin table, got fractional ids");
     // Device positions are not read here: the kernel writes NaN for a position outside [0, max_pos).
-    if (range.any && !range.unknown && range.max_int >= cos.shape[0])
-      out_of_range("position " + str(range.max_int) + " is out of range for cos/sin with " + str(cos.shape[0]) +
-                   " rows (shape " + shape_str(cos) + "); positions must be < max_pos");
+    if (range.any && !range.unknown && range.max_int >= cos.shape[0]) {
+      // ids: the first one past the table, by its index (positions.ids[1,1] is 10); offsets and packed: the position.
+      const std::string at = args.positions.kind == Positions::Kind::kIds
+                                 ? first_id_at_least(args.positions.ids, cos.shape[0], "positions.ids")
+                                 : std::string();
+      out_of_range((at.empty() ? "position " + str(range.max_int) + " is" : at + ",") + " out of range for cos/sin with " +
+                   str(cos.shape[0]) + " rows (shape " + shape_str(cos) + "); positions must be < max_pos");
+    }
   } else {
     const Positions& p = args.positions;
     if (p.kind != Positions::Kind::kOffset || p.offset != 0 || !absent(p.batch_offsets))

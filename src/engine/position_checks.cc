@@ -227,6 +227,27 @@ void note_position(PositionRange* r, int64_t p) {
   r->max_f = std::max(r->max_f, static_cast<double>(p));
 }
 
+std::string first_id_at_least(const TensorView& ids, int64_t at_least, const char* name) {
+  const bool frac = ids.dtype == DType::kF32 || ids.dtype == DType::kF64;
+  int64_t count = 1;
+  for (int d = 0; d < ids.rank; ++d) count *= ids.shape[d];
+  for (int64_t flat = 0; flat < count; ++flat) {
+    int64_t idx[4] = {0, 0, 0, 0}, offset = 0, left = flat;
+    for (int d = ids.rank - 1; d >= 0; --d) {
+      idx[d] = left % ids.shape[d];
+      left /= ids.shape[d];
+      offset += idx[d] * ids.strides[d];
+    }
+    const int64_t v = frac ? static_cast<int64_t>(std::floor(load_index(ids.data, ids.dtype, offset)))
+                           : load_int_index(ids.data, ids.dtype, offset);
+    if (v < at_least) continue;
+    std::string at = std::string(name) + "[";
+    for (int d = 0; d < ids.rank; ++d) at += (d ? "," : "") + str(idx[d]);
+    return at + "] is " + str(v);
+  }
+  return "";
+}
+
 std::string expected_ids_shape(Layout layout, int n_axes, const Plan& plan) {
   const std::string axes = n_axes > 1 ? str(n_axes) + "," : "";
   if (layout == Layout::kTHD) return "[" + axes + "T] = [" + axes + str(plan.S) + "]";

@@ -17,6 +17,10 @@ void plan_positions(const ApplyArgs& args, const PlanRequest& request, Plan& pla
 /// Records position p in the range.
 void note_position(PositionRange* range, int64_t p);
 
+/// Where ids (`name`, e.g. "positions.ids") first hold a position >= `at_least`, for messages: "positions.ids[1,1] is
+/// 10" (indexed as the ids array); empty if none does. Fractional ids count by their floor.
+std::string first_id_at_least(const TensorView& ids, int64_t at_least, const char* name);
+
 /// The ids shapes a call accepts, for messages: "[B,S] = [2,3] or [S] = [3]", "[3,T] = [3,5]".
 std::string expected_ids_shape(Layout layout, int n_axes, const Plan& plan);
 

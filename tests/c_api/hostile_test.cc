@@ -130,7 +130,7 @@ std::vector<CCase> c_cases() {
       // positions
       {"ids i64 2^31", [big](CCall& c) { c.ids[5] = big; c.use_ids(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"positions.ids[1,2]", "2147483648"}},
       {"ids past a fixed table", [](CCall& c) { c.ids[2] = 16; c.use_ids(); return rotary_rope_apply(c.fixed, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"position 16", "max_positions is 16"}},
-      {"ids past caller cos rows", [](CCall& c) { c.ids = {0, 4, 1, 2, 3, 0}; c.use_ids(); return rotary_apply_cos_sin(&c.cos_t, &c.sin_t, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"position 4", "4 rows"}},
+      {"ids past caller cos rows", [](CCall& c) { c.ids = {0, 4, 1, 2, 3, 0}; c.use_ids(); return rotary_apply_cos_sin(&c.cos_t, &c.sin_t, &c.a); }, ROTARY_ERROR_OUT_OF_RANGE, {"positions.ids[0,1] is 4,", "4 rows"}},
       {"fractional NaN", [](CCall& c) { c.fids[3] = NAN; c.use_ids(ROTARY_DTYPE_F64); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"positions.ids[1,0]", "nan"}},
       {"cu_seqlens not matching T", [](CCall& c) { c.cu = {0, 2, 5}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"cu_seqlens[2]", "T = 6", "got 5"}},
       {"cu_seqlens not monotone", [](CCall& c) { c.cu = {0, 4, 3, 6}; c.use_thd(); return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"non-decreasing", "cu_seqlens[2] = 3"}},

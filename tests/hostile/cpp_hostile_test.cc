@@ -176,7 +176,7 @@ std::vector<Case> cases() {
       {"ids i64 = 2^31", [](Call& c) { c.ids_i64({0, 1, kBig31}, {3}); }, K::kOutOfRange, {"positions.ids[2]", "2147483648"}},
       {"ids i64 = INT64_MIN", [](Call& c) { c.ids_i64({0, kI64Min, 2, 3, 4, 5}, {2, 3}); }, K::kInvalidArgument, {"positions.ids[0,1]", "-9223372036854775808"}},
       {"ids i64 = 2^40 past a fixed caller table", [](Call& c) { c.entry = Entry::kCosSin; c.ids_i64({0, 1, int64_t(1) << 40}, {3}); }, K::kOutOfRange, {"positions.ids[2]", "1099511627776"}},
-      {"ids beyond fixed caller table", [](Call& c) { c.entry = Entry::kCosSin; c.ids_i64({0, 4, 1}, {3}); }, K::kOutOfRange, {"position 4", "4 rows"}},
+      {"ids beyond fixed caller table", [](Call& c) { c.entry = Entry::kCosSin; c.ids_i64({0, 4, 1}, {3}); }, K::kOutOfRange, {"positions.ids[1] is 4,", "4 rows"}},
       {"offset beyond fixed caller table", [](Call& c) { c.entry = Entry::kCosSin; c.a.positions = Positions::contiguous(2); }, K::kOutOfRange, {"position 4", "4 rows"}},
       {"packed beyond fixed caller table", [](Call& c) { c.entry = Entry::kCosSin; c.thd(); c.cu_i32({0, 1, 6}); }, K::kOutOfRange, {"position 4", "4 rows"}},
       {"fractional NaN id", [](Call& c) { c.f32[4] = std::nanf(""); c.a.positions = Positions::from_ids(TensorView::contiguous(c.f32.data(), DType::kF32, {2, 3})); }, K::kInvalidArgument, {"positions.ids[1,1]", "nan"}},

@@ -496,7 +496,10 @@ TEST(OnnxRotaryEmbedding, ErrorsNameTheInputOrAttribute) {
       {"sin shape differs", [&](OnnxRotaryArgs& a) {
          a.sin_cache = TensorView::contiguous(cache.data(), DType::kF32, {2, 4});
        }, "sin_cache", Error::Kind::kInvalidArgument},
-      {"position past cache", [&](OnnxRotaryArgs& a) { (void)a; pos[4] = 4; }, "4", Error::Kind::kOutOfRange},
+      // the id named by its index (it said "position 4 is out of range ...", not where)
+      {"position past cache", [&](OnnxRotaryArgs& a) { (void)a; pos[4] = 4; },
+       "[onnx_rotary_embedding] position_ids[1,1] is 4, out of range for cos_cache/sin_cache with 4 rows",
+       Error::Kind::kOutOfRange},
       {"negative position", [&](OnnxRotaryArgs& a) { (void)a; pos[4] = -1; }, "-1", Error::Kind::kInvalidArgument},
       {"y shape", [&](OnnxRotaryArgs& a) { a.y = TensorView::contiguous(y.data(), DType::kF32, {2, 3, 4}); }, "Y",
        Error::Kind::kInvalidArgument},
