@@ -185,8 +185,8 @@ def apply_qk(
                                        layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len,
                                        threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                                        seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-    qv, bf16 = _as_core_array(q, "q", readonly=True)
-    kv, _ = _as_core_array(k, "k", readonly=True)
+    qv, bf16 = _as_core_array(q, "q", readonly=True, where="rotary_apply")
+    kv, _ = _as_core_array(k, "k", readonly=True, where="rotary_apply")
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
@@ -198,8 +198,8 @@ def apply_qk(
         k_out = _empty_like(k) if k_out is None else k_out
         _check_out(q_out, q, "q_out")
         _check_out(k_out, k, "k_out")
-    qov, _ = _as_core_array(q_out, "q_out")
-    kov, _ = _as_core_array(k_out, "k_out")
+    qov, _ = _as_core_array(q_out, "q_out", where="rotary_apply")
+    kov, _ = _as_core_array(k_out, "k_out", where="rotary_apply")
     offset, ids = _split_positions(positions)
     cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
@@ -453,10 +453,16 @@ def onnx_rotary_embedding(
     else:
         raise TypeError(f"[onnx_rotary_embedding] X must be a numpy array or a torch CPU tensor, "
                         f"got {type(X).__name__}")
-    xv, bf16 = _as_core_array(X, "X", readonly=True)
-    ov, _ = _as_core_array(out, "Y")
-    cv, cbf16 = _as_core_array(cos_cache, "cos_cache", readonly=True)
-    sv, sbf16 = _as_core_array(sin_cache, "sin_cache", readonly=True)
+    if X.ndim > 4:  # (ranks 1 and 2: the core's message, the same)
+        raise ValueError(f"[onnx_rotary_embedding] X must have rank 3 [batch, seq, hidden] (with num_heads) or 4 "
+                         f"[batch, num_heads, seq, head_size], got rank {X.ndim}")
+    if position_ids is not None and getattr(position_ids, "ndim", 2) > 4:
+        raise ValueError(f"[onnx_rotary_embedding] position_ids must be 2-D [batch, seq], got rank {position_ids.ndim}")
+    where = "onnx_rotary_embedding"
+    xv, bf16 = _as_core_array(X, "X", readonly=True, where=where)
+    ov, _ = _as_core_array(out, "Y", where=where)
+    cv, cbf16 = _as_core_array(cos_cache, "cos_cache", readonly=True, where=where)
+    sv, sbf16 = _as_core_array(sin_cache, "sin_cache", readonly=True, where=where)
     if cbf16 != sbf16:
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
     ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None

@@ -76,13 +76,27 @@ def _has_broadcast_axis(x: Any) -> bool:
     return any(st <= 0 and n > 1 for st, n in zip(strides, x.shape))
 
 
-def _as_core_array(x: Any, what: str, readonly: bool = False) -> Tuple[Any, bool]:
+_MAX_RANK = 4  # rotary::kMaxRank: the most axes a core TensorView holds
+
+
+def _check_rank(x: Any, what: str, where: str) -> None:
+    """An array of more axes than the core holds, refused in the words of the entry point `where` (the extension's
+    own conversion can only say "[rotary]")."""
+    ndim = getattr(x, "ndim", None)
+    if isinstance(ndim, int) and ndim > _MAX_RANK:
+        raise ValueError(f"[{where}] {what} must have rank <= {_MAX_RANK}, got rank {ndim} "
+                         f"(shape [{','.join(str(int(n)) for n in x.shape)}])")
+
+
+def _as_core_array(x: Any, what: str, readonly: bool = False, where: str = "rotary") -> Tuple[Any, bool]:
     """(object the extension can import without copying, is-bf16-as-uint16-bits).
 
     The core takes non-negative strides and rejects zero strides on axes longer than 1 (they would alias
     outputs); such an *input* (readonly=True: a broadcast gradient of a sum, a reversed numpy view) is
-    materialised first. Outputs are never copied, so such an `out` raises ValueError.
+    materialised first. Outputs are never copied, so such an `out` raises ValueError. More than 4 axes raise
+    ValueError naming `where`, the entry point.
     """
+    _check_rank(x, what, where)
     if isinstance(x, np.ndarray):
         if (x.dtype.kind not in _NUMERIC_KINDS and not _is_numpy_bf16(x)) or (x.dtype.kind == "f" and x.dtype.itemsize > 8):
             # (np.longdouble, kind 'f', reached the extension's argument matching and its signature dump)
@@ -250,12 +264,12 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
 def _input_and_out(x: Any, out: Any, what: str = "x", out_what: str = "out",
                    where: str = "rotary_apply") -> Tuple[Any, bool, Any, Any]:
     """(core view of x, x is bf16 bits, the output array, its core view): `out`, checked against x, or a new one."""
-    xv, bf16 = _as_core_array(x, what, readonly=True)
+    xv, bf16 = _as_core_array(x, what, readonly=True, where=where)
     if out is None:
         out = _empty_like(x)
     else:
         _check_out(out, x, out_what, where)
-    ov, _ = _as_core_array(out, out_what)
+    ov, _ = _as_core_array(out, out_what, where=where)
     return xv, bf16, out, ov
 
 
@@ -351,9 +365,9 @@ def _int64_checked(fn: Any, where: str, names: Sequence[str]) -> Any:
     return checked
 
 
-def _table_arrays(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any, bool]:
-    cv, cbf16 = _as_core_array(cos, "cos", readonly=True)
-    sv, sbf16 = _as_core_array(sin, "sin", readonly=True)
+def _table_arrays(cos: ArrayLike, sin: ArrayLike, where: str = "rotary_apply") -> Tuple[Any, Any, bool]:
+    cv, cbf16 = _as_core_array(cos, "cos", readonly=True, where=where)
+    sv, sbf16 = _as_core_array(sin, "sin", readonly=True, where=where)
     if cbf16 != sbf16:
         raise TypeError("[rotary] cos and sin must have the same dtype")
     return cv, sv, cbf16

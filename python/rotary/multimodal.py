@@ -142,7 +142,7 @@ def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: 
     xv, bf16, out, ov = _input_and_out(x, out, where="rotary_apply_axes")
     kv = kov = k_out = None
     if k is not None:
-        kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out")
+        kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out", where="rotary_apply_axes")
     ids = _index_array(positions, "positions", allow_float=True)
     _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
                         n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
@@ -170,7 +170,7 @@ def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 
 
 def _permute_qk_weight(w: Any, n_heads: int, head_dim: int, rotary_dim: int, src: str, dst: str) -> Any:
     """permute_qk_weight on arrays (the kernel call)."""
-    wv, bf16, out, ov = _input_and_out(w, None, "w")
+    wv, bf16, out, ov = _input_and_out(w, None, "w", where="rotary_permute_qk")
     _rotary._permute_qk(wv, ov, n_heads=int(n_heads), head_dim=int(head_dim), rotary_dim=int(rotary_dim), src=src,
                         dst=dst, bf16_bits=bf16)
     return out

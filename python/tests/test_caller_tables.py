@@ -315,3 +315,21 @@ def test_an_id_past_the_caller_table_is_named_by_its_index():
     with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions\.ids\[2\] is 12, out of range"):
         rotary.apply_cos_sin(x, cos, sin, np.array([0, 1, 12]))
 
+
+def test_an_array_of_more_than_four_axes_is_refused_in_the_entry_points_words():
+    # It said "[rotary] x must have rank <= 4" (the extension's conversion), where the entry points' own rank checks
+    # say [rotary_apply].
+    x = np.ones((2, 3, 2, 8), np.float32)
+    cos, sin = np.ones((10, 4), np.float32), np.zeros((10, 4), np.float32)
+    x5, spec = x[None], rotary.Spec(8)
+    cases = [
+        (lambda: rotary.apply(x5, 0, spec), "[rotary_apply] x must have rank <= 4, got rank 5 (shape [1,2,3,2,8])"),
+        (lambda: rotary.apply_qk(x, x5, 0, spec), "[rotary_apply] k must have rank <= 4, got rank 5"),
+        (lambda: rotary.apply_cos_sin(x5, cos, sin), "[rotary_apply] x must have rank <= 4, got rank 5"),
+        (lambda: rotary.apply_cos_sin(x, cos[None, None, None, None], sin), "[rotary_apply] cos must have rank <= 4"),
+        (lambda: rotary.apply_qk_cos_sin(x, x5, cos, sin), "[rotary_apply] k must have rank <= 4, got rank 5"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(message), str(info.value)

@@ -182,6 +182,18 @@ def test_onnx_errors_name_the_nodes_inputs():
         (lambda: rotary.onnx_rotary_embedding(np.ones((2, 2, 3, 8), np.float32), cos, sin,
                                               np.array([[0, 1, 2], [3, 7, 5]])), ValueError,
          "[onnx_rotary_embedding] position_ids[1,1] is 7, out of range for cos_cache/sin_cache with 5 rows"),
+        # ranks the operator does not take (ONNX: X is 3-D with num_heads or 4-D), in its words at every rank: past
+        # 4 it said "[rotary] X must have rank <= 4" (the extension's conversion)
+        (lambda: rotary.onnx_rotary_embedding(x[None], cos, sin, ids), ValueError,
+         "[onnx_rotary_embedding] X must have rank 3 [batch, seq, hidden] (with num_heads) or 4 "
+         "[batch, num_heads, seq, head_size], got rank 5"),
+        (lambda: rotary.onnx_rotary_embedding(x[0, 0], cos, sin, ids), ValueError,
+         "[onnx_rotary_embedding] X must have rank 3 [batch, seq, hidden] (with num_heads) or 4 "
+         "[batch, num_heads, seq, head_size], got rank 2 (shape [3,8])"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos[None, None, None, None], sin[None, None, None, None], ids),
+         ValueError, "[onnx_rotary_embedding] cos_cache must have rank <= 4, got rank 6"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos, sin, ids[None, None, None]), ValueError,
+         "[onnx_rotary_embedding] position_ids must be 2-D [batch, seq], got rank 5"),
         (lambda: rotary.onnx_rotary_embedding(x, cos, sin, np.zeros((1, 4), np.int64)), ValueError,
          "[onnx_rotary_embedding] position_ids shape [1,4] does not match"),
     ]
@@ -189,7 +201,7 @@ def test_onnx_errors_name_the_nodes_inputs():
         with pytest.raises(exc) as info:
             call()
         assert message in str(info.value), str(info.value)
-        for internal in ("[rotary_apply]", "positions.ids", " q ", "q dtype"):
+        for internal in ("[rotary_apply]", "[rotary]", "positions.ids", " q ", "q dtype"):
             assert internal not in str(info.value), str(info.value)
 
 

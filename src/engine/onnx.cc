@@ -81,8 +81,8 @@ void onnx_rotary_embedding(const OnnxRotaryArgs& a) {
   if (!a.cos_cache.present()) invalid("input cos_cache is missing");
   if (!a.sin_cache.present()) invalid("input sin_cache is missing");
   if (a.x.rank != 3 && a.x.rank != 4)
-    invalid("X must be 4-D [batch, num_heads, seq, head_size] or 3-D [batch, seq, hidden], got shape " +
-            shape_str(a.x));
+    invalid("X must have rank 3 [batch, seq, hidden] (with num_heads) or 4 [batch, num_heads, seq, head_size], got "
+            "rank " + std::to_string(a.x.rank) + (a.x.rank >= 1 && a.x.rank <= 4 ? " (shape " + shape_str(a.x) + ")" : ""));
   if (a.y.rank != a.x.rank || a.y.dtype != a.x.dtype)
     invalid("Y must have X's shape " + shape_str(a.x) + " and dtype " + dtype_name(a.x.dtype) + ", got " +
             shape_str(a.y) + " " + dtype_name(a.y.dtype));

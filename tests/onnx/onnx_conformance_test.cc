@@ -506,7 +506,8 @@ TEST(OnnxRotaryEmbedding, ErrorsNameTheInputOrAttribute) {
       {"x rank 2", [&](OnnxRotaryArgs& a) {
          a.x = TensorView::contiguous(x.data(), DType::kF32, {6, 8});
          a.y = TensorView::contiguous(y.data(), DType::kF32, {6, 8});
-       }, "X", Error::Kind::kInvalidArgument},
+       }, "X must have rank 3 [batch, seq, hidden] (with num_heads) or 4 [batch, num_heads, seq, head_size], got rank 2",
+       Error::Kind::kInvalidArgument},
       {"missing cos", [](OnnxRotaryArgs& a) { a.cos_cache = {}; }, "cos_cache", Error::Kind::kInvalidArgument},
   };
   for (auto& c : cases) {
