@@ -264,3 +264,23 @@ def test_falcon_with_alibi_is_refused_and_without_it_read():
     for src in (alibi_cfg, alibi_cfg.to_dict()):
         with pytest.raises(ValueError, match=r"alibi is true: model_type falcon then uses ALiBi attention biases"):
             rotary.Spec.from_hf_config(src)
+
+
+def test_sam3_is_refused_as_sam3_not_as_its_clip_text_encoder():
+    # SAM 3's text encoder (text_config) is CLIP's, which has no RoPE, and its vision backbone's RoPE is 2-D axial:
+    # there is no text-decoder RoPE to read. It was refused as "model_type clip_text_model: its attention has no
+    # rotary embedding", the text part get_text_config() finds, which hid that the model is SAM 3.
+    import importlib.util
+    import pathlib
+    # (the modeling module's text: importing it needs torchvision)
+    source = pathlib.Path(importlib.util.find_spec("transformers.models.sam3.modeling_sam3").origin).read_text()
+    with quiet_transformers():
+        config = transformers.AutoConfig.for_model("sam3")
+    assert config.text_config.model_type == "clip_text_model", "transformers' SAM 3 changed its text encoder"
+    assert 'rope_type != "axial"' in source and "CLIPTextModel" in source, "transformers' SAM 3 changed its RoPE"
+    for source in (config, config.to_dict(), config.to_json_string(), config.vision_config.to_dict()):
+        with pytest.raises(ValueError) as info:
+            rotary.Spec.from_hf_config(source)
+        with pytest.raises(ValueError, match=r"^\[rotary_config\] model_type sam3(_vision_model)?: .*2-D axial"):
+            rotary.LayerTypeSpecs.from_hf_config(source)
+        assert "clip_text_model" not in str(info.value) and "2-D axial" in str(info.value), str(info.value)

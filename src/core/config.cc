@@ -222,6 +222,10 @@ Spec parse_spec(const ConfigRoot& r, const RopeDict& d, const std::string& sourc
   // What the model's transformers config class assumes for the fields the file leaves out.
   const ModelDefaults& cls = model_defaults(model_type);
 
+  // A refused composite (SAM 3, CLIP) is refused as itself, outermost first, not as the text part it holds.
+  for (const json* parent : r.parents)
+    if (auto t = Fields(*parent, "").string("model_type"))
+      if (const char* why = model_defaults(*t).unsupported) invalid("model_type " + *t + ": " + why);
   if (cls.unsupported != nullptr) invalid("model_type " + model_type + ": " + cls.unsupported);
   if (!cls.refused_if_key.empty()) {
     const std::string key(cls.refused_if_key);

@@ -349,6 +349,14 @@ const std::vector<ModelDefaults> kTable = {
     M("qwen4_exp").head(256).sections(11, 11, 10, true),  // the sections fit a partial_rotary_factor of 0.25
     M("qwen4_exp_text").head(256).sections(11, 11, 10, true),
     M("recurrent_gemma").partial(0.5),
+    // SAM 3: its text encoder (text_config) is CLIP's, without RoPE, and its vision backbone's RoPE is 2-D axial
+    // (rows and columns of the patch grid). A composite's refusal is read before its parts' (config.cc), so a sam3
+    // file is refused as sam3, not as the clip_text_model that get_text_config() finds.
+    M("sam3").refused("it has no text-decoder RoPE that rotary reads: its text encoder (text_config, CLIP) has no "
+                      "rotary embedding and its vision RoPE is 2-D axial (vision_config.backbone_config, rope_type "
+                      "axial: rows and columns of the patch grid), which a Spec does not express"),
+    M("sam3_vision_model").refused("its RoPE is 2-D axial (backbone_config, rope_type axial: rows and columns of the "
+                                   "patch grid), which a Spec does not express; there is no text RoPE to read"),
     M("seed_oss").head(128),
     M("smollm3").theta(2000000.0),
     M("solar_open").theta(1000000.0).head(128),
