@@ -243,3 +243,43 @@ def test_a_hub_style_dots3_note_file_is_refused_naming_why():
         with pytest.raises(ValueError, match=r"rope_parameters must be nested per layer type for model_type "
                                              r"dots3_note_text \(.*swa_rope_theta"):
             read(hub)
+
+
+ERGO_FLAT = {"theta": {"rope_theta": 5e5}, "none": {},
+             "parameters": {"rope_parameters": {"rope_type": "default", "rope_theta": 2e5}},
+             "scaling": {"rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+             "every-3": {"rope_theta": 5e5, "global_attention_every_n_layers": 3},
+             # (transformers' YaRN reads `truncate` beside the layer types once the class has nested the dict: true)
+             "yarn-truncate-false": {"max_position_embeddings": 8192, "rope_parameters": {
+                 "rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 2048,
+                 "truncate": False}}}
+
+
+@pytest.mark.parametrize("flat", ERGO_FLAT.values(), ids=ERGO_FLAT.keys())
+def test_an_ergo_hub_style_flat_file_is_its_sliding_layers_rope_and_full_layers_have_none(flat, tmp_path):
+    # ErgoConfig.convert_rope_params_to_dict makes a flat dict (a top-level rope_theta, a flat rope_parameters or
+    # rope_scaling; none: default_theta 1e6) {"sliding_attention": flat, "full_attention": None}, and derives the
+    # layer types (every global_attention_every_n_layers-th full). rotary read such a file as one Spec for every
+    # layer (full-attention layers included, base 1e4 without a rope_theta).
+    doc = {"model_type": "ergo", **FIELDS, **flat}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules("ergo")
+    with quiet_transformers():
+        config = load_hf_config(tmp_path)
+    assert config.rope_parameters["full_attention"] is None, "transformers' ERGO conversion changed"
+    emb = mod.ErgoRotaryEmbedding(config)
+    for source in (str(tmp_path / "config.json"), doc):
+        specs = rotary.LayerTypeSpecs.from_hf_config(source)
+        assert specs.nested and specs.layer_types == list(config.layer_types)
+        assert specs.specs["full_attention"] is None
+        spec = specs["sliding_attention"]
+        np.testing.assert_allclose(spec.inv_freq(None), emb.sliding_attention_inv_freq.double().numpy(), rtol=1e-6)
+        assert spec.attention_factor == pytest.approx(float(emb.sliding_attention_attention_scaling), rel=1e-6)
+        assert spec.pairing == "interleaved"
+        for layer, layer_type in enumerate(config.layer_types):
+            if layer_type == "full_attention":
+                with pytest.raises(ValueError, match="has no RoPE"):
+                    specs.for_layer(layer)
+        with pytest.raises(NotImplementedError, match=r"model_type ergo: .*sliding_attention layers' RoPE and gives "
+                                                      r"full_attention layers none: one Spec cannot describe it"):
+            rotary.Spec.from_hf_config(source)

@@ -261,6 +261,15 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              (given ? show_json(r.root->at(g->local_theta_key)) : "absent (model_type " + model_type_of(r) + ": " +
                                                                        show_json(json(g->local_rope_theta)) + ")"));
   }
+  const ModelDefaults& cls = class_of(r);
+  if (keys.empty() && cls.flat_rope_type != nullptr)
+    fail(Error::Kind::kUnsupported, kConfigWhere,
+         "model_type " + model_type_of(r) + ": its config class makes a RoPE dict not nested per layer type (" +
+             (r.root->contains("rope_parameters") || r.root->contains("rope_scaling") ? d.field : r.prefix + "rope_theta") +
+             ") the " + cls.flat_rope_type + " layers' RoPE and gives " + cls.flat_no_rope_type +
+             " layers none: one Spec cannot describe it; read "
+             "it per layer type (C++ layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, "
+             "Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   if (legacy_modernbert(r, keys))
     fail(Error::Kind::kUnsupported, kConfigWhere,
          r.prefix + "global_rope_theta / local_rope_theta give full and sliding-window layers their own base "
@@ -362,6 +371,18 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
     if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0))
       out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
+  } else if (cls.flat_rope_type != nullptr) {
+    // transformers v5 (ErgoConfig.convert_rope_params_to_dict): the flat dict (none: the top-level rope_theta, else
+    // the class's base) is flat_rope_type's entry, and flat_no_rope_type's layers have no RoPE. It is read as a flat
+    // dict (standardised before it is nested), but its own `truncate` is not: YaRN then reads the nested dict's.
+    out.nested = true;
+    const bool rope_first = std::string_view(cls.flat_rope_type) < cls.flat_no_rope_type;  // types in sorted order
+    out.by_type.push_back({rope_first ? cls.flat_rope_type : cls.flat_no_rope_type, std::nullopt});
+    out.by_type.push_back({rope_first ? cls.flat_no_rope_type : cls.flat_rope_type, std::nullopt});
+    json flat = *d.dict;
+    flat.erase("truncate");
+    entries.push_back({cls.flat_rope_type, d.field, std::move(flat), d.layer_entry});
+    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
   } else if (legacy_modernbert(r, keys)) {
     // transformers v5 (ModernBertConfig): a flat dict (rope_scaling) goes to both types, whose bases default to
     // global_rope_theta (160000) and local_rope_theta (10000).

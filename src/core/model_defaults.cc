@@ -98,6 +98,11 @@ struct M : ModelDefaults {
   M& refused(const char* why) { unsupported = why; return *this; }
   M& refused_if(std::string_view key, const char* why) { refused_if_key = key; refused_if_why = why; return *this; }
   M& nested_only(const char* why) { flat_refused = why; return *this; }
+  M& flat_is(const char* type, const char* no_rope_type) {
+    flat_rope_type = type;
+    flat_no_rope_type = no_rope_type;
+    return *this;
+  }
   M& share_of_head() { partial_of_head_dim = true; return *this; }
   M& labels() { rope_labels = true; return *this; }
   M& default_partial(double v) { default_type_partial = v; return *this; }
@@ -210,7 +215,10 @@ const std::vector<ModelDefaults> kTable = {
     M("emu3_text_model").theta(1000000.0),
     // ERGO: per layer type (full_attention null: no RoPE); rotate_half on x[..., ::2] / x[..., 1::2] with
     // repeat_interleave'd cos/sin, default frequencies over the whole head.
-    M("ergo").interleaved().default_whole_head(),
+    // ERGO: every global_attention_every_n_layers-th layer (4) is full_attention, without RoPE; a flat RoPE dict is
+    // the sliding_attention layers' (ErgoConfig.convert_rope_params_to_dict); default_theta 1e6.
+    M("ergo").theta(1000000.0).interleaved().default_whole_head().layers(4, "global_attention_every_n_layers")
+        .flat_is("sliding_attention", "full_attention"),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
     M("ernie4_5_moe").theta(500000.0).interleaved(),
     M("ernie4_5_vl_moe").theta(500000.0).interleaved().text_only(),

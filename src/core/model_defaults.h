@@ -73,6 +73,12 @@ struct ModelDefaults {
   /// from keys rotary does not read (Dots 3 Note: swa_rope_theta, swa_* head widths, a derived layer pattern); null:
   /// such a file is read.
   const char* flat_refused = nullptr;
+  /// A file whose RoPE dict is not nested per layer type (a Hub file: top-level rope_theta, a flat rope_parameters or
+  /// rope_scaling) is read as the class converts it: the flat dict is flat_rope_type's entry and flat_no_rope_type's
+  /// layers have no RoPE (ErgoConfig.convert_rope_params_to_dict: {"sliding_attention": flat, "full_attention":
+  /// None}); null: a flat dict is every layer's.
+  const char* flat_rope_type = nullptr;
+  const char* flat_no_rope_type = nullptr;
   /// MLA classes whose RoPE dict's partial_rotary_factor is a share of head_dim, not of qk_rope_head_dim (Dots 3
   /// Note's class sets qk_rope_head_dim / head_dim): the rotated width int(head_dim * factor) must be the
   /// qk_rope_head_dim channels its attention rotates (rotary's head_dim), which are rotated whole.
