@@ -20,8 +20,8 @@ import numpy as np
 
 from . import _rotary
 from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
-                      _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg, _same_array_type,
-                      _seq_len_arg, _threads_arg, _table_arrays, _torch_module, empty, empty_like)
+                      _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg,
+                      _same_array_type, _seq_len_arg, _threads_arg, _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
@@ -392,13 +392,21 @@ def apply_qk_cos_sin(
     if inplace:
         if q_out is not None or k_out is not None:
             raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
-        if needs:  # rotary.torch records the in-place rotation in both AD modes (a leaf requiring grad: torch's error)
+        if needs:  # rotary.torch rotates both out of place (each validated), then copy_ records the writes in both
+            # AD modes; a write torch refuses (a leaf requiring grad, an inference tensor) goes first: neither changes
             from . import torch as rotary_torch
+            from ._torch_ops import write_all
 
-            kw = dict(layout=layout, pairing=pairing, inverse=inverse, inplace=True, threads=threads, backend=backend,
+            for name, t in (("q", q), ("k", k)):
+                if t.is_inference() and not _torch_module().is_inference_mode_enabled():
+                    raise _inference_write_error("rotary_apply", name)
+            kw = dict(layout=layout, pairing=pairing, inverse=inverse, threads=threads, backend=backend,
                       cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-            return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
-                    rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
+            # clones: the tables' gradient saves the rotated input, which copy_ below must not change under it
+            qy = rotary_torch.apply_cos_sin(q.clone(), cos, sin, positions, **kw)
+            ky = rotary_torch.apply_cos_sin(k.clone(), cos, sin, positions, **kw)
+            write_all((q, k), (qy, ky))
+            return q, k
         _check_torch_write(q, "q", "rotary_apply")
         _check_torch_write(k, "k", "rotary_apply")
         q_out, k_out = q, k
