@@ -21,7 +21,8 @@ import numpy as np
 from . import _rotary
 from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
                       _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg,
-                      _same_array_type, _seq_len_arg, _threads_arg, _table_arrays, _torch_module, empty, empty_like)
+                      _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg, _threads_arg,
+                      _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
@@ -98,7 +99,7 @@ def apply(
         return out
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
-    if _needs_grad(x):
+    if _needs_grad(x) or _routes_positions(x, positions, "rotary_apply"):
         if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
                 or out_scale is not None):
             raise ValueError("[rotary] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
@@ -166,7 +167,7 @@ def apply_qk(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
-    if not numpy_qk and (_needs_grad(q) or _needs_grad(k)):
+    if not numpy_qk and (_needs_grad(q) or _needs_grad(k) or _routes_positions(q, positions, "rotary_apply")):
         if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
                 or batch_offsets is not None or q_out_scale is not None or k_out_scale is not None):
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale=/cu_seqlens=/seq_offsets=/batch_offsets= "
@@ -226,6 +227,7 @@ def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[i
         if spec.mrope_section:
             raise ValueError("[rotary_cos_sin] M-RoPE specs take [3, ...] position ids (t, h, w), got an int")
         positions = np.arange(int(positions), dtype=np.int64)
+    _refuse_position_derivative(positions, "rotary_cos_sin", plain=True)  # numpy rows: no derivative, no transform
     p = _index_array(positions, "positions", allow_float=True)
     if _is_torch(p):
         p = p.numpy()
@@ -317,7 +319,8 @@ def apply_cos_sin(
     forward-mode tangent (torch.func included) goes through rotary.torch.apply_cos_sin (differentiable with respect
     to x, cos and sin).
     """
-    if _needs_grad(x) or (type(x) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))):
+    if _needs_grad(x) or (type(x) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(
+            x, positions, "rotary_apply"):
         if out is not None or out_scale is not None:
             raise ValueError("[rotary] out= and out_scale= are not supported for tensors requiring grad; use "
                              "rotary.torch.apply_cos_sin")
@@ -369,7 +372,8 @@ def apply_qk_cos_sin(
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
     needs = _needs_grad(q) or _needs_grad(k) or (
-        type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin)))  # tables' derivatives too
+        type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(  # tables too
+        q, positions, "rotary_apply")
     if needs and not inplace:
         if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "

@@ -185,6 +185,40 @@ def _needs_grad(x: Any) -> bool:
         fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None)
 
 
+def _position_derivative_error(where: str, how: str) -> RuntimeError:
+    return RuntimeError(f"[{where}] positions {how}, but rotary gives no derivative with respect to the positions "
+                        "(only to the rotated tensors; a silent None would read as a zero gradient): pass "
+                        "positions.detach(), or rotate by a differentiable torch formula")
+
+
+def _refuse_position_derivative(p: Any, where: str, plain: bool = False) -> None:
+    """Positions (a torch tensor) that would need a derivative: they require grad (grad mode on) or carry a
+    forward-mode tangent (torch.func.grad / jvp over them included). plain: refuse any torch.func transform's tensor
+    too (the numpy kernels cannot take one; rotary.torch transforms torch tensors)."""
+    if p is None or type(p) is np.ndarray or type(p) is int:  # the common cases, without a torch look-up
+        return
+    torch = _torch_module()
+    if torch is None or not isinstance(p, torch.Tensor):
+        return
+    if p.requires_grad and torch.is_grad_enabled():
+        raise _position_derivative_error(where, "requires grad")
+    fwd = torch.autograd.forward_ad
+    if fwd._current_level >= 0 and fwd.unpack_dual(p).tangent is not None:
+        raise _position_derivative_error(where, "carries a forward-mode tangent")
+    if plain and torch._C._functorch.is_functorch_wrapped_tensor(p):
+        raise TypeError(f"[{where}] positions must be a plain tensor when the rotated arrays are not torch tensors, "
+                        "got a torch.func transform's tensor (pass torch tensors: rotary.torch transforms them)")
+
+
+def _routes_positions(x: Any, positions: Any, where: str) -> bool:
+    """Torch positions that a transform sees (torch.func.vmap over them) go through rotary.torch with a torch x; a
+    derivative with respect to them is refused (_refuse_position_derivative), as is a transform's tensor with numpy x."""
+    if positions is None or type(positions) is int or type(positions) is np.ndarray or not _needs_grad(positions):
+        return False
+    _refuse_position_derivative(positions, where, plain=not _is_torch(x))
+    return True
+
+
 def _check_torch_write(out: Any, what: str, where: str) -> None:
     """A torch tensor the call writes (out=, or x in place) that torch itself would refuse to write: an inference
     tensor outside inference mode, or (grad mode on) one that requires grad, as torch's out= functions refuse."""

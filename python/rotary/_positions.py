@@ -6,7 +6,7 @@ from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._arrays import _INT_KINDS, ArrayLike, _index_array, _is_torch, _offset_arg
+from ._arrays import _INT_KINDS, ArrayLike, _index_array, _is_torch, _offset_arg, _refuse_position_derivative
 
 PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
 
@@ -14,6 +14,7 @@ def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
     """(offset, ids array or None)."""
     if positions is None:
         return 0, None
+    _refuse_position_derivative(positions, "rotary_apply", plain=True)
     if isinstance(positions, (bool, np.bool_)):
         raise TypeError("[rotary] positions must be an int or an array, got bool")
     if isinstance(positions, (int, np.integer)):

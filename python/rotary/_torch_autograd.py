@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import torch
 
+from ._arrays import _refuse_position_derivative as refuse_position_derivative
 from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key, write_all
 
 ops = torch.ops.rotary
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
 _FWD = torch.autograd.forward_ad
+_N_ROTATED = {"apply": 1, "apply_": 1, "apply_qk": 2, "apply_qk_": 2, "apply_cos_sin": 1, "apply_cos_sin_": 1,
+              "apply_qk_cos_sin": 2, "apply_qk_cos_sin_": 2}
 
 
 def has_tangent(*args) -> bool:
@@ -35,6 +38,7 @@ def _with_tangents(name: str, args: tuple):
     args = full_args(name, args)
     n = _N_ROTATED[name]
     tables = "cos_sin" in name
+    refuse_position_derivative(args[n + 2 if tables else n], "rotary_apply")  # its tangent would be dropped
     inplace = name.endswith("_")
     split = [_FWD.unpack_dual(a) if isinstance(a, torch.Tensor) else (a, None) for a in args]
     primals = tuple(p for p, _ in split)
@@ -145,9 +149,12 @@ def _register_autograd(name: str, backward, setup_context) -> None:
     with_grad = make_autograd_impl(op, Info(backward, setup_context))
     kernels = KERNELS[name]
     single = _single_level_function(name, op, backward, setup_context) if _SingleLevelFunction else None
+    at = _N_ROTATED[name] + (2 if "cos_sin" in name else 0)  # the positions argument
 
     def kernel(keyset, *args):
         grad = torch.is_grad_enabled() and torch._C._any_requires_grad(*args)
+        if grad and len(args) > at:  # before torch.func's refusal of registered formulas (torch.func.grad over positions)
+            refuse_position_derivative(args[at], "rotary_apply")
         if grad and single is not None and _functorch_active():  # a torch.func transform's level
             with _single_level():
                 return single.apply(*full_args(name, args), keyset)
@@ -171,9 +178,9 @@ def refuse_position_grad(positions) -> None:
     """Fractional positions that require grad: rotary has no derivative with respect to them, and a silent None
     would read as a zero gradient; torch's ops without a formula raise likewise."""
     if positions is not None and positions.requires_grad:
-        raise RuntimeError("[rotary_apply] positions requires grad, but rotary gives no derivative with respect to the "
-                           "positions (only to the rotated tensors): pass positions.detach(), or rotate by a "
-                           "differentiable torch formula")
+        from ._arrays import _position_derivative_error
+
+        raise _position_derivative_error("rotary_apply", "requires grad")
 
 
 def _setup_spec(ctx, inputs, output):
@@ -353,10 +360,6 @@ _inplace_autograd("apply_qk_cos_sin_", 2)
 
 # ----------------------------------------------------------------------------------------------- vmap
 
-_N_ROTATED = {"apply": 1, "apply_": 1, "apply_qk": 2, "apply_qk_": 2, "apply_cos_sin": 1, "apply_cos_sin_": 1,
-              "apply_qk_cos_sin": 2, "apply_qk_cos_sin_": 2}
-
-
 def _merge_spec_call(name, batch, in_dims, args):
     """Spec operators: the vmapped axis folded into the batch axis (thd becomes bshd); None if not possible."""
     n = _N_ROTATED[name]
@@ -476,6 +479,16 @@ def _cos_sin_vmap(info, in_dims, *args):
     c, sn = ops.cos_sin(positions, spec, seq_len)
     return (c, sn), (d % positions.dim(), d % positions.dim())
 
+
+def _cos_sin_autograd(keyset, *args):
+    """cos_sin has no derivative with respect to its positions: positions that need one are refused (torch's fallback
+    gave outputs with a grad_fn and a None gradient), others go to the backend kernel."""
+    refuse_position_derivative(args[0], "rotary_cos_sin")
+    with torch._C._AutoDispatchBelowAutograd():
+        return ops.cos_sin.default.redispatch(keyset & _AFTER_AUTOGRAD, *args)
+
+
+LIB.impl("cos_sin", _cos_sin_autograd, "Autograd", with_keyset=True)
 
 for _name in OPS:
     if _name == "cos_sin":

@@ -6,6 +6,7 @@ from typing import Any, Optional
 import torch
 
 from . import multimodal
+from ._arrays import _position_derivative_error, _refuse_position_derivative
 
 
 def _rotate(x, k, positions, freqs, layout, pairing, inverse, threads, backend):
@@ -59,16 +60,16 @@ class _AxesRotation(torch.autograd.Function):
         return (dx, dk) + (None,) * 7
 
     @staticmethod
-    def jvp(ctx, x_t, k_t, *_):
+    def jvp(ctx, x_t, k_t, positions_t, *_):
+        if positions_t is not None:  # torch.func.jvp with respect to the positions: no derivative, not a silent 0
+            raise _position_derivative_error("rotary_apply_axes", "carries a forward-mode tangent")
         return _AxesRotation._turn(ctx, x_t, k_t if ctx.has_k else None, False)
 
 
 def apply_axes(x: Any, positions: Any, freqs: Any, k: Any, layout: str, pairing: Optional[str], inverse: bool,
                threads: int, backend: str) -> Any:
     """multimodal.apply_axes for torch x (and k) of which one needs a derivative (out=, mixed types refused before)."""
-    if isinstance(positions, torch.Tensor) and positions.requires_grad:
-        raise RuntimeError("[rotary_apply_axes] positions must not require grad (apply_axes gives no gradient for "
-                           "positions; detach them), got a tensor that requires grad")
+    _refuse_position_derivative(positions, "rotary_apply_axes")
     return _AxesRotation.apply(x, k, positions, freqs, layout, pairing, bool(inverse), threads, backend)
 
 

@@ -17,7 +17,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import _index_array, _input_and_out, _int64_checked, _needs_grad, _same_array_type, _threads_arg
+from ._arrays import (_index_array, _input_and_out, _int64_checked, _needs_grad, _refuse_position_derivative,
+                      _routes_positions, _same_array_type, _threads_arg)
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -119,14 +120,15 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted. k must be the same array type as x.
     torch tensors requiring grad (grad mode on) are differentiable: backward is the inverse rotation by the same
-    frequencies and positions (out= is refused for them; positions get no gradient).
+    frequencies and positions (out= is refused for them; positions that require grad or carry a tangent are refused:
+    rotary gives no derivative with respect to them).
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
     if k is not None and not _same_array_type(x, k):
         raise TypeError(f"[rotary_apply_axes] x and k must be the same array type, got {type(x).__name__} and "
                         f"{type(k).__name__}")
-    if _needs_grad(x) or _needs_grad(k):
+    if _needs_grad(x) or _needs_grad(k) or _routes_positions(x, positions, "rotary_apply_axes"):
         if out is not None:
             raise ValueError("[rotary_apply_axes] out must be None for tensors that require grad (autograd records "
                              "no write into out; use the returned tensor), got a tensor")
@@ -143,6 +145,7 @@ def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: 
     kv = kov = k_out = None
     if k is not None:
         kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out", where="rotary_apply_axes")
+    _refuse_position_derivative(positions, "rotary_apply_axes", plain=True)
     ids = _index_array(positions, "positions", allow_float=True)
     _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
                         n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,

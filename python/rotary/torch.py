@@ -113,7 +113,11 @@ class _SpecRotation(torch.autograd.Function):
         return (_SpecRotation.apply(grad, *_SpecRotation._args(ctx, True)),) + (None,) * 8
 
     @staticmethod
-    def jvp(ctx, x_t, *_):
+    def jvp(ctx, x_t, positions_t, *_):
+        if positions_t is not None:  # torch.func.jvp with respect to the positions: no derivative, not a silent 0
+            from rotary._arrays import _position_derivative_error
+
+            raise _position_derivative_error("rotary_apply", "carries a forward-mode tangent")
         return _SpecRotation.apply(x_t, *_SpecRotation._args(ctx, False))
 
 

@@ -53,3 +53,60 @@ def test_apply_qk_cos_sin_in_place_records_both_rotations():
     want = torch.autograd.grad((ref_q * w[0]).sum() + (ref_k * w[1]).sum(), (qa, ka, c))
     for a, b in zip(got, want):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def _entries(x, freqs):
+    key = rt.spec_key(SPEC)
+    c, s = _tables(16)
+    return {"rotary.apply": lambda p: rotary.apply(x, p, SPEC),
+            "rotary.apply_qk": lambda p: rotary.apply_qk(x, x[:, :, :1], p, SPEC)[0],
+            "rt.apply": lambda p: rt.apply(x, p, SPEC),
+            "rt.apply_qk": lambda p: rt.apply_qk(x, x[:, :, :1], p, SPEC)[0],
+            "ops.apply": lambda p: torch.ops.rotary.apply(x, p, 0, key, "bshd", "", False, None, 0),
+            "rotary.apply_axes": lambda p: rotary.apply_axes(x, p, freqs),
+            "rt.cos_sin": lambda p: rt.cos_sin(p, SPEC)[0],
+            "ops.cos_sin": lambda p: torch.ops.rotary.cos_sin(p, key, None)[0],
+            "rotary.cos_sin": lambda p: torch.as_tensor(rotary.cos_sin(SPEC, p)[0])}
+
+
+@pytest.mark.parametrize("mode", ["requires_grad", "forward_ad", "func.grad", "func.jvp", "numpy x"])
+def test_a_derivative_with_respect_to_float_positions_is_refused_everywhere(mode):
+    # rotary.apply / apply_axes with plain x and positions requiring grad gave outputs not requiring grad; a tangent
+    # on positions was dropped (None) by rotary.apply, rt.apply, ops.apply, apply_axes; func.jvp through rt.apply gave
+    # 0 (the true |dy/dp| is ~1.7); rt.cos_sin / ops.cos_sin gave a grad_fn and a None (func.grad: zero) gradient.
+    x = torch.randn(1, 4, 2, 16, generator=torch.Generator().manual_seed(1))
+    p = torch.tensor([0.25, 1.5, 2.75, 3.0], dtype=torch.float64)
+    entries = _entries(x, rotary.mrope_frequencies(SPEC))
+    if mode == "numpy x":
+        xn = x.numpy()
+        entries = {"rotary.apply": lambda q: rotary.apply(xn, q, SPEC),
+                   "rotary.apply_axes": lambda q: rotary.apply_axes(xn, q, rotary.mrope_frequencies(SPEC)),
+                   "rotary.cos_sin": entries["rotary.cos_sin"]}
+    for name, f in entries.items():
+        with pytest.raises(RuntimeError, match=r"^\[rotary_(apply|apply_axes|cos_sin)\] positions (requires grad|"
+                                               r"carries a forward-mode tangent), but rotary gives no derivative"):
+            if mode in ("requires_grad", "numpy x"):
+                f(p.clone().requires_grad_())
+            elif mode == "forward_ad":
+                with fwAD.dual_level():
+                    f(fwAD.make_dual(p, torch.ones_like(p)))
+            elif mode == "func.grad":
+                torch.func.grad(lambda q: f(q).sum())(p)
+            else:
+                torch.func.jvp(f, (p,), (torch.ones_like(p),))
+        assert name  # every entry refused
+
+
+def test_vmap_over_positions_works_through_the_array_functions():
+    # rotary.apply / apply_qk / apply_cos_sin with a plain x under vmap over positions reached the extension with
+    # the transform's tensor: nanobind's "incompatible function arguments" dump.
+    x = torch.randn(1, 4, 2, 16, generator=torch.Generator().manual_seed(2))
+    P = torch.stack([torch.arange(4), torch.arange(4) + 2])
+    c, s = _tables(16)
+    for f in (lambda q: rotary.apply(x, q, SPEC), lambda q: rotary.apply_qk(x, x, q, SPEC)[1],
+              lambda q: rotary.apply_cos_sin(x, c, s, q), lambda q: rotary.apply_qk_cos_sin(x, x, c, s, q)[0]):
+        y = torch.func.vmap(f)(P)
+        for i in range(2):
+            torch.testing.assert_close(y[i], rt.apply(x, P[i], SPEC))
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions must be a plain tensor"):
+        torch.func.vmap(lambda q: rotary.apply(x.numpy(), q, SPEC))(P)
