@@ -248,6 +248,11 @@ def prologue(
     _refuse_inference((q if q_out is None else None, q_out, k_out,
                        k if k_cache is None and v_cache is None and k_out is None else None,
                        k_cache, v_cache, k_scale, v_scale), _WRITTEN)
+    if _transforms_active():  # before the C++ entry, which would read a dual tensor's primal
+        _refuse_transformed(list(zip(GRAD_REFUSED, (q, k, v, q_out, k_out, q_norm_weight, k_norm_weight, k_cache,
+                                                    v_cache, k_scale, v_scale))) + [("positions", positions),
+                                                                                   ("slot_mapping", slot_mapping)],
+                            "rotary_prologue")
     try:
         # Plain floats and an int thread count in range are what the converters would return (~0.6 us a call).
         eps = norm_eps if type(norm_eps) is float else _float_arg(norm_eps, "rotary_prologue", "norm_eps")
@@ -309,10 +314,36 @@ _NOT_DIFFERENTIABLE = {
 def _refuse_autograd(named: Sequence[Any], where: str = "rotary_prologue") -> None:
     """RuntimeError (torch's kind for autograd misuse) when grad mode is on and a torch tensor of the call requires
     grad: the prologue writes q (in place or to q_out) and k, v into a cache, and re-rotation rewrites a cache, through no
-    autograd formula, so a gradient through them would be silently wrong."""
+    autograd formula, so a gradient through them would be silently wrong. Likewise a tensor that carries a forward-mode
+    tangent (it would keep its tangent unrotated) or is a torch.func transform's tensor (vmap, jvp: no rule)."""
     for name, x in named:
         if x is not None and _is_torch(x) and x.requires_grad and _torch_module().is_grad_enabled():
             raise RuntimeError(f"[{where}] {name} requires grad, but {_NOT_DIFFERENTIABLE[where]}")
+    if _transforms_active():
+        _refuse_transformed(named, where)
+
+
+def _transforms_active() -> bool:
+    """Forward-mode AD or a torch.func transform is active (cheap: two global reads)."""
+    torch = _torch_module()
+    return torch is not None and (torch.autograd.forward_ad._current_level >= 0
+                                  or torch._C._functorch.peek_interpreter_stack() is not None)
+
+
+def _refuse_transformed(named: Sequence[Any], where: str) -> None:
+    torch = _torch_module()
+    fwd = torch.autograd.forward_ad
+    for name, x in named:
+        if x is None or not isinstance(x, torch.Tensor):
+            continue
+        if fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None:
+            raise RuntimeError(f"[{where}] {name} carries a forward-mode tangent, but the call has no derivative (it "
+                               "writes in place through no formula: the tangent would stay unrotated); pass the "
+                               f"primal (torch.autograd.forward_ad.unpack_dual({name}).primal)")
+        if torch._C._functorch.is_functorch_wrapped_tensor(x):
+            raise RuntimeError(f"[{where}] {name} must not be a torch.func transform's tensor (vmap, grad, jvp: the "
+                               "call writes in place through no transform rule; call it outside the transform), got "
+                               "one")
 
 
 _WRITTEN = ("q", "q_out", "k_out", "k", "k_cache", "v_cache", "k_scale", "v_scale")  # _refuse_inference's names
@@ -368,6 +399,9 @@ def rerotate_cache(
         raise TypeError("[rotary_rerotate_cache] spec and to_spec must be rotary.Spec objects")
     try:
         _refuse_autograd([("k_cache", k_cache), ("k_scale", k_scale)], "rotary_rerotate_cache")
+        if _transforms_active():  # index arrays under vmap: no rule either
+            _refuse_transformed([("slots", slots), ("from_positions", from_positions), ("to_positions", to_positions)],
+                                "rotary_rerotate_cache")
         _refuse_inference((k_cache, k_scale), ("k_cache", "k_scale"), "rotary_rerotate_cache")
         kcv, bits = _core(k_cache, "k_cache")
         _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),

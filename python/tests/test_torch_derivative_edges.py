@@ -110,3 +110,37 @@ def test_vmap_over_positions_works_through_the_array_functions():
             torch.testing.assert_close(y[i], rt.apply(x, P[i], SPEC))
     with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions must be a plain tensor"):
         torch.func.vmap(lambda q: rotary.apply(x.numpy(), q, SPEC))(P)
+
+
+def _prologue_calls():
+    sp = rotary.Spec(head_dim=16)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(4, h, 16, generator=g) for h in (2, 1, 1))
+    kc, vc = torch.randn(2, 4, 1, 16, generator=g), torch.randn(2, 4, 1, 16, generator=g)
+    slots = torch.arange(4)
+    calls = {"prologue q": lambda t: rotary.prologue(t, k, v, 0, sp, k_cache=kc, v_cache=vc, slot_mapping=slots),
+             "prologue k_cache": lambda t: rotary.prologue(q, k, v, 0, sp, k_cache=t, v_cache=vc, slot_mapping=slots),
+             "rerotate_cache": lambda t: rotary.rerotate_cache(t, torch.arange(3), torch.arange(3), torch.arange(3) + 2,
+                                                               sp)}
+    inputs = {"prologue q": q, "prologue k_cache": kc, "rerotate_cache": kc}
+    return calls, inputs, (q, k, v, kc, vc)
+
+
+@pytest.mark.parametrize("mode", ["forward_ad", "func.jvp", "func.vmap"])
+def test_prologue_and_rerotate_refuse_transformed_tensors_before_writing(mode):
+    # A dual q (or cache) had its primal rotated in place and kept its tangent unrotated; vmap gave nanobind's dump.
+    calls, inputs, tensors = _prologue_calls()
+    before = [t.clone() for t in tensors]
+    for name, call in calls.items():
+        x = inputs[name]
+        with pytest.raises(RuntimeError, match=r"^\[rotary_(prologue|rerotate_cache)\] (q|k_cache) (carries a "
+                                               r"forward-mode tangent|must not be a torch.func transform's tensor)"):
+            if mode == "forward_ad":
+                with fwAD.dual_level():
+                    call(fwAD.make_dual(x, torch.ones_like(x)))
+            elif mode == "func.jvp":
+                torch.func.jvp(call, (x,), (torch.ones_like(x),))
+            else:
+                torch.func.vmap(call)(x[None])
+        for t, t0 in zip(tensors, before):
+            assert torch.equal(t, t0), name
