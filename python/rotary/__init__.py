@@ -449,19 +449,22 @@ def onnx_rotary_embedding(
     rotary_embedding_dim: R (0 = head_size); channels R..head_size-1 pass through.
     inverse: not an ONNX attribute: rotate by -angle, the operator's gradient with respect to X.
     Returns Y with X's shape, dtype and array type. A position id outside [0, max_pos) raises ValueError.
-    A torch X that requires grad gets a Y that carries it (the inverse rotation); caches that require grad raise, and so
-    does an X carrying a forward-mode tangent (torch: the jvp is not implemented).
+    A torch X that requires grad or carries a forward-mode tangent gets a Y that carries its derivative (the rotation;
+    backward the inverse rotation), also under torch.func transforms (grad, jvp, vmap, jacrev); caches that require
+    grad or carry a tangent raise.
     """
-    if any(_needs_grad(t) for t in (X, cos_cache, sin_cache)):
+    attrs = dict(interleaved=interleaved, rotary_embedding_dim=rotary_embedding_dim, num_heads=num_heads,
+                 threads=threads, backend=backend)
+    if any(_needs_grad(t) for t in (X, cos_cache, sin_cache, position_ids)):
         from ._onnx_grad import with_gradient
 
-        return with_gradient(lambda x, inv: onnx_rotary_embedding(
-            x, cos_cache, sin_cache, position_ids, interleaved=interleaved, rotary_embedding_dim=rotary_embedding_dim,
-            num_heads=num_heads, inverse=inv, threads=threads, backend=backend), X, cos_cache, sin_cache, inverse)
+        return with_gradient(lambda x, c, s, ids, inv: onnx_rotary_embedding(x, c, s, ids, inverse=inv, **attrs),
+                             X, cos_cache, sin_cache, position_ids, inverse)
     if isinstance(X, np.ndarray):
         out = np.empty(X.shape, dtype=X.dtype.newbyteorder("="))  # a byte-swapped X gets a native Y
     elif _is_torch(X):
-        out = _torch_module().empty(tuple(X.shape), dtype=X.dtype)
+        torch = _torch_module()
+        out = torch.empty(tuple(X.shape), dtype=X.dtype)
     else:
         raise TypeError(f"[onnx_rotary_embedding] X must be a numpy array or a torch CPU tensor, "
                         f"got {type(X).__name__}")

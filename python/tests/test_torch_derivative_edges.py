@@ -144,3 +144,55 @@ def test_prologue_and_rerotate_refuse_transformed_tensors_before_writing(mode):
                 torch.func.vmap(call)(x[None])
         for t, t0 in zip(tensors, before):
             assert torch.equal(t, t0), name
+
+
+def _onnx_case():
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(2, 2, 4, 16, dtype=torch.float64, generator=g)
+    c, s = (torch.from_numpy(t).double() for t in rotary.cos_sin(SPEC, 8))
+    ids = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])
+    return X, c, s, ids
+
+
+def test_onnx_rotary_embedding_carries_x_tangents_refuses_cache_tangents_and_runs_under_torch_func():
+    # A tangent on cos_cache/sin_cache was dropped (output tangent None); func.grad / vmap / jvp / jacrev raised
+    # torch's "must override the setup_context staticmethod"; an X carrying a tangent raised.
+    from reference import onnx_rotary_embedding as onnx_ref64
+
+    X, c, s, ids = _onnx_case()
+
+    def f(x):
+        return rotary.onnx_rotary_embedding(x, c, s, ids)
+
+    def ref(x):
+        return torch.from_numpy(onnx_ref64(x.numpy(), c.numpy(), s.numpy(), ids.numpy()))
+
+    t = torch.randn_like(X)
+    with fwAD.dual_level():
+        for name, cache in (("cos_cache", c), ("sin_cache", s)):
+            dual = fwAD.make_dual(cache.clone(), torch.ones_like(cache))
+            with pytest.raises(ValueError, match=rf"^\[onnx_rotary_embedding\] {name} must not carry a forward-mode "
+                                                 r"tangent"):
+                rotary.onnx_rotary_embedding(X, dual if name == "cos_cache" else c, dual if name == "sin_cache" else s,
+                                             ids)
+        y = f(fwAD.make_dual(X, t))
+        torch.testing.assert_close(fwAD.unpack_dual(y).tangent, ref(t), rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^\[onnx_rotary_embedding\] cos_cache must not carry a forward-mode"):
+        torch.func.jvp(lambda cc: rotary.onnx_rotary_embedding(X, cc, s, ids), (c,), (torch.ones_like(c),))
+    w = torch.randn_like(X)
+    gx = torch.func.grad(lambda x: (f(x) * w).sum())(X)
+    torch.testing.assert_close(gx, torch.from_numpy(onnx_ref64(w.numpy(), c.numpy(), -s.numpy(), ids.numpy())),
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(torch.func.jvp(f, (X,), (t,))[1], ref(t), rtol=0, atol=1e-12)
+    xs = torch.stack([X, 2 * X])
+    torch.testing.assert_close(torch.func.vmap(f)(xs), torch.stack([ref(X), ref(2 * X)]), rtol=0, atol=1e-12)
+    idb = torch.stack([ids, ids.flip(1)])
+    got = torch.func.vmap(lambda i: rotary.onnx_rotary_embedding(X, c, s, i))(idb)
+    torch.testing.assert_close(got[1], rotary.onnx_rotary_embedding(X, c, s, idb[1]), rtol=0, atol=0)
+    xj = X[:1, :1, :2]
+    jac = torch.func.jacrev(lambda x: rotary.onnx_rotary_embedding(x, c, s, ids[:1, :2]))(xj)
+    torch.testing.assert_close(jac, torch.autograd.functional.jacobian(
+        lambda x: rotary.onnx_rotary_embedding(x, c, s, ids[:1, :2]), xj), rtol=0, atol=1e-12)
+    torch.autograd.gradcheck(lambda x: rotary.onnx_rotary_embedding(x, c, s, ids[:1, :2]),
+                             (xj.clone().requires_grad_(),), check_forward_ad=True)
+
