@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
+from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_cpu, _check_torch_write, _empty_like, _index_array,
                       _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg,
                       _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg, _threads_arg,
                       _table_arrays, _torch_module, empty, empty_like)
@@ -464,6 +464,17 @@ def onnx_rotary_embedding(
         out = np.empty(X.shape, dtype=X.dtype.newbyteorder("="))  # a byte-swapped X gets a native Y
     elif _is_torch(X):
         torch = _torch_module()
+        if X.numel() == 0:  # an empty tensor has no data address, which the core reads as a missing X: the same
+            def host(t: Any) -> Any:  # checks on numpy arrays (a bf16 tensor as float32), then an empty Y
+                if not _is_torch(t):
+                    return t
+                _check_torch_cpu(t, "X")
+                t = t.detach()
+                return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+            onnx_rotary_embedding(host(X), host(cos_cache), host(sin_cache), host(position_ids), inverse=inverse,
+                                  **attrs)
+            return torch.empty(tuple(X.shape), dtype=X.dtype)
         out = torch.empty(tuple(X.shape), dtype=X.dtype)
     else:
         raise TypeError(f"[onnx_rotary_embedding] X must be a numpy array or a torch CPU tensor, "

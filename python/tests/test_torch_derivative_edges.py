@@ -196,3 +196,18 @@ def test_onnx_rotary_embedding_carries_x_tangents_refuses_cache_tangents_and_run
     torch.autograd.gradcheck(lambda x: rotary.onnx_rotary_embedding(x, c, s, ids[:1, :2]),
                              (xj.clone().requires_grad_(),), check_forward_ad=True)
 
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_onnx_rotary_embedding_of_an_empty_torch_x_is_empty(dtype):
+    # An empty torch X raised "[onnx_rotary_embedding] input X is missing" (its data address is null); numpy gave
+    # an empty result.
+    c, s = (torch.from_numpy(t).to(dtype) for t in rotary.cos_sin(SPEC, 8))
+    for shape, ids in (((0, 2, 4, 16), torch.zeros(0, 4, dtype=torch.long)),
+                       ((1, 2, 0, 16), torch.zeros(1, 0, dtype=torch.long))):
+        y = rotary.onnx_rotary_embedding(torch.zeros(shape, dtype=dtype), c, s, ids)
+        assert isinstance(y, torch.Tensor) and y.shape == shape and y.dtype == dtype
+        yn = rotary.onnx_rotary_embedding(np.zeros(shape, np.float32), c.float().numpy(), s.float().numpy(),
+                                          ids.numpy())
+        assert yn.shape == shape
+    with pytest.raises(ValueError, match=r"^\[onnx_rotary_embedding\] position_ids shape \[2,4\]"):
+        rotary.onnx_rotary_embedding(torch.zeros(0, 2, 4, 16, dtype=dtype), c, s, torch.zeros(2, 4, dtype=torch.long))
