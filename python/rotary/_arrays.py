@@ -233,6 +233,13 @@ def _check_torch_write(out: Any, what: str, where: str) -> None:
         raise RuntimeError(f"[{where}] {what} must not require grad (functions with out= arguments don't support "
                            "automatic differentiation, as torch's own; use the returned tensor, or write under "
                            "torch.no_grad()), got a tensor that requires grad")
+    fwd = torch.autograd.forward_ad
+    if fwd._current_level >= 0 and fwd.unpack_dual(out).tangent is not None:  # its tangent would be left stale
+        raise RuntimeError(f"[{where}] {what} must not carry a forward-mode tangent (functions with out= arguments "
+                           "don't support forward-mode AD, as torch's own; use the returned tensor), got a dual tensor")
+    if torch._C._functorch.is_functorch_wrapped_tensor(out):
+        raise RuntimeError(f"[{where}] {what} must not be a torch.func transform's tensor (functions with out= "
+                           "arguments have no transform rule; use the returned tensor), got one")
 
 
 def _check_out(out: Any, x: Any, what: str, where: str = "rotary_apply") -> None:

@@ -211,3 +211,26 @@ def test_onnx_rotary_embedding_of_an_empty_torch_x_is_empty(dtype):
         assert yn.shape == shape
     with pytest.raises(ValueError, match=r"^\[onnx_rotary_embedding\] position_ids shape \[2,4\]"):
         rotary.onnx_rotary_embedding(torch.zeros(0, 2, 4, 16, dtype=dtype), c, s, torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_out_arguments_carrying_a_tangent_or_under_a_transform_are_refused_before_writing():
+    # rotary.apply(x, out=dual) wrote the primal and kept the stale tangent; torch's own out= functions refuse.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 4, 2, 16, generator=g)
+    c, s = _tables()
+    freqs = rotary.mrope_frequencies(SPEC)
+    calls = {"out": lambda o: rotary.apply(x, 0, SPEC, out=o),
+             "out ": lambda o: rotary.apply_cos_sin(x, c, s, 0, out=o),
+             "q_out": lambda o: rotary.apply_qk(x, x, 0, SPEC, q_out=o, k_out=torch.empty_like(x)),
+             "k_out": lambda o: rotary.apply_qk_cos_sin(x, x, c, s, 0, q_out=torch.empty_like(x), k_out=o),
+             "out  ": lambda o: rotary.apply_axes(x, torch.arange(4)[None], freqs, out=o)}
+    for name, call in calls.items():
+        buf = torch.zeros_like(x)
+        with fwAD.dual_level():
+            with pytest.raises(RuntimeError, match=rf"^\[rotary_apply(_axes)?\] {name.strip()} must not carry a "
+                                                   r"forward-mode tangent"):
+                call(fwAD.make_dual(buf, torch.ones_like(buf)))
+        assert not buf.any(), name
+        with pytest.raises(RuntimeError, match=rf"^\[rotary_apply(_axes)?\] {name.strip()} must not be a torch.func"):
+            torch.func.vmap(call)(buf[None])
+        assert not buf.any(), name
