@@ -167,6 +167,8 @@ def apply_qk(
     if not isinstance(spec, Spec):
         raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
+    if not numpy_qk and not _same_array_type(q, k):
+        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if not numpy_qk and (_needs_grad(q) or _needs_grad(k) or _routes_positions(q, positions, "rotary_apply")):
         if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
                 or batch_offsets is not None or q_out_scale is not None or k_out_scale is not None):
@@ -177,8 +179,6 @@ def apply_qk(
         # In place too: recorded for autograd as torch records its in-place ops (a leaf requiring grad raises).
         return rotary_torch.apply_qk(q, k, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                      seq_len=seq_len, threads=threads, inplace=inplace, backend=backend)
-    if not numpy_qk and not _same_array_type(q, k):
-        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
@@ -284,6 +284,13 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
                  backend=backend)
 
 
+def _torch_tables(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any]:
+    """numpy cos/sin as torch tensors (rotary.torch's operators take tensors; the array path takes either)."""
+    torch = _torch_module()
+    return tuple(torch.from_numpy(np.ascontiguousarray(t)) if isinstance(t, np.ndarray) and t.dtype.kind == "f" else t
+                 for t in (cos, sin))
+
+
 _apply_cos_sin = _int64_checked(_rotary._apply_cos_sin, "rotary_apply", ())  # an offset beyond int64: named
 
 
@@ -326,6 +333,7 @@ def apply_cos_sin(
                              "rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
+        cos, sin = _torch_tables(cos, sin)
         return rotary_torch.apply_cos_sin(x, cos, sin, positions, layout=layout, pairing=pairing, inverse=inverse,
                                           threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                                           seq_offsets=seq_offsets, batch_offsets=batch_offsets)
@@ -371,6 +379,8 @@ def apply_qk_cos_sin(
     inplace=True writes into q and k; otherwise q_out/k_out are used or allocated. q_out_scale / k_out_scale:
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
+    if not _same_array_type(q, k):
+        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     needs = _needs_grad(q) or _needs_grad(k) or (
         type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(  # tables too
         q, positions, "rotary_apply")
@@ -380,12 +390,11 @@ def apply_qk_cos_sin(
                              "grad; use rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
+        cos, sin = _torch_tables(cos, sin)
         kw = dict(layout=layout, pairing=pairing, inverse=inverse, threads=threads, backend=backend,
                   cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
                 rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
-    if not _same_array_type(q, k):
-        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if q.dtype != k.dtype:
         raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
@@ -400,6 +409,8 @@ def apply_qk_cos_sin(
             # AD modes; a write torch refuses (a leaf requiring grad, an inference tensor) goes first: neither changes
             from . import torch as rotary_torch
             from ._torch_ops import write_all
+
+            cos, sin = _torch_tables(cos, sin)
 
             for name, t in (("q", q), ("k", k)):
                 if t.is_inference() and not _torch_module().is_inference_mode_enabled():

@@ -1,4 +1,4 @@
-"""Autograd for rotary.apply_axes and rotary.permute_qk_weight on torch tensors that require grad (both are linear in x)."""
+"""Autograd, forward AD and vmap of rotary.apply_axes / permute_qk_weight on torch tensors (both are linear in x)."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -7,6 +7,15 @@ import torch
 
 from . import multimodal
 from ._arrays import _position_derivative_error, _refuse_position_derivative
+
+
+def _per_item(function, info, in_dims, args):
+    """A vmap rule of one call per item (the kernels take plain tensors): the items' results stacked on axis 0."""
+    outs = [function.apply(*(a if d is None else a.select(d, i) for a, d in zip(args, in_dims)))
+            for i in range(info.batch_size)]
+    if isinstance(outs[0], tuple):
+        return tuple(torch.stack(o) for o in zip(*outs)), (0,) * len(outs[0])
+    return torch.stack(outs), 0
 
 
 def _rotate(x, k, positions, freqs, layout, pairing, inverse, threads, backend):
@@ -60,6 +69,10 @@ class _AxesRotation(torch.autograd.Function):
         return (dx, dk) + (None,) * 7
 
     @staticmethod
+    def vmap(info, in_dims, *args):
+        return _per_item(_AxesRotation, info, in_dims, args)
+
+    @staticmethod
     def jvp(ctx, x_t, k_t, positions_t, *_):
         if positions_t is not None:  # torch.func.jvp with respect to the positions: no derivative, not a silent 0
             raise _position_derivative_error("rotary_apply_axes", "carries a forward-mode tangent")
@@ -88,6 +101,10 @@ class _Permutation(torch.autograd.Function):
     def backward(ctx, grad):
         n_heads, head_dim, rotary_dim, src, dst = ctx.args
         return _Permutation.apply(grad.contiguous(), n_heads, head_dim, rotary_dim, dst, src), None, None, None, None, None
+
+    @staticmethod
+    def vmap(info, in_dims, *args):
+        return _per_item(_Permutation, info, in_dims, args)
 
     @staticmethod
     def jvp(ctx, w_t, *_):

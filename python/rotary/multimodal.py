@@ -119,9 +119,9 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float; >= 0 unless
     freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted. k must be the same array type as x.
-    torch tensors requiring grad (grad mode on) are differentiable: backward is the inverse rotation by the same
-    frequencies and positions (out= is refused for them; positions that require grad or carry a tangent are refused:
-    rotary gives no derivative with respect to them).
+    torch tensors requiring grad (grad mode on) are differentiable, in forward mode and under torch.func transforms too
+    (vmap: one call per item): backward is the inverse rotation by the same frequencies and positions (out= is refused
+    for them; positions that require grad or carry a tangent are refused: rotary gives no derivative for them).
     """
     if not isinstance(freqs, AxisFrequencies):
         raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
@@ -162,7 +162,8 @@ def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 
     src/dst: "interleaved" (Meta) or "half" (HF). interleaved -> half is HF's convert_llama_weights_to_hf
     permute; half -> interleaved its inverse (llama.cpp's). Only the first rotary_dim rows of each head move
     (0 = head_dim). For GQA pass k's own head count. Returns a new array of the same type and dtype (a torch
-    tensor requiring grad, e.g. an nn.Parameter, gives one requiring grad: backward permutes the gradient back).
+    tensor requiring grad, e.g. an nn.Parameter, gives one requiring grad: backward permutes the gradient back;
+    torch.func transforms work, vmap one call per item).
     """
     if _needs_grad(w):
         from . import _torch_axes

@@ -234,3 +234,54 @@ def test_out_arguments_carrying_a_tangent_or_under_a_transform_are_refused_befor
         with pytest.raises(RuntimeError, match=rf"^\[rotary_apply(_axes)?\] {name.strip()} must not be a torch.func"):
             torch.func.vmap(call)(buf[None])
         assert not buf.any(), name
+
+
+def test_apply_axes_and_permute_qk_weight_run_under_vmap_jacrev_and_jacfwd():
+    # "You tried to vmap over _AxesRotation / _Permutation, but it does not have vmap support" (func.grad worked).
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 1, 3, 2, 8, dtype=torch.float64, generator=g)
+    spec = rotary.Spec(head_dim=8)
+    freqs = rotary.mrope_frequencies(spec)
+    pos = torch.arange(3)[None]
+    y = torch.func.vmap(lambda t: rotary.apply_axes(t, pos, freqs))(x)
+    for i in range(2):
+        torch.testing.assert_close(y[i], rotary.apply_axes(x[i], pos, freqs), rtol=0, atol=0)
+    yq, yk = torch.func.vmap(lambda t: rotary.apply_axes(t, pos, freqs, k=t[:, :, :1]))(x)
+    torch.testing.assert_close(yk[1], rotary.apply_axes(x[1, :, :, :1], pos, freqs), rtol=0, atol=0)
+    ps = torch.stack([pos, pos + 3])
+    yp = torch.func.vmap(lambda p: rotary.apply_axes(x[0], p, freqs))(ps)
+    torch.testing.assert_close(yp[1], rotary.apply_axes(x[0], ps[1], freqs), rtol=0, atol=0)
+    xs = x[0, :, :2, :1]
+
+    def f(t):
+        return rotary.apply_axes(t, pos[:, :2], freqs)
+
+    want = torch.autograd.functional.jacobian(f, xs)
+    for jac in (torch.func.jacrev, torch.func.jacfwd):
+        torch.testing.assert_close(jac(f)(xs), want, rtol=0, atol=1e-12)
+    w = torch.randn(2 * 8, 3, dtype=torch.float64, generator=g)
+    ws = torch.stack([w, 2 * w])
+    got = torch.func.vmap(lambda t: rotary.permute_qk_weight(t, 2, 8))(ws)
+    torch.testing.assert_close(got[1], rotary.permute_qk_weight(ws[1], 2, 8), rtol=0, atol=0)
+
+    def p(t):
+        return rotary.permute_qk_weight(t, 2, 8)
+
+    want = torch.autograd.functional.jacobian(p, w)
+    for jac in (torch.func.jacrev, torch.func.jacfwd):
+        torch.testing.assert_close(jac(p)(w), want, rtol=0, atol=0)
+
+
+def test_mixed_array_types_on_the_gradient_path_are_named_as_without_gradient():
+    # apply_qk_cos_sin(torch q requiring grad, numpy k) said "[rotary] x must be a torch.Tensor, got ndarray" (there is
+    # no argument x); apply_cos_sin(torch x requiring grad, numpy cos/sin) raised torch's schema error.
+    c, s = rotary.cos_sin(SPEC, 8)
+    q = torch.randn(1, 4, 2, 16, requires_grad=True)
+    kn = np.zeros((1, 4, 1, 16), np.float32)
+    for call in (lambda: rotary.apply_qk_cos_sin(q, kn, torch.from_numpy(c), torch.from_numpy(s), 0),
+                 lambda: rotary.apply_qk(q, kn, 0, SPEC)):
+        with pytest.raises(TypeError, match=r"^\[rotary\] q and k must be the same array type, got Tensor and ndarray"):
+            call()
+    y = rotary.apply_cos_sin(q, c, s, 0)
+    assert y.requires_grad
+    torch.testing.assert_close(y, rt.apply_cos_sin(q, torch.from_numpy(c), torch.from_numpy(s), 0), rtol=0, atol=0)
