@@ -146,3 +146,40 @@ def test_torch_func_compositions_through_the_operators():
         got, want = _transforms(f, a, ta), _transforms(f_ref, a, ta)
         for tname in want:
             torch.testing.assert_close(got[tname], want[tname], rtol=tol, atol=tol, msg=f"{name} {tname}")
+
+
+def _tables_case(seed):
+    g = torch.Generator().manual_seed(seed)
+    x, t, w = (torch.randn(1, 3, 2, 8, dtype=torch.float64, generator=g) for _ in range(3))
+    cos, sin, tc = (torch.randn(4, 4, dtype=torch.float64, generator=g) for _ in range(3))
+    pos = torch.tensor([[0, 2, 3]])
+    return x, t, w, cos, sin, tc, pos, lambda u, c: rotate_by_tables(u, c[pos][:, :, None], sin[pos][:, :, None], "half")
+
+
+def test_jvp_of_in_place_table_operators_with_an_outer_gradient_for_the_tables():
+    # torch.func.jvp over ops.apply_cos_sin_ / apply_qk_cos_sin_ while cos also requires grad for ordinary autograd:
+    # the jvp level computed the rotation by the functional op (which saves the rotated tensor for the tables'
+    # gradient) and then copied the result into that very tensor, so backward raised "modified by an inplace
+    # operation". The functional operators gave the formula's values.
+    x, t, _, cos, sin, tc, pos, ref = _tables_case(53)
+
+    def x_inplace(u, c):
+        q, k = u * 1, u * 2
+        ops.apply_cos_sin_(q, c, sin, pos)
+        ops.apply_cos_sin_(k, c, sin, pos)
+        return q * k
+
+    def qk_inplace(u, c):
+        q, k = u * 1, u * 2
+        ops.apply_qk_cos_sin_(q, k, c, sin, pos)
+        return q * k
+
+    def results(fn):
+        c = cos.clone().requires_grad_()
+        p, tt = torch.func.jvp(fn, (x, c), (t, tc))
+        return (tt, *torch.autograd.grad((tt ** 2).sum() + p.sum(), c))
+
+    want = results(lambda u, c: ref(u, c) * ref(2 * u, c))
+    for name, fn in (("apply_cos_sin_", x_inplace), ("apply_qk_cos_sin_", qk_inplace)):
+        for got, exp, what in zip(results(fn), want, ("tangent", "dcos")):
+            torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-9, msg=f"{name} {what}")
