@@ -39,7 +39,8 @@ Registration style (follow it when adding an operator, e.g. torch.ops.rotary.pro
     inference tensors outside inference mode (check_writable; the dispatcher does not) and bump
     the mutated tensors' version counters (torch._C._increment_version); their Autograd kernel (_inplace_autograd) redispatches when no
     gradient is needed and otherwise runs the functional operator and copy_ so that torch records the op (and
-    refuses a leaf that requires grad, with torch's own message).
+    refuses a leaf that requires grad, with torch's own message). Under torch.func transforms their front-mode kernel
+    (rotary/_torch_func.py) refuses a tensor captured by the transformed function, as torch does for its in-place ops.
   * torch.library.register_vmap for batching (merged into the batch axis where possible, else one call per item).
 """
 from __future__ import annotations
@@ -494,3 +495,4 @@ for _name, _schema in OPS.items():
             fake=globals()[f"_fake_{_name}"])
 
 from . import _torch_autograd  # noqa: E402,F401  (autograd and vmap registrations)
+from . import _torch_func  # noqa: E402,F401  (in-place operators under torch.func transforms)

@@ -183,3 +183,49 @@ def test_jvp_of_in_place_table_operators_with_an_outer_gradient_for_the_tables()
     for name, fn in (("apply_cos_sin_", x_inplace), ("apply_qk_cos_sin_", qk_inplace)):
         for got, exp, what in zip(results(fn), want, ("tangent", "dcos")):
             torch.testing.assert_close(got, exp, rtol=1e-12, atol=1e-9, msg=f"{name} {what}")
+
+
+def test_in_place_operators_refuse_a_tensor_captured_by_a_torch_func_transform():
+    # torch.func.grad / vjp / jacrev / jvp of a function whose in-place operator rotates a tensor made outside it
+    # (captured: a module's buffer, say) returned a zero gradient or tangent, silently: the write was invisible to
+    # the transform. torch refuses its own in-place ops there; so does rotary now, before writing. A tensor made
+    # inside the function (a clone) gives the formula's derivatives.
+    x, t, w, cos, sin, tc, pos, ref = _tables_case(54)
+    key = rt.spec_key(rotary.Spec(8))
+    calls = {"apply_cos_sin_": lambda b, c: ops.apply_cos_sin_(b[0], c, sin, pos),
+             "apply_qk_cos_sin_": lambda b, c: ops.apply_qk_cos_sin_(b[0], b[1], c, sin, pos),
+             "apply_": lambda b, c: ops.apply_(b[0], pos, 0, key),
+             "apply_qk_": lambda b, c: ops.apply_qk_(b[0], b[1], pos, 0, key)}
+    for name, call in calls.items():
+        for tname in ("grad", "vjp", "jacrev", "jvp"):
+            bufs = (x.clone(), x.clone())  # captured by f
+
+            def f(c, call=call, bufs=bufs):
+                call(bufs, c)
+                return (bufs[0] * w).sum() + c.sum()
+
+            with pytest.raises(RuntimeError, match=rf"\[rotary_{name}\] [qx] must be a tensor made inside .*"
+                                                   r"captured.*Clone it inside"):
+                {"grad": lambda: torch.func.grad(f)(cos), "vjp": lambda: torch.func.vjp(f, cos),
+                 "jacrev": lambda: torch.func.jacrev(f)(cos), "jvp": lambda: torch.func.jvp(f, (cos,), (tc,))}[tname]()
+            assert torch.equal(bufs[0], x) and torch.equal(bufs[1], x), (name, tname)
+
+    def made_inside(c):
+        v = x.clone()
+        ops.apply_cos_sin_(v, c, sin, pos)
+        return v
+
+    want = torch.func.grad(lambda c: (ref(x, c) * w).sum())(cos)
+    torch.testing.assert_close(torch.func.grad(lambda c: (made_inside(c) * w).sum())(cos), want, rtol=1e-12, atol=0)
+    def rotated_clone(u, c):
+        v = u.clone()
+        ops.apply_cos_sin_(v, c, sin, pos)
+        return v
+
+    torch.testing.assert_close(torch.func.functionalize(rotated_clone)(x, cos), ref(x, cos), rtol=1e-12, atol=0)
+    _, tangent = torch.func.jvp(made_inside, (cos,), (tc,))
+    torch.testing.assert_close(tangent, torch.func.jvp(lambda c: ref(x, c), (cos,), (tc,))[1], rtol=1e-12, atol=0)
+    buf = x.clone()  # a view of a captured tensor, made inside: torch's own check of the write refuses it
+    with pytest.raises(RuntimeError, match="captured Tensor"):
+        torch.func.grad(lambda c: (ops.apply_cos_sin_(buf[:, :, :1], c, sin, pos), (buf * w).sum())[1])(cos)
+    assert torch.equal(buf, x)
