@@ -34,7 +34,8 @@ def _with_tangents(name: str, args: tuple):
     registered formulas give reverse mode only (a torch.library limitation), so the primal outputs are computed from
     the primals and get their tangents with make_dual. The rotation is linear in x: x's tangent is rotated the same
     way; caller tables add the rotation of x by their tangents (pass-through channels 0). In place: the result is
-    copied back (copy_ carries the tangent; caller tables rotate clones under torch.func: a level below may save x)."""
+    copied back (copy_ carries the tangent). Under torch.func the in-place operators do not reach this: _torch_func
+    runs them as the functional operator and copy_."""
     args = full_args(name, args)
     n = _N_ROTATED[name]
     tables = "cos_sin" in name
@@ -45,9 +46,6 @@ def _with_tangents(name: str, args: tuple):
     functional = getattr(ops, name[:-1] if inplace else name)
     if tables and torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
         return _tables_both_modes(functional, args, primals, n, inplace)
-    if inplace and tables and torch._C._are_functorch_transforms_active():
-        split = [(p.clone(), None if t is None else t.clone()) if i < n else (p, t) for i, (p, t) in enumerate(split)]
-        primals = tuple(p for p, _ in split)
     outs = functional(*primals)
     outs = outs if n == 2 else (outs,)
     single = ops.apply_cos_sin if tables else ops.apply
