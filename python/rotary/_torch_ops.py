@@ -152,6 +152,8 @@ def write_all(dsts, srcs) -> None:
     grad = torch.is_grad_enabled() and any(s.requires_grad for s in srcs)
     order = sorted(range(len(dsts)), key=lambda i: not refused_in_place(dsts[i], grad))
     for i in order:
+        if dsts[i]._is_view():  # a view of a base that an earlier write made require grad: refreshed, as torch does
+            dsts[i].grad_fn  # noqa: B018  (when a view is read; else its copy_ is refused as into a leaf)
         dsts[i].copy_(srcs[i])
 
 

@@ -55,6 +55,34 @@ def test_apply_qk_cos_sin_in_place_records_both_rotations():
         assert torch.allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.parametrize("entry", ["rotary.apply_qk_cos_sin", "ops.apply_qk_cos_sin_"])
+def test_q_and_k_views_of_one_plain_buffer_are_both_rotated_in_place_with_learnable_tables(entry):
+    # q's write made the shared base require grad, and k's view, not refreshed, was then refused as a write into a
+    # leaf: the call raised with q rotated and k not. Truth: the fp64 formula on a copy, and its gradients.
+    from torch_reference import rotate_by_tables
+
+    g = torch.Generator().manual_seed(0)
+    cos = torch.randn(6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    sin = torch.randn(6, 4, dtype=torch.float64, generator=g).requires_grad_()
+    ids = torch.tensor([[0, 5, 2]])
+    qkv = torch.randn(1, 3, 4, 8, dtype=torch.float64, generator=g)  # a plain fused buffer (no grad)
+    x0 = qkv.clone()
+    q, k = qkv[:, :, :2], qkv[:, :, 2:3]
+    if entry == "rotary.apply_qk_cos_sin":
+        rotary.apply_qk_cos_sin(q, k, cos, sin, ids, inplace=True)
+    else:
+        torch.ops.rotary.apply_qk_cos_sin_(q, k, cos, sin, ids, 0, "bshd", "half", False, 0)
+    c, s = cos[ids][:, :, None, :], sin[ids][:, :, None, :]
+    want = torch.cat([rotate_by_tables(x0[:, :, :2], c, s, "half"), rotate_by_tables(x0[:, :, 2:3], c, s, "half"),
+                      x0[:, :, 3:]], dim=2)
+    torch.testing.assert_close(qkv, want, rtol=0, atol=1e-12)
+    w = torch.randn(qkv.shape, dtype=torch.float64, generator=g)
+    got = torch.autograd.grad((qkv * w).sum(), (cos, sin))
+    expected = torch.autograd.grad((want * w).sum(), (cos, sin))
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
 def _entries(x, freqs):
     key = rt.spec_key(SPEC)
     c, s = _tables(16)
