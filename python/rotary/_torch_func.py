@@ -63,6 +63,10 @@ def _front_kernel(name: str, n: int):
             for arg, t in zip(names, args[:n]):
                 if _ku.maybe_get_level(t) != level:
                     raise captured_error(name, arg, _WHICH[kind.name])
+            if n == 2:  # a write torch refuses (a view of a captured tensor, of a leaf) raises here, before either
+                for t in args[:2]:  # is written: the same check on an empty view of each, which writes nothing
+                    empty = t[..., :0]
+                    empty.copy_(empty)
         # the functional operator saves its rotated inputs when the tables need a gradient (at any level): it
         # rotates clones, so copy_ below leaves what it saved as it was
         call = tuple(a.clone() for a in args[:n]) if tables else args[:n]

@@ -229,3 +229,27 @@ def test_in_place_operators_refuse_a_tensor_captured_by_a_torch_func_transform()
     with pytest.raises(RuntimeError, match="captured Tensor"):
         torch.func.grad(lambda c: (ops.apply_cos_sin_(buf[:, :, :1], c, sin, pos), (buf * w).sum())[1])(cos)
     assert torch.equal(buf, x)
+
+
+def test_two_tensor_in_place_operators_refuse_a_view_of_a_captured_tensor_before_writing_either():
+    # Under jvp, q the function's input and k a view of a captured tensor: torch refused k's write, but q (the
+    # caller's tensor, which jvp's in-place rule reaches) was already rotated. Both are now checked first.
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 3, 1, 8, dtype=torch.float64, generator=g)
+    key = rt.spec_key(rotary.Spec(8))
+    pos = torch.arange(3)
+    cos, sin = (torch.from_numpy(a).double() for a in rotary.cos_sin(rotary.Spec(8), 3))
+    calls = {"apply_qk_": lambda q, k: ops.apply_qk_(q, k, pos, 0, key),
+             "apply_qk_cos_sin_": lambda q, k: ops.apply_qk_cos_sin_(q, k, cos, sin, pos)}
+    for name, call in calls.items():
+        for captured_is_k in (True, False):
+            buf = torch.randn(2, 3, 1, 8, dtype=torch.float64, generator=g)  # captured by f
+            buf0, q = buf.clone(), x.clone()
+
+            def f(qq, call=call, buf=buf, captured_is_k=captured_is_k):
+                call(qq, buf[0:1]) if captured_is_k else call(buf[0:1], qq)
+                return qq * 1
+
+            with pytest.raises(RuntimeError, match="captured Tensor"):
+                torch.func.jvp(f, (q,), (torch.randn_like(q),))
+            assert torch.equal(q, x) and torch.equal(buf, buf0), (name, captured_is_k)
