@@ -283,3 +283,31 @@ def test_an_ergo_hub_style_flat_file_is_its_sliding_layers_rope_and_full_layers_
         with pytest.raises(NotImplementedError, match=r"model_type ergo: .*sliding_attention layers' RoPE and gives "
                                                       r"full_attention layers none: one Spec cannot describe it"):
             rotary.Spec.from_hf_config(source)
+
+
+def test_an_ergo_nested_file_without_layer_types_keeps_its_null_full_attention_entry(tmp_path):
+    # {"sliding_attention": {...}, "full_attention": null} with the layer types derived (no layer_types field):
+    # the null entry was dropped (only objects were read as layer types without layer_types), so full-attention
+    # layers said 'layer_type must be one of sliding_attention' instead of "has no RoPE", as with layer_types given.
+    doc = {"model_type": "ergo", **FIELDS, "head_dim": 64, "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 3e4}, "full_attention": None}}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules("ergo")
+    with quiet_transformers():
+        config = load_hf_config(tmp_path)
+    assert config.rope_parameters["full_attention"] is None, "transformers' ERGO conversion changed"
+    emb = mod.ErgoRotaryEmbedding(config)
+    for source in (str(tmp_path / "config.json"), doc, dict(doc, layer_types=list(config.layer_types))):
+        specs = rotary.LayerTypeSpecs.from_hf_config(source)
+        assert specs.nested and specs.layer_types == list(config.layer_types)
+        assert sorted(specs.specs) == ["full_attention", "sliding_attention"] and specs.specs["full_attention"] is None
+        np.testing.assert_allclose(specs["sliding_attention"].inv_freq(None),
+                                   emb.sliding_attention_inv_freq.double().numpy(), rtol=1e-6)
+        for layer, layer_type in enumerate(config.layer_types):
+            if layer_type == "full_attention":
+                with pytest.raises(ValueError, match=r'layer_type "full_attention" has no RoPE \(its rope_parameters '
+                                                     r'entry is null\)'):
+                    specs.for_layer(layer)
+            else:
+                assert specs.for_layer(layer) == specs["sliding_attention"]
+

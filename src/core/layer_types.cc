@@ -368,9 +368,17 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   } else if (!keys.empty()) {
     out.nested = true;
     nested_truncate = cls.drops_keys_beside_types || truncate_beside(*d.dict);
-    for (const auto& k : keys) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
-    if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0))
+    std::vector<std::string> types = keys;
+    if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0)) {
       out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
+      // A null entry for a derived type (ERGO's "full_attention": null) is that type's "no RoPE", as when the file's
+      // layer_types lists it (nested_keys keeps only objects without layer_types).
+      types = nested_keys(*d.dict, out.layer_types);
+      for (const auto& k : keys)
+        if (std::find(types.begin(), types.end(), k) == types.end()) types.push_back(k);
+      std::sort(types.begin(), types.end());  // json order, as nested_keys'
+    }
+    for (const auto& k : types) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
   } else if (cls.flat_rope_type != nullptr) {
     // transformers v5 (ErgoConfig.convert_rope_params_to_dict): the flat dict (none: the top-level rope_theta, else
     // the class's base) is flat_rope_type's entry, and flat_no_rope_type's layers have no RoPE. It is read as a flat
