@@ -311,3 +311,27 @@ def test_an_ergo_nested_file_without_layer_types_keeps_its_null_full_attention_e
             else:
                 assert specs.for_layer(layer) == specs["sliding_attention"]
 
+
+EVERY_N = [("ergo", "ErgoConfig", "global_attention_every_n_layers"),
+           ("gemma3_text", "Gemma3TextConfig", "sliding_window_pattern"),
+           ("modernbert", "ModernBertConfig", "global_attn_every_n_layers")]
+
+
+@pytest.mark.parametrize("model_type, cls, key", EVERY_N, ids=[m for m, _, _ in EVERY_N])
+def test_every_n_th_layer_full_counts_below_one_are_read_as_transformers_computes_them(model_type, cls, key):
+    # The classes derive layer_types with (i + 1) % n (ModernBERT: i % n) in Python: n = 0 raises
+    # ZeroDivisionError, a negative n marks the layers |n| does. rotary gave an empty layer list for both (every
+    # for_layer then failed).
+    config_cls = getattr(transformers, cls)
+    doc = {"model_type": model_type, **FIELDS, "num_hidden_layers": 7, "rope_theta": 5e5}
+    for n in (-3, -1, 2):
+        with quiet_transformers():
+            want = list(config_cls(**{k: v for k, v in doc.items() if k != "model_type"}, **{key: n}).layer_types)
+        specs = rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: n}))
+        assert specs.layer_types == want, n
+        assert "full_attention" in want and "full_attention" in specs.specs, n
+    with pytest.raises(ZeroDivisionError):
+        config_cls(**{k: v for k, v in doc.items() if k != "model_type"}, **{key: 0})
+    with pytest.raises(ValueError, match=rf"^\[rotary_config\] {key} must be a nonzero integer \(every n-th layer "
+                                         rf"is full_attention\), got 0$"):
+        rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: 0}))

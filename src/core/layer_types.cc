@@ -1,5 +1,6 @@
 // RoPE per layer type (v5 nested rope_parameters, Gemma 3's conversion, class dicts): config.json -> LayerTypeSpecs.
 #include <algorithm>
+#include <cstdint>
 #include <iterator>
 #include <map>
 #include <string>
@@ -74,6 +75,8 @@ bool legacy_modernbert(const detail::ConfigRoot& r, const std::vector<std::strin
 /// transformers' defaults when layer_types is absent (the class's, `cls`). Gemma 3: every sliding_window_pattern-th
 /// layer is full (five sliding layers, then one full); Gemma 3n: every fifth; OLMo 3: every fourth; MiMo-V2-Flash
 /// also layer 0, NeoMME also the last; ModernBERT: every global_attn_every_n_layers-th from layer 0 (default 3).
+/// A read count of 0 is refused (transformers' modulo raises ZeroDivisionError); a negative one counts as -n (Python's
+/// modulo, as transformers computes it).
 std::vector<std::string> default_layer_types(const detail::ConfigRoot& r, const detail::ModelDefaults& cls) {
   const int64_t layers = integer_or(r, "num_hidden_layers", 0);
   const bool modernbert = model_is(r, "modernbert", "modernbert");
@@ -81,10 +84,17 @@ std::vector<std::string> default_layer_types(const detail::ConfigRoot& r, const 
                           : cls.full_every_key ? integer_or(r, cls.full_every_key, cls.full_every)
                                                : cls.full_every;
   std::vector<std::string> out;
-  if (layers <= 0 || pattern <= 0 || layers > (int64_t(1) << 20)) return out;
+  if (layers <= 0 || layers > (int64_t(1) << 20)) return out;
+  // transformers computes (i + 1) % n (ModernBERT: i % n) in Python: n 0 raises ZeroDivisionError, a negative n marks
+  // the same layers as -n.
+  const char* key = modernbert ? "global_attn_every_n_layers" : cls.full_every_key;
+  if (pattern == 0 && key == nullptr) return out;  // (no class derives with a fixed 0)
+  if (pattern == 0)
+    invalid(r.prefix + key + " must be a nonzero integer (every n-th layer is full_attention), got 0");
+  const int64_t every = pattern > 0 ? pattern : pattern == INT64_MIN ? INT64_MAX : -pattern;  // both beyond any count
   for (int64_t i = 0; i < layers; ++i) {
-    const bool full = modernbert ? i % pattern == 0
-                                 : (i + 1) % pattern == 0 || (cls.first_full && i == 0) || (cls.last_full && i == layers - 1);
+    const bool full = modernbert ? i % every == 0
+                                 : (i + 1) % every == 0 || (cls.first_full && i == 0) || (cls.last_full && i == layers - 1);
     out.push_back(full ? "full_attention" : "sliding_attention");
   }
   return out;
