@@ -19,10 +19,10 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_torch_write, _empty_like, _index_array,
-                      _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad, _offset_arg,
-                      _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg, _threads_arg,
-                      _table_arrays, _torch_module, empty, empty_like)
+from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_rank, _check_torch_write, _empty_like,
+                      _index_array, _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad,
+                      _offset_arg, _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg,
+                      _threads_arg, _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
@@ -384,6 +384,9 @@ def apply_qk_cos_sin(
     needs = _needs_grad(q) or _needs_grad(k) or (
         type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(  # tables too
         q, positions, "rotary_apply")
+    if needs:  # rotary.torch.apply_cos_sin rotates q and k one at a time: it would call q "x"
+        for t, what in ((q, "q"), (k, "k"), (cos, "cos"), (sin, "sin")):
+            _check_rank(t, what, "rotary_apply")
     if needs and not inplace:
         if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
             raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "

@@ -32,6 +32,7 @@ import torch
 
 import rotary as _rotary
 from rotary import _torch_ops
+from rotary._arrays import _check_rank
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
 from rotary._torch_autograd import has_tangent as _has_tangent
 from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, named, raise_named
@@ -190,6 +191,7 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
+    _check_rank(x, "x", "rotary_apply")  # (the extension's conversion would say "[rotary]")
     _check_backend(backend)
     key = _key(spec)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
@@ -222,6 +224,8 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
     call does before either is written."""
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         raise TypeError(f"[rotary] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
+    _check_rank(q, "q", "rotary_apply")  # (the extension's conversion would say "[rotary] x")
+    _check_rank(k, "k", "rotary_apply")
     _check_backend(backend)
     if q.dtype != k.dtype:  # two calls, k checked against q and validated before either is written
         check_k_like_q(q, k, layout)
@@ -275,6 +279,8 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
+    for t, what in ((x, "x"), (cos, "cos"), (sin, "sin")):
+        _check_rank(t, what, "rotary_apply")  # (the extension's conversion would say "[rotary]")
     _check_backend(backend)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
     try:  # the kernel's errors name x as q

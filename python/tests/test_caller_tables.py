@@ -329,6 +329,26 @@ def test_an_array_of_more_than_four_axes_is_refused_in_the_entry_points_words():
         (lambda: rotary.apply_cos_sin(x, cos[None, None, None, None], sin), "[rotary_apply] cos must have rank <= 4"),
         (lambda: rotary.apply_qk_cos_sin(x, x5, cos, sin), "[rotary_apply] k must have rank <= 4, got rank 5"),
     ]
+    # Torch tensors requiring grad (routed to rotary.torch) said "[rotary] x ..." even for q, as did rotary.torch's
+    # own entry points.
+    t, t5 = torch.from_numpy(x), torch.from_numpy(x5)
+    tc, ts = torch.from_numpy(cos), torch.from_numpy(sin)
+    g5 = lambda: t5.clone().requires_grad_(True)  # noqa: E731
+    cases += [
+        (lambda: rotary.apply(g5(), 0, spec), "[rotary_apply] x must have rank <= 4, got rank 5 (shape [1,2,3,2,8])"),
+        (lambda: rotary.apply_qk(g5(), t, 0, spec), "[rotary_apply] q must have rank <= 4, got rank 5"),
+        (lambda: rotary.apply_qk(t.clone().requires_grad_(True), t5, 0, spec), "[rotary_apply] k must have rank <= 4"),
+        (lambda: rotary.apply_cos_sin(g5(), tc, ts), "[rotary_apply] x must have rank <= 4, got rank 5"),
+        (lambda: rotary.apply_cos_sin(t, tc[None, None, None, None].requires_grad_(True), ts),
+         "[rotary_apply] cos must have rank <= 4, got rank 6"),
+        (lambda: rotary.apply_qk_cos_sin(g5(), t, tc, ts), "[rotary_apply] q must have rank <= 4, got rank 5"),
+        (lambda: rotary.apply_qk_cos_sin(g5(), t, tc, ts, inplace=True), "[rotary_apply] q must have rank <= 4"),
+        (lambda: rotary.apply_qk_cos_sin(t, t5, tc.clone().requires_grad_(True), ts),
+         "[rotary_apply] k must have rank <= 4, got rank 5"),
+        (lambda: rt.apply(t5, 0, spec), "[rotary_apply] x must have rank <= 4, got rank 5"),
+        (lambda: rt.apply_qk(t5, t, 0, spec), "[rotary_apply] q must have rank <= 4, got rank 5"),
+        (lambda: rt.apply_cos_sin(t, tc, ts[None, None, None, None]), "[rotary_apply] sin must have rank <= 4"),
+    ]
     for call, message in cases:
         with pytest.raises(ValueError) as info:
             call()
