@@ -114,7 +114,7 @@ def apply(
                              seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         return out
     xv, bf16, out, ov = _input_and_out(x, out)
-    offset, ids = _split_positions(positions)
+    offset, ids = _split_positions(positions, "rotary_apply")
     cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
     bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
@@ -201,7 +201,7 @@ def apply_qk(
         _check_out(k_out, k, "k_out")
     qov, _ = _as_core_array(q_out, "q_out", where="rotary_apply")
     kov, _ = _as_core_array(k_out, "k_out", where="rotary_apply")
-    offset, ids = _split_positions(positions)
+    offset, ids = _split_positions(positions, "rotary_apply")
     cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
     so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
     bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
@@ -276,6 +276,11 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
         if cu_seqlens is not None:
             raise ValueError(f"[rotary_apply_context_parallel] cu_seqlens are the global boundaries of thd shards; "
                              f"layout \"{layout}\" takes none, got cu_seqlens")
+        ndim = getattr(x, "ndim", None)
+        if isinstance(ndim, int) and ndim != 4:  # (x.shape[1] raised a bare IndexError for rank 0 and 1)
+            form = "[B,S,H,D]" if layout == "bshd" else "[B,H,S,D]"
+            raise ValueError(f"[rotary_apply_context_parallel] x must have rank 4 {form} for layout {layout}, got "
+                             f"rank {ndim} (shape [{','.join(str(int(n)) for n in x.shape)}])")
         local_len = int(x.shape[1] if layout == "bshd" else x.shape[2])
         ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, offset)
     if _is_torch(x):
@@ -346,7 +351,7 @@ def apply_cos_sin(
         return out
     xv, bf16, out, ov = _input_and_out(x, out)
     cv, sv, cbf16 = _table_arrays(cos, sin)
-    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
     _apply_cos_sin(cv, sv, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
                    batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
                    threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
@@ -431,7 +436,7 @@ def apply_qk_cos_sin(
     qv, bf16, q_out, qov = _input_and_out(q, q_out, "q", "q_out")
     kv, _, k_out, kov = _input_and_out(k, k_out, "k", "k_out")
     cv, sv, cbf16 = _table_arrays(cos, sin)
-    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
     _apply_cos_sin(cv, sv, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu,
                    seq_offsets=so, batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
                    threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)

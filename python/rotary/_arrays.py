@@ -246,13 +246,13 @@ def _check_out(out: Any, x: Any, what: str, where: str = "rotary_apply") -> None
     _check_torch_write(out, what, where)
     x_numpy = isinstance(x, np.ndarray)
     if not _same_array_type(out, x):
-        raise TypeError(f"[rotary] {what} must be the same array type as its input ({type(x).__name__}), "
+        raise TypeError(f"[{where}] {what} must be the same array type as its input ({type(x).__name__}), "
                         f"got {type(out).__name__}")
     if tuple(out.shape) != tuple(x.shape):
-        raise ValueError(f"[rotary] {what} must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
+        raise ValueError(f"[{where}] {what} must have the input's shape {tuple(x.shape)}, got {tuple(out.shape)}")
     same = out.dtype == x.dtype or (x_numpy and out.dtype == x.dtype.newbyteorder("="))  # a byte-swapped input takes a native out
     if not same:
-        raise TypeError(f"[rotary] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
+        raise TypeError(f"[{where}] {what} must have the input's dtype {x.dtype}, got {out.dtype}")
 
 
 def _torch_wide_unsigned(torch: Any) -> Tuple[Any, ...]:
@@ -260,8 +260,9 @@ def _torch_wide_unsigned(torch: Any) -> Tuple[Any, ...]:
     return tuple(d for d in (getattr(torch, n, None) for n in ("uint16", "uint32", "uint64")) if d is not None)
 
 
-def _index_array(a: Any, what: str, allow_float: bool) -> Any:
-    """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed)."""
+def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") -> Any:
+    """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed). `where`: the entry
+    point that a value past int64 is refused in the words of."""
     if isinstance(a, (list, tuple)):
         a = np.asarray(a)
     if isinstance(a, np.ndarray):
@@ -271,7 +272,7 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
             if a.dtype == np.uint64 and a.size and int(a.max()) > _I64_MAX:  # astype would wrap it to a negative
                 at = np.unravel_index(int(np.argmax(a > _I64_MAX)), a.shape)
                 index = ",".join(str(int(i)) for i in at)
-                raise ValueError(f"[rotary] {what}[{index}] must fit in int64, got {int(a[at])}")
+                raise ValueError(f"[{where}] {what}[{index}] must fit in int64, got {int(a[at])}")
             return a if a.dtype in (np.int32, np.int64) else a.astype(np.int64)
         if a.dtype.kind == "f" and allow_float:
             return a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)
@@ -291,7 +292,7 @@ def _index_array(a: Any, what: str, allow_float: bool) -> Any:
         if a.dtype in (torch.uint8, torch.int8, torch.int16):
             return a.to(torch.int64)
         if a.dtype in _torch_wide_unsigned(torch):  # values past int64 refused, as for numpy's uint64
-            return torch.from_numpy(_index_array(a.contiguous().numpy(), what, allow_float))
+            return torch.from_numpy(_index_array(a.contiguous().numpy(), what, allow_float, where))
         if allow_float and a.dtype in (torch.float32, torch.float64):
             return a
         if allow_float and a.dtype in (torch.float16, torch.bfloat16):

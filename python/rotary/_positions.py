@@ -10,8 +10,8 @@ from ._arrays import _INT_KINDS, ArrayLike, _index_array, _is_torch, _offset_arg
 
 PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
 
-def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
-    """(offset, ids array or None)."""
+def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[int, Any]:
+    """(offset, ids array or None); an id past int64 refused in the words of `where`."""
     if positions is None:
         return 0, None
     _refuse_position_derivative(positions, "rotary_apply", plain=True)
@@ -26,14 +26,14 @@ def _split_positions(positions: PositionsLike) -> Tuple[int, Any]:
         return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
         return _offset_arg(positions, "positions.offset"), None
-    return 0, _index_array(positions, "positions", allow_float=True)
+    return 0, _index_array(positions, "positions", allow_float=True, where=where)
 
 
-def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any
-                     ) -> Tuple[int, Any, Any, Any, Any]:
+def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any,
+                     where: str = "rotary") -> Tuple[int, Any, Any, Any, Any]:
     """(offset, ids, cu_seqlens, seq_offsets, batch_offsets) for a caller-table call. flash-attn's varlen form
     passes one int offset for every packed sequence: it becomes seq_offsets [N] here."""
-    offset, ids = _split_positions(positions)
+    offset, ids = _split_positions(positions, where)
     if ids is not None and (cu_seqlens is not None or batch_offsets is not None):
         raise ValueError("[rotary] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
                          "other position schemes), got both")

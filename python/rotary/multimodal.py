@@ -11,6 +11,7 @@ context-parallel shard positions, and q/k weight permutation between interleaved
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -146,13 +147,32 @@ def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: 
     if k is not None:
         kv, _, k_out, kov = _input_and_out(k, None, "k", "k_out", where="rotary_apply_axes")
     _refuse_position_derivative(positions, "rotary_apply_axes", plain=True)
-    ids = _index_array(positions, "positions", allow_float=True)
-    _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq], axis_of_freq=[int(a) for a in freqs.axis_of_freq],
-                        n_axes=freqs.n_axes, default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
-                        signed_positions=bool(freqs.signed_positions),
-                        q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
-                        inverse=bool(inverse), threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
+    ids = _index_array(positions, "positions", allow_float=True, where="rotary_apply_axes")
+    try:
+        _rotary._apply_axes(inv_freq=[float(v) for v in freqs.inv_freq],
+                            axis_of_freq=[int(a) for a in freqs.axis_of_freq], n_axes=freqs.n_axes,
+                            default_pairing=freqs.pairing, attention_factor=freqs.attention_factor,
+                            signed_positions=bool(freqs.signed_positions),
+                            q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
+                            inverse=bool(inverse), threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
+    except (ValueError, TypeError) as e:
+        raise _in_axes_words(e) from None
     return out if k is None else (out, k_out)
+
+
+_CORE_NAMES = {"q": "x", "q_out": "out"}
+_CORE_APPLY = re.compile(r"^\[rotary_apply\] (?:(q_out|q)(?=[ \[']))?")
+
+
+def _in_axes_words(e: Exception) -> Exception:
+    """The core's error (it checks as rotary::apply does: "[rotary_apply] q ...") in apply_axes' words: its entry
+    point, x for q and out for q_out; any other error unchanged."""
+    msg = str(e)
+    m = _CORE_APPLY.match(msg)
+    if m is None:
+        return e
+    name = _CORE_NAMES.get(m.group(1) or "", "")
+    return type(e)(f"[rotary_apply_axes] {name}{msg[m.end():]}")
 
 
 def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 0, src: str = "interleaved",

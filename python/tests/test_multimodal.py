@@ -344,3 +344,41 @@ def test_apply_axes_refuses_x_and_k_of_different_array_types():
     assert not out.any()
     y, yk = rotary.apply_axes(torch.from_numpy(xn.copy()), p, fr, k=torch.from_numpy(kn.copy()))  # same types: fine
     np.testing.assert_array_equal(yk.numpy(), rotary.apply_axes(xn, p, fr, k=kn)[1])
+
+
+def test_wrong_shapes_and_ids_past_int64_are_refused_in_the_entry_points_words():
+    # apply_context_parallel of a 0-D / 1-D x raised a bare IndexError; apply_axes' wrong ranks said
+    # "[rotary_apply] q must have rank 4" (the core's apply words); an out= of another shape or dtype and uint64 ids
+    # past int64 said "[rotary] ...". Nothing is written before the refusal.
+    spec, fr = rotary.Spec(8), rotary.mrope_frequencies(rotary.Spec(8, mrope_section=[2, 1, 1]))
+    x = np.ones((1, 4, 2, 8), np.float32)
+    big = np.array([0, 1, 2**63 + 5, 3], np.uint64)
+    out = np.zeros((1, 4, 2, 4), np.float32)
+    cases = [
+        (lambda: rotary.apply_context_parallel(np.ones((), np.float32), spec, 0, 1),
+         "[rotary_apply_context_parallel] x must have rank 4 [B,S,H,D] for layout bshd, got rank 0 (shape [])"),
+        (lambda: rotary.apply_context_parallel(np.ones(8, np.float32), spec, 0, 1, layout="bhsd"),
+         "[rotary_apply_context_parallel] x must have rank 4 [B,H,S,D] for layout bhsd, got rank 1 (shape [8])"),
+        (lambda: rotary.apply_axes(np.ones((), np.float32), np.zeros((3, 3), np.int64), fr),
+         "[rotary_apply_axes] x must have rank 4 [B,S,H,D] for layout bshd, got rank 0 (shape [])"),
+        (lambda: rotary.apply_axes(x, np.zeros((3, 4), np.int64), fr, k=x[0]),
+         "[rotary_apply_axes] k must have rank 4 [B,S,H,D] for layout bshd, got rank 3"),
+        (lambda: rotary.apply_axes(x, np.zeros((3, 4), np.int64), fr, out=out),
+         "[rotary_apply_axes] out must have the input's shape (1, 4, 2, 8), got (1, 4, 2, 4)"),
+        (lambda: rotary.apply_axes(x, np.stack([big] * 3), fr),
+         "[rotary_apply_axes] positions[0,2] must fit in int64, got 9223372036854775813"),
+        (lambda: rotary.apply(x, 0, spec, out=out), "[rotary_apply] out must have the input's shape (1, 4, 2, 8)"),
+        (lambda: rotary.apply_qk(x, x, 0, spec, q_out=out, k_out=np.zeros_like(x)),
+         "[rotary_apply] q_out must have the input's shape"),
+        (lambda: rotary.apply(x, big, spec), "[rotary_apply] positions[2] must fit in int64, got 9223372036854775813"),
+        (lambda: rotary.apply_qk(x, x, big, spec), "[rotary_apply] positions[2] must fit in int64"),
+        (lambda: rotary.apply_cos_sin(x, np.ones((8, 4), np.float32), np.zeros((8, 4), np.float32), big),
+         "[rotary_apply] positions[2] must fit in int64"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(message), str(info.value)
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] out must have the input's dtype float32, got float64"):
+        rotary.apply(x, 0, spec, out=np.zeros(x.shape, np.float64))
+    assert not out.any()
