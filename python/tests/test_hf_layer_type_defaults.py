@@ -335,3 +335,36 @@ def test_every_n_th_layer_full_counts_below_one_are_read_as_transformers_compute
     with pytest.raises(ValueError, match=rf"^\[rotary_config\] {key} must be a nonzero integer \(every n-th layer "
                                          rf"is full_attention\), got 0$"):
         rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: 0}))
+
+
+MODERNBERT_NESTED = [
+    ({"sliding_attention": {"rope_type": "default", "rope_theta": 3e4}}, {}),
+    ({"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}, {}),
+    ({"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}},
+     {"global_rope_theta": 5e4, "local_rope_theta": 7e3}),
+    ({"sliding_attention": {"rope_type": "default"}}, {"global_rope_theta": 5e4}),
+    ({"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 2e5}}, {"local_rope_theta": 2e4}),
+]
+
+
+@pytest.mark.parametrize("nested,extra", MODERNBERT_NESTED)
+def test_a_modernbert_nested_file_fills_a_missing_entry_and_base_as_its_class(nested, extra, tmp_path):
+    # ModernBertConfig.convert_rope_params_to_dict gives both layer types an entry (a missing one {"rope_type":
+    # "default"}) and each entry without rope_theta the file's global_rope_theta / local_rope_theta (160000 / 10000).
+    # rotary read a missing entry as no layer type at all ('layer_type must be one of sliding_attention') and an
+    # entry without rope_theta with base 10000, full-attention layers included (transformers: 160000).
+    doc = {"model_type": "modernbert", **FIELDS, "rope_parameters": nested, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules("modernbert")
+    with quiet_transformers():
+        config = load_hf_config(tmp_path)
+    emb = mod.ModernBertRotaryEmbedding(config)
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    assert specs.layer_types == list(config.layer_types)
+    assert sorted(specs.specs) == sorted(config.rope_parameters) == ["full_attention", "sliding_attention"]
+    for layer_type in ("full_attention", "sliding_attention"):
+        assert specs[layer_type].base == config.rope_parameters[layer_type]["rope_theta"], layer_type
+        np.testing.assert_allclose(specs[layer_type].inv_freq(None),
+                                   getattr(emb, f"{layer_type}_inv_freq").double().numpy(), rtol=1e-6)
+    for layer, layer_type in enumerate(config.layer_types):
+        assert specs.for_layer(layer) == specs[layer_type]

@@ -386,9 +386,25 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       types = nested_keys(*d.dict, out.layer_types);
       for (const auto& k : keys)
         if (std::find(types.begin(), types.end(), k) == types.end()) types.push_back(k);
-      std::sort(types.begin(), types.end());  // json order, as nested_keys'
     }
-    for (const auto& k : types) add(k, d.dict->at(k), d.field + "." + detail::shown_name(k));
+    const bool modernbert = model_is(r, "modernbert", "modernbert");
+    if (modernbert)  // (ModernBertConfig.convert_rope_params_to_dict: both types, below)
+      for (const char* t : {"full_attention", "sliding_attention"})
+        if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    std::sort(types.begin(), types.end());  // json order
+    for (const auto& k : types) {
+      json entry = d.dict->contains(k) ? d.dict->at(k) : json();
+      const std::string field = d.field + "." + detail::shown_name(k);
+      if (modernbert && (k == "full_attention" || k == "sliding_attention")) {
+        // transformers v5 (ModernBertConfig): a missing or null entry of the two types is {"rope_type": "default"},
+        // and each one's rope_theta defaults to the file's global_rope_theta / local_rope_theta (160000 / 10000).
+        if (entry.is_null()) entry = json{{"rope_type", "default"}};
+        if (entry.is_object() && !has_value(entry, "rope_theta"))
+          entry["rope_theta"] = k == "full_attention" ? number_or(r, "global_rope_theta", 160000.0)
+                                                      : number_or(r, "local_rope_theta", 10000.0);
+      }
+      add(k, std::move(entry), field);
+    }
   } else if (cls.flat_rope_type != nullptr) {
     // transformers v5 (ErgoConfig.convert_rope_params_to_dict): the flat dict (none: the top-level rope_theta, else
     // the class's base) is flat_rope_type's entry, and flat_no_rope_type's layers have no RoPE. It is read as a flat

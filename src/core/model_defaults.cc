@@ -213,10 +213,10 @@ const std::vector<ModelDefaults> kTable = {
     M("embedding_gemma2_text").gemma4(kEmbeddingGemma2Rope),
     M("emu3").theta(1000000.0),
     M("emu3_text_model").theta(1000000.0),
-    // ERGO: per layer type (full_attention null: no RoPE); rotate_half on x[..., ::2] / x[..., 1::2] with
-    // repeat_interleave'd cos/sin, default frequencies over the whole head.
-    // ERGO: every global_attention_every_n_layers-th layer (4) is full_attention, without RoPE; a flat RoPE dict is
-    // the sliding_attention layers' (ErgoConfig.convert_rope_params_to_dict); default_theta 1e6.
+    // ERGO: per layer type, every global_attention_every_n_layers-th layer (4) full_attention, without RoPE (its
+    // entry null); a flat RoPE dict is the sliding_attention layers' (ErgoConfig.convert_rope_params_to_dict);
+    // default_theta 1e6; rotate_half on x[..., ::2] / x[..., 1::2] with repeat_interleave'd cos/sin, default
+    // frequencies over the whole head.
     M("ergo").theta(1000000.0).interleaved().default_whole_head().layers(4, "global_attention_every_n_layers")
         .flat_is("sliding_attention", "full_attention"),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
