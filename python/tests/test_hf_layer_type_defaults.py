@@ -255,6 +255,16 @@ ERGO_FLAT = {"theta": {"rope_theta": 5e5}, "none": {},
                  "truncate": False}}}
 
 
+def _ergo_in_transformers(doc: dict, tmp_path):
+    """(config, ErgoRotaryEmbedding) of the file `doc` as transformers reads it; its full-attention entry is null."""
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules("ergo")
+    with quiet_transformers():
+        config = load_hf_config(tmp_path)
+    assert config.rope_parameters["full_attention"] is None, "transformers' ERGO conversion changed"
+    return config, mod.ErgoRotaryEmbedding(config)
+
+
 @pytest.mark.parametrize("flat", ERGO_FLAT.values(), ids=ERGO_FLAT.keys())
 def test_an_ergo_hub_style_flat_file_is_its_sliding_layers_rope_and_full_layers_have_none(flat, tmp_path):
     # ErgoConfig.convert_rope_params_to_dict makes a flat dict (a top-level rope_theta, a flat rope_parameters or
@@ -262,12 +272,7 @@ def test_an_ergo_hub_style_flat_file_is_its_sliding_layers_rope_and_full_layers_
     # layer types (every global_attention_every_n_layers-th full). rotary read such a file as one Spec for every
     # layer (full-attention layers included, base 1e4 without a rope_theta).
     doc = {"model_type": "ergo", **FIELDS, **flat}
-    (tmp_path / "config.json").write_text(json.dumps(doc))
-    _, mod = hf_model_modules("ergo")
-    with quiet_transformers():
-        config = load_hf_config(tmp_path)
-    assert config.rope_parameters["full_attention"] is None, "transformers' ERGO conversion changed"
-    emb = mod.ErgoRotaryEmbedding(config)
+    config, emb = _ergo_in_transformers(doc, tmp_path)
     for source in (str(tmp_path / "config.json"), doc):
         specs = rotary.LayerTypeSpecs.from_hf_config(source)
         assert specs.nested and specs.layer_types == list(config.layer_types)
@@ -291,12 +296,7 @@ def test_an_ergo_nested_file_without_layer_types_keeps_its_null_full_attention_e
     # layers said 'layer_type must be one of sliding_attention' instead of "has no RoPE", as with layer_types given.
     doc = {"model_type": "ergo", **FIELDS, "head_dim": 64, "rope_parameters": {
         "sliding_attention": {"rope_type": "default", "rope_theta": 3e4}, "full_attention": None}}
-    (tmp_path / "config.json").write_text(json.dumps(doc))
-    _, mod = hf_model_modules("ergo")
-    with quiet_transformers():
-        config = load_hf_config(tmp_path)
-    assert config.rope_parameters["full_attention"] is None, "transformers' ERGO conversion changed"
-    emb = mod.ErgoRotaryEmbedding(config)
+    config, emb = _ergo_in_transformers(doc, tmp_path)
     for source in (str(tmp_path / "config.json"), doc, dict(doc, layer_types=list(config.layer_types))):
         specs = rotary.LayerTypeSpecs.from_hf_config(source)
         assert specs.nested and specs.layer_types == list(config.layer_types)
