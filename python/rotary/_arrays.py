@@ -170,6 +170,12 @@ def _empty_like(x: Any) -> Any:
     return _torch_module().empty_like(x, memory_format=_torch_module().preserve_format)
 
 
+def _carries_tangent(t: Any) -> bool:
+    """A torch tensor t carries a forward-mode tangent (inside a forward_ad.dual_level)."""
+    fwd = _torch_module().autograd.forward_ad
+    return fwd._current_level >= 0 and fwd.unpack_dual(t).tangent is not None
+
+
 def _needs_grad(x: Any) -> bool:
     """x is a torch tensor that needs a derivative: it requires grad (grad mode on), carries a forward-mode AD tangent,
     or is a torch.func transform's tensor. Such inputs go through rotary.torch, which records both modes."""
@@ -180,9 +186,7 @@ def _needs_grad(x: Any) -> bool:
         return False
     if x.requires_grad and torch.is_grad_enabled():
         return True
-    fwd = torch.autograd.forward_ad
-    return torch._C._functorch.is_functorch_wrapped_tensor(x) or (
-        fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None)
+    return torch._C._functorch.is_functorch_wrapped_tensor(x) or _carries_tangent(x)
 
 
 def _position_derivative_error(where: str, how: str) -> RuntimeError:
@@ -202,8 +206,7 @@ def _refuse_position_derivative(p: Any, where: str, plain: bool = False) -> None
         return
     if p.requires_grad and torch.is_grad_enabled():
         raise _position_derivative_error(where, "requires grad")
-    fwd = torch.autograd.forward_ad
-    if fwd._current_level >= 0 and fwd.unpack_dual(p).tangent is not None:
+    if _carries_tangent(p):
         raise _position_derivative_error(where, "carries a forward-mode tangent")
     if plain and torch._C._functorch.is_functorch_wrapped_tensor(p):
         raise TypeError(f"[{where}] positions must be a plain tensor when the rotated arrays are not torch tensors, "
@@ -233,8 +236,7 @@ def _check_torch_write(out: Any, what: str, where: str) -> None:
         raise RuntimeError(f"[{where}] {what} must not require grad (functions with out= arguments don't support "
                            "automatic differentiation, as torch's own; use the returned tensor, or write under "
                            "torch.no_grad()), got a tensor that requires grad")
-    fwd = torch.autograd.forward_ad
-    if fwd._current_level >= 0 and fwd.unpack_dual(out).tangent is not None:  # its tangent would be left stale
+    if _carries_tangent(out):  # its tangent would be left stale
         raise RuntimeError(f"[{where}] {what} must not carry a forward-mode tangent (functions with out= arguments "
                            "don't support forward-mode AD, as torch's own; use the returned tensor), got a dual tensor")
     if torch._C._functorch.is_functorch_wrapped_tensor(out):

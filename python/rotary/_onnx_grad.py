@@ -22,13 +22,14 @@ def with_gradient(evaluate: Callable[..., Any], X: Any, cos_cache: Any, sin_cach
     forward-mode tangent is refused rather than silently left out."""
     import torch
 
+    from ._arrays import _carries_tangent
+
     global _FUNCTION
-    fwd = torch.autograd.forward_ad
     for name, t in (("cos_cache", cos_cache), ("sin_cache", sin_cache)):
         if isinstance(t, torch.Tensor):
             if t.requires_grad and torch.is_grad_enabled():
                 raise _refuse_cache_derivative(name, "require grad")
-            if fwd._current_level >= 0 and fwd.unpack_dual(t).tangent is not None:
+            if _carries_tangent(t):
                 raise _refuse_cache_derivative(name, "carry a forward-mode tangent")
     if _FUNCTION is None:
         class OnnxRotaryEmbedding(torch.autograd.Function):

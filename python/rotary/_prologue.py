@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _check_torch_write, _float_arg, _has_broadcast_axis,
-                      _index_array, _empty_like, _inference_write_error, _is_torch, _mark_written, _seq_len_arg,
-                      _table_arrays, _threads_arg, _torch_module)
+from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _carries_tangent, _check_torch_write, _float_arg,
+                      _has_broadcast_axis, _index_array, _empty_like, _inference_write_error, _is_torch, _mark_written,
+                      _seq_len_arg, _table_arrays, _threads_arg, _torch_module)
 from ._positions import _split_positions, _table_positions
 from ._rotary import Spec
 
@@ -332,11 +332,10 @@ def _transforms_active() -> bool:
 
 def _refuse_transformed(named: Sequence[Any], where: str) -> None:
     torch = _torch_module()
-    fwd = torch.autograd.forward_ad
     for name, x in named:
         if x is None or not isinstance(x, torch.Tensor):
             continue
-        if fwd._current_level >= 0 and fwd.unpack_dual(x).tangent is not None:
+        if _carries_tangent(x):
             raise RuntimeError(f"[{where}] {name} carries a forward-mode tangent, but the call has no derivative (it "
                                "writes in place through no formula: the tangent would stay unrotated); pass the "
                                f"primal (torch.autograd.forward_ad.unpack_dual({name}).primal)")
