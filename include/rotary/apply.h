@@ -137,7 +137,8 @@ class ROTARY_API Rope {
 /// args.positions: kIds with ids [n_axes,B,S] / [n_axes,S] / [n_axes,T] (i32, i64, f32 or f64);
 /// when n_axes == 1 the plain forms ([B,S], [S], [T]), kOffset and kPacked are accepted too.
 /// args.pairing nullopt -> af.pairing. Channels >= af.rotary_dim() pass through.
-/// Ids must be >= 0 unless af.signed_positions (ggml_frequencies): then any sign, |id| < 2^31, angle = id * inv_freq.
+/// Ids must be >= 0 unless af.signed_positions (ggml_frequencies, or set by the caller): then any sign, |id| < 2^31,
+/// angle = id * inv_freq.
 ROTARY_API void apply_axes(const AxisFrequencies& af, const ApplyArgs& args);
 
 /// Rotates a shard: args.q/k hold this rank's tokens. Positions are derived from `cp`:

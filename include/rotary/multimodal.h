@@ -31,8 +31,10 @@ struct AxisFrequencies {
   int n_axes = 1;                         ///< 1..kMaxPositionAxes
   Pairing pairing = Pairing::kHalfSplit;  ///< the convention's pairing (used when ApplyArgs::pairing is unset)
   /// Positions may be negative (ggml's meaning: angle = pos * inv_freq, so pos < 0 rotates by the inverse of |pos|;
-  /// llama.cpp's K-shift passes such deltas). Set by ggml_frequencies only; the other conventions keep refusing
-  /// negative positions. Either way |pos| must be < 2^31 (exact angles promised to 2^24).
+  /// llama.cpp's K-shift passes such deltas). ggml_frequencies sets it; the other conventions' functions leave it off,
+  /// so their positions must be >= 0. A caller building its own AxisFrequencies may set it, e.g. for axial coordinates
+  /// centred on zero (rotary-embedding-torch's 'pixel' positions in [-1, 1]). Either way |pos| must be < 2^31 (exact
+  /// angles promised to 2^24).
   bool signed_positions = false;
 
   int64_t rotary_dim() const { return 2 * static_cast<int64_t>(freqs.inv_freq.size()); }

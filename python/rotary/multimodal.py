@@ -50,8 +50,10 @@ class AxisFrequencies:
     Pair j rotates by positions[axis_of_freq[j]] * inv_freq[j]; cos/sin are multiplied by attention_factor.
     Positions for apply_axes have shape [n_axes, B, S] / [n_axes, S] (bshd/bhsd) or [n_axes, T] (thd).
     pairing ("half" or "interleaved") is the convention's pairing, used unless apply_axes(pairing=...) is given.
-    signed_positions: positions may be negative (ggml_frequencies only, as ggml takes them: a negative position
-    rotates by the inverse of its magnitude, e.g. llama.cpp's K-shift deltas); other conventions refuse them.
+    signed_positions: positions may be negative, as ggml takes them: a negative position rotates by the inverse of
+    its magnitude (llama.cpp's K-shift deltas). ggml_frequencies sets it and the other conventions' functions leave it
+    off (their positions must be >= 0); frequencies built by the caller may set it, e.g. for axial coordinates centred
+    on zero (rotary-embedding-torch's 'pixel' positions in [-1, 1]).
     """
 
     inv_freq: np.ndarray
@@ -118,7 +120,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     """Rotates x (and k, returned as a tuple) with multi-axis frequencies, cos/sin computed exactly on the fly.
 
     positions: [n_axes, B, S] / [n_axes, S] (bshd, bhsd) or [n_axes, T] (thd), int or float; >= 0 unless
-    freqs.signed_positions (ggml_frequencies), then any sign with |position| < 2^31.
+    freqs.signed_positions (ggml_frequencies, or set by the caller), then any sign with |position| < 2^31.
     For n_axes == 1 the plain shapes [B, S] / [S] / [T] are accepted. k must be the same array type as x.
     torch tensors requiring grad (grad mode on) are differentiable, in forward mode and under torch.func transforms too
     (vmap: one call per item): backward is the inverse rotation by the same frequencies and positions (out= is refused

@@ -382,3 +382,23 @@ def test_wrong_shapes_and_ids_past_int64_are_refused_in_the_entry_points_words()
     with pytest.raises(TypeError, match=r"^\[rotary_apply\] out must have the input's dtype float32, got float64"):
         rotary.apply(x, 0, spec, out=np.zeros(x.shape, np.float64))
     assert not out.any()
+
+
+def test_axis_frequencies_built_by_the_caller_may_take_signed_positions():
+    # Axial rotations over coordinates centred on zero (rotary-embedding-torch's 'pixel' frequencies rotate by
+    # positions in [-1, 1]) build their own AxisFrequencies with signed_positions=True: negative fractional positions
+    # then rotate by pos * theta as fp64 does. Without the flag they are refused by name, nothing written.
+    torch = pytest.importorskip("torch")
+    per_axis = np.linspace(1.0, 5.0, 4) * np.pi  # 'pixel' frequencies, max_freq 10, 8 channels per axis
+    inv, axis = np.concatenate([per_axis, per_axis]), np.repeat(np.arange(2, dtype=np.uint8), 4)
+    signed = rotary.AxisFrequencies(inv, axis, 2, "interleaved", 1.0, signed_positions=True)
+    rng = np.random.default_rng(3)
+    pos = rng.uniform(-1.0, 1.0, (2, 2, 5))
+    x = rng.standard_normal((2, 5, 3, 16))
+    want = _axes_reference(torch.from_numpy(x), torch.from_numpy(pos), signed, "interleaved").numpy()
+    np.testing.assert_allclose(rotary.apply_axes(x, pos, signed), want, rtol=0, atol=1e-6)
+    unsigned = rotary.AxisFrequencies(inv, axis, 2, "interleaved", 1.0)
+    out = np.zeros_like(x)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] positions\.ids\[0,0,0\] must be >= 0"):
+        rotary.apply_axes(x, pos, unsigned, out=out)
+    assert not out.any()
