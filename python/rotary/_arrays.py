@@ -209,6 +209,10 @@ def _refuse_position_derivative(p: Any, where: str, plain: bool = False) -> None
     if _carries_tangent(p):
         raise _position_derivative_error(where, "carries a forward-mode tangent")
     if plain and torch._C._functorch.is_functorch_wrapped_tensor(p):
+        if where == "rotary_cos_sin":  # no rotated arrays here: it returns numpy rows, which no transform follows
+            raise TypeError("[rotary_cos_sin] positions must be a plain tensor (rotary.cos_sin returns numpy rows, "
+                            "which torch.func cannot transform), got a torch.func transform's tensor (use "
+                            "rotary.torch.cos_sin: it transforms torch positions)")
         raise TypeError(f"[{where}] positions must be a plain tensor when the rotated arrays are not torch tensors, "
                         "got a torch.func transform's tensor (pass torch tensors: rotary.torch transforms them)")
 

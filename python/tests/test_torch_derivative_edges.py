@@ -140,6 +140,18 @@ def test_vmap_over_positions_works_through_the_array_functions():
         torch.func.vmap(lambda q: rotary.apply(x.numpy(), q, SPEC))(P)
 
 
+def test_rotary_cos_sin_refuses_a_transformed_positions_tensor_in_its_own_words():
+    # rotary.cos_sin (numpy rows) under vmap over its positions said "... when the rotated arrays are not torch
+    # tensors": cos_sin rotates nothing; the message names what it takes and where transforms work.
+    P = torch.stack([torch.arange(4), torch.arange(4) + 2])
+    with pytest.raises(TypeError, match=r"^\[rotary_cos_sin\] positions must be a plain tensor \(rotary.cos_sin "
+                                        r"returns numpy rows.*got a torch.func transform's tensor \(use "
+                                        r"rotary.torch.cos_sin"):
+        torch.func.vmap(lambda q: torch.as_tensor(rotary.cos_sin(SPEC, q)[0]))(P)
+    c, _ = torch.func.vmap(lambda q: rt.cos_sin(q, SPEC))(P)  # the torch function transforms them
+    torch.testing.assert_close(c[1], torch.from_numpy(rotary.cos_sin(SPEC, P[1].numpy())[0]))
+
+
 def _prologue_calls():
     sp = rotary.Spec(head_dim=16)
     g = torch.Generator().manual_seed(3)
