@@ -189,6 +189,21 @@ def _needs_grad(x: Any) -> bool:
     return torch._C._functorch.is_functorch_wrapped_tensor(x) or _carries_tangent(x)
 
 
+def _derivative_reason(named: Sequence[Tuple[str, Any]]) -> str:
+    """Why _needs_grad routed a call to rotary.torch, in words naming the first argument that did it: a torch.func
+    transform's tensor, then one carrying a forward-mode tangent, then one that requires grad."""
+    torch = _torch_module()
+    tensors = [(n, t) for n, t in named if torch is not None and isinstance(t, torch.Tensor)]
+    for n, t in tensors:
+        if torch._C._functorch.is_functorch_wrapped_tensor(t):
+            return f"{n} is a torch.func transform's tensor (vmap, grad, jvp: out= has no transform rule)"
+    for n, t in tensors:
+        if _carries_tangent(t):
+            return f"{n} carries a forward-mode tangent (out= would get no tangent)"
+    return next((f"{n} requires grad (autograd records no write into out)" for n, t in tensors if t.requires_grad),
+                "a tensor needs a derivative")
+
+
 def _position_derivative_error(where: str, how: str) -> RuntimeError:
     return RuntimeError(f"[{where}] positions {how}, but rotary gives no derivative with respect to the positions "
                         "(only to the rotated tensors; a silent None would read as a zero gradient): pass "

@@ -18,8 +18,8 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from . import _rotary
-from ._arrays import (_index_array, _input_and_out, _int64_checked, _needs_grad, _refuse_position_derivative,
-                      _routes_positions, _same_array_type, _threads_arg)
+from ._arrays import (_derivative_reason, _index_array, _input_and_out, _int64_checked, _needs_grad,
+                      _refuse_position_derivative, _routes_positions, _same_array_type, _threads_arg)
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
 grid_positions = _int64_checked(_rotary.grid_positions, "rotary_grid_positions", ("height", "width"))
@@ -133,8 +133,9 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
                         f"{type(k).__name__}")
     if _needs_grad(x) or _needs_grad(k) or _routes_positions(x, positions, "rotary_apply_axes"):
         if out is not None:
-            raise ValueError("[rotary_apply_axes] out must be None for tensors that require grad (autograd records "
-                             "no write into out; use the returned tensor), got a tensor")
+            why = _derivative_reason([("x", x), ("k", k), ("positions", positions)])
+            raise ValueError(f"[rotary_apply_axes] out must be None when {why}; use the returned tensor, got an out "
+                             f"({type(out).__name__})")
         from . import _torch_axes
 
         return _torch_axes.apply_axes(x, positions, freqs, k, layout, pairing, inverse, threads, backend)

@@ -276,6 +276,25 @@ def test_out_arguments_carrying_a_tangent_or_under_a_transform_are_refused_befor
         assert not buf.any(), name
 
 
+def test_apply_axes_out_with_a_transformed_or_dual_input_names_what_is_refused():
+    # apply_axes(vmapped x, out=...) said "out must be None for tensors that require grad": nothing required grad.
+    x = torch.randn(2, 1, 4, 2, 16, generator=torch.Generator().manual_seed(7))
+    freqs = rotary.mrope_frequencies(SPEC)
+    pos = torch.arange(4)[None]
+    out = torch.zeros_like(x[0])
+    with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] out must be None when x is a torch.func "
+                                         r"transform's tensor .*got an out \(Tensor\)$"):
+        torch.func.vmap(lambda t: rotary.apply_axes(t, pos, freqs, out=out))(x)
+    with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] out must be None when positions is a torch.func "
+                                         r"transform's tensor"):
+        torch.func.vmap(lambda p: rotary.apply_axes(x[0], p, freqs, out=out))(torch.stack([pos, pos + 1]))
+    with fwAD.dual_level():
+        with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] out must be None when k carries a "
+                                             r"forward-mode tangent"):
+            rotary.apply_axes(x[0], pos, freqs, k=fwAD.make_dual(x[0], torch.ones_like(x[0])), out=out)
+    assert not out.any()
+
+
 def test_apply_axes_and_permute_qk_weight_run_under_vmap_jacrev_and_jacfwd():
     # "You tried to vmap over _AxesRotation / _Permutation, but it does not have vmap support" (func.grad worked).
     g = torch.Generator().manual_seed(6)
