@@ -453,10 +453,10 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
     table_kw: dict = {}
     if tables is not None:
         cv, sv, cbf16 = _table_arrays(*tables)
-        offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets)
+        offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
         table_kw = dict(cos=cv, sin=sv, table_bf16_bits=cbf16)
     else:
-        offset, ids = _split_positions(positions)
+        offset, ids = _split_positions(positions, "rotary_apply")
         cu, so, bo = (_indices(cu_seqlens, "cu_seqlens"), _indices(seq_offsets, "seq_offsets"),
                       _indices(batch_offsets, "batch_offsets"))
     _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,

@@ -76,6 +76,24 @@ def test_fp8_out_errors_name_the_argument_and_write_nothing():
         rotary.apply(x, 0, spec, out=np.zeros_like(x), out_scale=2.0)
 
 
+def test_fp8_out_refuses_uint64_positions_past_int64_in_rotary_apply_words():
+    # The fp8 path said "[rotary] positions[3] must fit in int64" where every other path of rotary.apply (and of
+    # apply_cos_sin, whose core checks are rotary_apply's) says "[rotary_apply] ...".
+    spec = rotary.Spec(16)
+    x = np.ones((1, 4, 2, 16), np.float32)
+    out = np.full(x.shape, 3.0, ml_dtypes.float8_e4m3fn)
+    big = np.array([0, 1, 2, 2**64 - 1], np.uint64)
+    cos, sin = rotary.cos_sin(spec, 8)
+    for call in (lambda: rotary.apply(x, big, spec, out=out, out_scale=1.0),
+                 lambda: rotary.apply_cos_sin(x, cos, sin, big, out=out, out_scale=1.0),
+                 lambda: rotary.apply_qk(x, x, big, spec, q_out=out, k_out=out.copy(), q_out_scale=1.0,
+                                         k_out_scale=1.0)):
+        with pytest.raises(ValueError, match=r"^\[rotary_apply\] positions\[3\] must fit in int64, got "
+                                             r"18446744073709551615$"):
+            call()
+    assert (out.astype(np.float32) == 3.0).all()
+
+
 @pytest.mark.parametrize("scale,shown", [(1e39, "1e+39"), (1e-50, "1e-50"), (float("nan"), "nan"), (0, "0"),
                                          (10**400, "1" + "0" * 59)],
                          ids=["huge", "tiny", "nan", "zero", "int-past-float"])
