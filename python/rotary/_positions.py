@@ -6,7 +6,8 @@ from typing import Any, Sequence, Tuple, Union
 
 import numpy as np
 
-from ._arrays import _INT_KINDS, ArrayLike, _index_array, _is_torch, _offset_arg, _refuse_position_derivative
+from ._arrays import (_INT_KINDS, ArrayLike, _check_rank, _index_array, _is_torch, _offset_arg,
+                      _refuse_position_derivative)
 
 PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
 
@@ -26,6 +27,7 @@ def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[i
         return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
         return _offset_arg(positions, "positions.offset"), None
+    _check_rank(positions, "positions", where)  # (the extension's conversion would say "[rotary]")
     return 0, _index_array(positions, "positions", allow_float=True, where=where)
 
 

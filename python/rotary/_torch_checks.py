@@ -4,7 +4,7 @@ The kernel calls the tensor it rotates q and the offsets positions.*; rotary.tor
 with their own argument names (x, k, flash-attn's seqlen_offsets / cu_seqlens)."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -15,6 +15,28 @@ def readable(t: torch.Tensor) -> torch.Tensor:
     if t.numel() == 0:
         return torch.empty(t.shape, dtype=t.dtype, device=t.device)
     return t.resolve_neg().contiguous() if t.is_neg() else t.contiguous()
+
+
+_POSITION_DTYPES = {torch.int32, torch.int64, torch.float32, torch.float64}
+_MAX_RANK = 4  # rotary::kMaxRank: the most axes a core TensorView holds
+
+
+def kernel_positions(p: Optional[torch.Tensor], where: str = "rotary_apply", flat: bool = False
+                     ) -> Optional[torch.Tensor]:
+    """Positions as the CPU kernel takes them: int32/int64/float32/float64 on the CPU, refused in the words of
+    `where` (the extension's conversion can only say "[rotary]"). flat: the caller flattens them (any rank)."""
+    if p is None:
+        return None
+    if not flat and p.dim() > _MAX_RANK:
+        raise ValueError(f"[{where}] positions must have rank <= {_MAX_RANK}, got rank {p.dim()} "
+                         f"(shape {dims(p.shape)})")
+    if p.dtype not in _POSITION_DTYPES:
+        if p.dtype == torch.bool or p.is_complex():
+            raise TypeError(f"[rotary] positions must be an integer or float tensor, got dtype {p.dtype}")
+        p = p.to(torch.float64 if p.is_floating_point() else torch.int64)
+    if not p.is_cpu:
+        p = p.cpu()  # CPU tensors with device positions: the only host copy, and the caller's choice
+    return p
 
 
 def unread_error(status: int) -> RuntimeError:

@@ -53,7 +53,8 @@ import torch
 
 from . import _rotary as _native
 from . import _torch_composite as _composite
-from ._torch_checks import readable as _readable, threads_error, unread_error as _unread
+from ._torch_checks import kernel_positions as _positions_for_kernel, readable as _readable, threads_error
+from ._torch_checks import unread_error as _unread
 from ._torch_composite import check_writable, offset_with_ids_error
 from ._rotary import Spec
 
@@ -107,20 +108,7 @@ def spec_from_key(key: str) -> Spec:
 
 # ----------------------------------------------------------------------------------------------- kernels (CPU)
 
-_POSITION_DTYPES = {torch.int32, torch.int64, torch.float32, torch.float64}
 _COPY_Q, _COPY_K, _COPY_POS, _COPY_COS, _COPY_SIN = 1, 2, 4, 8, 16  # the kernel's copy requests (_torch_checks)
-
-
-def _positions_for_kernel(p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    if p is None:
-        return None
-    if p.dtype not in _POSITION_DTYPES:
-        if p.dtype == torch.bool or p.is_complex():
-            raise TypeError(f"[rotary] positions must be an integer or float tensor, got dtype {p.dtype}")
-        p = p.to(torch.float64 if p.is_floating_point() else torch.int64)
-    if not p.is_cpu:
-        p = p.cpu()  # CPU tensors with device positions: the only host copy, and the caller's choice
-    return p
 
 
 _bump = torch._C._increment_version
@@ -295,7 +283,7 @@ def _cos_sin_cpu(positions, spec, seq_len=None):
     if s.mrope_section:
         return _mrope_cos_sin_cpu(s, positions, seq_len)
     h = _rotary_half(s)
-    p = _positions_for_kernel(positions)
+    p = _positions_for_kernel(positions, "rotary_cos_sin", flat=True)
     flat = p.reshape(-1)
     if not flat.is_contiguous() or flat.is_neg():
         flat = _readable(flat)

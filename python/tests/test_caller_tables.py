@@ -353,3 +353,25 @@ def test_an_array_of_more_than_four_axes_is_refused_in_the_entry_points_words():
         with pytest.raises(ValueError) as info:
             call()
         assert str(info.value).startswith(message), str(info.value)
+
+
+def test_positions_of_more_than_four_axes_are_refused_in_the_entry_points_words():
+    # Rank-5 positions said "[rotary] positions must have rank <= 4" (the extension's conversion) on every path of
+    # rotary.apply (numpy, torch, torch requiring grad, fp8 out, caller tables) and rotary.torch.apply.
+    x = np.ones((1, 4, 2, 8), np.float32)
+    cos, sin = np.ones((10, 4), np.float32), np.zeros((10, 4), np.float32)
+    spec, p5 = rotary.Spec(8), np.zeros((1, 1, 1, 1, 4), np.int64)
+    t, tp5 = torch.from_numpy(x), torch.from_numpy(p5)
+    message = r"^\[rotary_apply\] positions must have rank <= 4, got rank 5 \(shape \[1,1,1,1,4\]\)$"
+    calls = [lambda: rotary.apply(x, p5, spec), lambda: rotary.apply(t, tp5, spec),
+             lambda: rotary.apply(t.clone().requires_grad_(True), tp5, spec), lambda: rt.apply(t, tp5, spec),
+             lambda: rt.apply_qk(t, t, tp5, spec), lambda: rotary.apply_qk(x, x, p5, spec),
+             lambda: rotary.apply_cos_sin(x, cos, sin, p5), lambda: rt.apply_cos_sin(t, torch.from_numpy(cos),
+                                                                                     torch.from_numpy(sin), tp5)]
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    calls.append(lambda: rotary.apply(x, p5, spec, out=np.zeros(x.shape, ml_dtypes.float8_e4m3fn), out_scale=1.0))
+    for call in calls:
+        with pytest.raises(ValueError, match=message):
+            call()
+    c, _ = rt.cos_sin(tp5, spec)  # cos_sin takes positions of any shape (it reads them flat)
+    assert c.shape == (1, 1, 1, 1, 4, 4)
