@@ -23,7 +23,7 @@ from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_rank, _check
                       _index_array, _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad,
                       _offset_arg, _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg,
                       _threads_arg, _table_arrays, _torch_module, empty, empty_like)
-from ._positions import PositionsLike, _split_positions, _table_positions
+from ._positions import PositionsLike, _offset_arrays, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
 __version__: str = _rotary.__version__
@@ -115,9 +115,7 @@ def apply(
         return out
     xv, bf16, out, ov = _input_and_out(x, out)
     offset, ids = _split_positions(positions, "rotary_apply")
-    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
-    so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
-    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    cu, so, bo = _offset_arrays(cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
     _rotary._apply(spec, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so, batch_offsets=bo,
                    layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=_seq_len_arg(seq_len),
                    threads=_threads_arg(threads),
@@ -202,9 +200,7 @@ def apply_qk(
     qov, _ = _as_core_array(q_out, "q_out", where="rotary_apply")
     kov, _ = _as_core_array(k_out, "k_out", where="rotary_apply")
     offset, ids = _split_positions(positions, "rotary_apply")
-    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
-    so = _index_array(seq_offsets, "seq_offsets", False) if seq_offsets is not None else None
-    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+    cu, so, bo = _offset_arrays(cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
     _rotary._apply(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
                    batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=_seq_len_arg(seq_len),
                    threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
@@ -228,7 +224,7 @@ def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[i
             raise ValueError("[rotary_cos_sin] M-RoPE specs take [3, ...] position ids (t, h, w), got an int")
         positions = np.arange(int(positions), dtype=np.int64)
     _refuse_position_derivative(positions, "rotary_cos_sin", plain=True)  # numpy rows: no derivative, no transform
-    p = _index_array(positions, "positions", allow_float=True)
+    p = _index_array(positions, "positions", allow_float=True, where="rotary_cos_sin")
     if _is_torch(p):
         p = p.numpy()
     if spec.mrope_section:

@@ -283,7 +283,7 @@ def _torch_wide_unsigned(torch: Any) -> Tuple[Any, ...]:
 
 def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") -> Any:
     """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed). `where`: the entry
-    point that a value past int64 is refused in the words of."""
+    point whose words its errors are in (a value past int64, a dtype that is not an index)."""
     if isinstance(a, (list, tuple)):
         a = np.asarray(a)
     if isinstance(a, np.ndarray):
@@ -298,8 +298,8 @@ def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") ->
         if a.dtype.kind == "f" and allow_float:
             return a if a.dtype in (np.float32, np.float64) else a.astype(np.float64)
         if a.dtype.kind == "b":
-            raise TypeError(f"[rotary] {what} must be integers, got dtype bool")
-        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} array, "
+            raise TypeError(f"[{where}] {what} must be integers, got dtype bool")
+        raise TypeError(f"[{where}] {what} must be an integer{' or float' if allow_float else ''} array, "
                         f"got dtype {a.dtype}")
     if _is_torch(a):
         torch = _torch_module()
@@ -318,9 +318,9 @@ def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") ->
             return a
         if allow_float and a.dtype in (torch.float16, torch.bfloat16):
             return a.to(torch.float64)
-        raise TypeError(f"[rotary] {what} must be an integer{' or float' if allow_float else ''} tensor, "
+        raise TypeError(f"[{where}] {what} must be an integer{' or float' if allow_float else ''} tensor, "
                         f"got dtype {a.dtype}")
-    raise TypeError(f"[rotary] {what} must be a sequence or an array of {'numbers' if allow_float else 'integers'}, "
+    raise TypeError(f"[{where}] {what} must be a sequence or an array of {'numbers' if allow_float else 'integers'}, "
                     f"got {type(a).__name__}")
 
 

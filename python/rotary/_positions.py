@@ -31,6 +31,14 @@ def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[i
     return 0, _index_array(positions, "positions", allow_float=True, where=where)
 
 
+def _offset_arrays(cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any, where: str) -> Tuple[Any, Any, Any]:
+    """(cu_seqlens, seq_offsets, batch_offsets) as index arrays (None where not given), named as the core names them
+    (positions.cu_seqlens, ...) in the words of `where`."""
+    return tuple(None if a is None else _index_array(a, f"positions.{name}", False, where)
+                 for name, a in (("cu_seqlens", cu_seqlens), ("seq_offsets", seq_offsets),
+                                 ("batch_offsets", batch_offsets)))  # type: ignore[return-value]
+
+
 def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any,
                      where: str = "rotary") -> Tuple[int, Any, Any, Any, Any]:
     """(offset, ids, cu_seqlens, seq_offsets, batch_offsets) for a caller-table call. flash-attn's varlen form
@@ -39,7 +47,7 @@ def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any
     if ids is not None and (cu_seqlens is not None or batch_offsets is not None):
         raise ValueError("[rotary] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
                          "other position schemes), got both")
-    cu = _index_array(cu_seqlens, "cu_seqlens", False) if cu_seqlens is not None else None
+    cu = _index_array(cu_seqlens, "positions.cu_seqlens", False, where) if cu_seqlens is not None else None
     n_seq = max(int(cu.shape[0]) - 1, 0) if cu is not None and cu.ndim == 1 else 0
     so = None
     if seq_offsets is not None:
@@ -48,8 +56,8 @@ def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any
                 raise ValueError("[rotary] an int seq_offsets needs cu_seqlens (use positions=offset otherwise)")
             so = np.full(n_seq, int(seq_offsets), dtype=np.int64)
         else:
-            so = _index_array(seq_offsets, "seq_offsets", False)
-    bo = _index_array(batch_offsets, "batch_offsets", False) if batch_offsets is not None else None
+            so = _index_array(seq_offsets, "positions.seq_offsets", False, where)
+    bo = _index_array(batch_offsets, "positions.batch_offsets", False, where) if batch_offsets is not None else None
     if cu is not None and offset != 0:
         if so is not None:
             raise ValueError("[rotary] give the packed sequences' start positions either as an int positions or "

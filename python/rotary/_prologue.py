@@ -18,7 +18,7 @@ from . import _rotary
 from ._arrays import (_I32_MAX, ArrayLike, _as_core_array, _carries_tangent, _check_torch_write, _float_arg,
                       _has_broadcast_axis, _index_array, _empty_like, _inference_write_error, _is_torch, _mark_written,
                       _seq_len_arg, _table_arrays, _threads_arg, _torch_module)
-from ._positions import _split_positions, _table_positions
+from ._positions import _offset_arrays, _split_positions, _table_positions
 from ._rotary import Spec
 
 __all__ = ["prologue", "rerotate_cache"]
@@ -457,8 +457,7 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
         table_kw = dict(cos=cv, sin=sv, table_bf16_bits=cbf16)
     else:
         offset, ids = _split_positions(positions, "rotary_apply")
-        cu, so, bo = (_indices(cu_seqlens, "cu_seqlens"), _indices(seq_offsets, "seq_offsets"),
-                      _indices(batch_offsets, "batch_offsets"))
+        cu, so, bo = _offset_arrays(cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
     _rotary._apply_fp8(spec, qv, q_out=qov, k=kv, k_out=kov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
                        batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=seq_len,
                        threads=int(threads), backend=backend, act_bits=act, q_out_bits=qob, k_out_bits=kob,

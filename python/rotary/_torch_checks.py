@@ -31,6 +31,10 @@ def kernel_positions(p: Optional[torch.Tensor], where: str = "rotary_apply", fla
         raise ValueError(f"[{where}] positions must have rank <= {_MAX_RANK}, got rank {p.dim()} "
                          f"(shape {dims(p.shape)})")
     if p.dtype not in _POSITION_DTYPES:
+        if p.dtype == getattr(torch, "uint64", None):  # to(int64) would wrap an id past int64 to a negative one
+            from ._arrays import _index_array
+
+            return torch.from_numpy(_index_array(p.cpu().contiguous().numpy(), "positions", False, where))
         if p.dtype == torch.bool or p.is_complex():
             raise TypeError(f"[rotary] positions must be an integer or float tensor, got dtype {p.dtype}")
         p = p.to(torch.float64 if p.is_floating_point() else torch.int64)

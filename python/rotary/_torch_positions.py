@@ -21,6 +21,10 @@ def _int_tensor(a: Any, name: str, device: Any) -> torch.Tensor:
     t = torch.as_tensor(a, device=device)
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(f"[rotary_apply] positions.{name} must be an integer tensor, got dtype {t.dtype}")
+    if t.dtype == getattr(torch, "uint64", None) and _host_readable(t):  # .long() would wrap past int64
+        from ._arrays import _index_array
+
+        _index_array(t.contiguous().numpy(), f"positions.{name}", False, "rotary_apply")
     return t.long()
 
 

@@ -402,3 +402,45 @@ def test_axis_frequencies_built_by_the_caller_may_take_signed_positions():
     with pytest.raises(ValueError, match=r"^\[rotary_apply_axes\] positions\.ids\[0,0,0\] must be >= 0"):
         rotary.apply_axes(x, pos, unsigned, out=out)
     assert not out.any()
+
+
+def test_uint64_ids_past_int64_are_refused_by_their_real_value_in_the_callers_words():
+    # The torch path read uint64 ids through .to(int64) / .long(): 2**64 - 1 was "got -1" ("positions.ids[3] must be
+    # >= 0"); cu_seqlens / seq_offsets / batch_offsets (numpy or torch) and rotary.cos_sin's ids said "[rotary] ...".
+    import rotary.torch as rt
+
+    spec, big = rotary.Spec(8), 2**64 - 1
+    x, xt = np.ones((1, 4, 2, 8), np.float32), np.ones((4, 2, 8), np.float32)
+    cos, sin = rotary.cos_sin(spec, 8)
+    u = np.array([0, 1, 2, big], np.uint64)
+
+    def tu(a):
+        return torch.from_numpy(a.view(np.int64)).view(torch.uint64)
+
+    ids = rf"positions\[3\] must fit in int64, got {big}$"
+    cases = [(lambda: rt.apply(torch.from_numpy(x), tu(u), spec), "rotary_apply", ids),
+             (lambda: rotary.apply(torch.from_numpy(x).requires_grad_(True), tu(u), spec), "rotary_apply", ids),
+             (lambda: rt.apply_cos_sin(torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin), tu(u)),
+              "rotary_apply", ids),
+             (lambda: rt.cos_sin(tu(u), spec), "rotary_cos_sin", ids),
+             (lambda: rotary.cos_sin(spec, u), "rotary_cos_sin", ids),
+             (lambda: rotary.cos_sin(spec, tu(u)), "rotary_cos_sin", ids)]
+    for name, kw in (("cu_seqlens", {}), ("seq_offsets", {"cu_seqlens": np.array([0, 4])}), ("batch_offsets", {})):
+        v = np.array([big], np.uint64) if name == "batch_offsets" else np.array([0, big], np.uint64)
+        arr, layout = (x, "bshd") if name == "batch_offsets" else (xt, "thd")
+        msg = rf"positions\.{name}\[{len(v) - 1}\] must fit in int64, got {big}$"
+        for conv, fn in ((lambda a: a, rotary.apply), (tu, rotary.apply), (tu, rt.apply)):
+            torch_call = conv is tu
+            extra = {k: torch.from_numpy(a) if torch_call else a for k, a in kw.items()}
+            xa = torch.from_numpy(arr) if torch_call else arr
+            cases.append((lambda f=fn, xa=xa, v=conv(v), e=extra, n=name, lay=layout: f(xa, None, spec, layout=lay,
+                                                                                          **{n: v}, **e),
+                          "rotary_apply", msg))
+        cases.append((lambda v=v, n=name, lay=layout, a=arr: rotary.apply_cos_sin(a, cos, sin, None, layout=lay,
+                                                                                  **{n: v}, **kw), "rotary_apply", msg))
+    for call, where, message in cases:
+        with pytest.raises(ValueError, match=rf"^\[{where}\] {message}"):
+            call()
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] positions\.cu_seqlens must be an integer array, got "
+                                        r"dtype float64"):
+        rotary.apply(xt, None, spec, layout="thd", cu_seqlens=np.array([0.0, 4.0]))
