@@ -98,11 +98,11 @@ def apply(
             and _rotary._apply_numpy(spec, x, None, None if out is x else out, None, positions, layout, threads)):
         return out
     if not isinstance(spec, Spec):
-        raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
+        raise TypeError(f"[rotary_apply] spec must be a rotary.Spec, got {type(spec).__name__}")
     if _needs_grad(x) or _routes_positions(x, positions, "rotary_apply"):
         if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
                 or out_scale is not None):
-            raise ValueError("[rotary] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
+            raise ValueError("[rotary_apply] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
                              "for tensors requiring grad; use rotary.torch.apply")
         from . import torch as rotary_torch
 
@@ -163,14 +163,14 @@ def apply_qk(
                 spec, q, k, q_out, k_out, positions, layout, threads):
             return q_out, k_out
     if not isinstance(spec, Spec):
-        raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
+        raise TypeError(f"[rotary_apply] spec must be a rotary.Spec, got {type(spec).__name__}")
     numpy_qk = isinstance(q, np.ndarray) and isinstance(k, np.ndarray)  # the common case: no torch checks
     if not numpy_qk and not _same_array_type(q, k):
-        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
+        raise TypeError(f"[rotary_apply] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     if not numpy_qk and (_needs_grad(q) or _needs_grad(k) or _routes_positions(q, positions, "rotary_apply")):
         if (q_out is not None or k_out is not None or cu_seqlens is not None or seq_offsets is not None
                 or batch_offsets is not None or q_out_scale is not None or k_out_scale is not None):
-            raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale=/cu_seqlens=/seq_offsets=/batch_offsets= "
+            raise ValueError("[rotary_apply] q_out=/k_out=/q_out_scale=/k_out_scale=/cu_seqlens=/seq_offsets=/batch_offsets= "
                              "are not supported for tensors requiring grad; use rotary.torch.apply_qk")
         from . import torch as rotary_torch
 
@@ -178,7 +178,7 @@ def apply_qk(
         return rotary_torch.apply_qk(q, k, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                      seq_len=seq_len, threads=threads, inplace=inplace, backend=backend)
     if q.dtype != k.dtype:
-        raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        raise TypeError(f"[rotary_apply] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
         return _prologue._apply_qk_fp8(spec, q, k, q_out, k_out, q_out_scale, k_out_scale, positions, inplace,
                                        layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len,
@@ -188,7 +188,7 @@ def apply_qk(
     kv, _ = _as_core_array(k, "k", readonly=True, where="rotary_apply")
     if inplace:
         if q_out is not None or k_out is not None:
-            raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+            raise ValueError("[rotary_apply] inplace=True cannot be combined with q_out=/k_out=")
         _check_torch_write(q, "q", "rotary_apply")
         _check_torch_write(k, "k", "rotary_apply")
         q_out, k_out = q, k
@@ -330,7 +330,7 @@ def apply_cos_sin(
     if _needs_grad(x) or (type(x) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(
             x, positions, "rotary_apply"):
         if out is not None or out_scale is not None:
-            raise ValueError("[rotary] out= and out_scale= are not supported for tensors requiring grad; use "
+            raise ValueError("[rotary_apply] out= and out_scale= are not supported for tensors requiring grad; use "
                              "rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
@@ -340,7 +340,7 @@ def apply_cos_sin(
                                           seq_offsets=seq_offsets, batch_offsets=batch_offsets)
     if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
         if out is None:
-            raise ValueError("[rotary] out_scale is for an fp8 out, got no out")
+            raise ValueError("[rotary_apply] out_scale is for an fp8 out, got no out")
         _prologue._apply_fp8(None, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
                              inverse=inverse, seq_len=None, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                              seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
@@ -381,7 +381,7 @@ def apply_qk_cos_sin(
     per-tensor scales of fp8 q_out / k_out (as rotary.apply_qk's). Other arguments as in rotary.apply_cos_sin.
     """
     if not _same_array_type(q, k):
-        raise TypeError(f"[rotary] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
+        raise TypeError(f"[rotary_apply] q and k must be the same array type, got {type(q).__name__} and {type(k).__name__}")
     needs = _needs_grad(q) or _needs_grad(k) or (
         type(q) is not np.ndarray and (_needs_grad(cos) or _needs_grad(sin))) or _routes_positions(  # tables too
         q, positions, "rotary_apply")
@@ -390,7 +390,7 @@ def apply_qk_cos_sin(
             _check_rank(t, what, "rotary_apply")
     if needs and not inplace:
         if q_out is not None or k_out is not None or q_out_scale is not None or k_out_scale is not None:
-            raise ValueError("[rotary] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "
+            raise ValueError("[rotary_apply] q_out=/k_out=/q_out_scale=/k_out_scale= are not supported for tensors requiring "
                              "grad; use rotary.torch.apply_cos_sin")
         from . import torch as rotary_torch
 
@@ -400,7 +400,7 @@ def apply_qk_cos_sin(
         return (rotary_torch.apply_cos_sin(q, cos, sin, positions, **kw),
                 rotary_torch.apply_cos_sin(k, cos, sin, positions, **kw))
     if q.dtype != k.dtype:
-        raise TypeError(f"[rotary] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
+        raise TypeError(f"[rotary_apply] q and k must have the same dtype, got {q.dtype} and {k.dtype}")
     if _prologue._fp8_qk(q_out, k_out, q_out_scale, k_out_scale):
         return _prologue._apply_qk_fp8(None, q, k, q_out, k_out, q_out_scale, k_out_scale, positions, inplace,
                                        layout=layout, pairing=pairing, inverse=inverse, seq_len=None,
@@ -408,7 +408,7 @@ def apply_qk_cos_sin(
                                        seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
     if inplace:
         if q_out is not None or k_out is not None:
-            raise ValueError("[rotary] inplace=True cannot be combined with q_out=/k_out=")
+            raise ValueError("[rotary_apply] inplace=True cannot be combined with q_out=/k_out=")
         if needs:  # rotary.torch rotates both out of place (each validated), then copy_ records the writes in both
             # AD modes; a write torch refuses (a leaf requiring grad, an inference tensor) goes first: neither changes
             from . import torch as rotary_torch

@@ -54,20 +54,20 @@ def _mark_written(*tensors: Any) -> None:
     _torch_module()._C._increment_version(list(tensors))  # the list form: the single-tensor one costs ~10x (3 us)
 
 
-def _check_torch_cpu(t: Any, what: str) -> None:
+def _check_torch_cpu(t: Any, what: str, where: str = "rotary") -> None:
     if t.device.type != "cpu":
-        raise ValueError(f"[rotary] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
+        raise ValueError(f"[{where}] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
 
 
 _NUMERIC_KINDS = ("f", "i", "u", "c")  # others (ml_dtypes float8, bool, objects) never reach the extension
 
 
-def _check_torch_strided(t: Any, what: str) -> None:
+def _check_torch_strided(t: Any, what: str, where: str = "rotary") -> None:
     torch = _torch_module()
     if t.layout != torch.strided:
-        raise TypeError(f"[rotary] {what} must be a dense (strided) tensor, got layout {t.layout}")
+        raise TypeError(f"[{where}] {what} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype.is_floating_point and t.dtype not in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
-        raise TypeError(f"[rotary] {what} dtype must be float32, float16, bfloat16 or float64, got {t.dtype}")
+        raise TypeError(f"[{where}] {what} dtype must be float32, float16, bfloat16 or float64, got {t.dtype}")
 
 
 def _has_broadcast_axis(x: Any) -> bool:
@@ -100,15 +100,15 @@ def _as_core_array(x: Any, what: str, readonly: bool = False, where: str = "rota
     if isinstance(x, np.ndarray):
         if (x.dtype.kind not in _NUMERIC_KINDS and not _is_numpy_bf16(x)) or (x.dtype.kind == "f" and x.dtype.itemsize > 8):
             # (np.longdouble, kind 'f', reached the extension's argument matching and its signature dump)
-            raise TypeError(f"[rotary] {what} dtype must be float32, float16, bfloat16 or float64, got {x.dtype}")
+            raise TypeError(f"[{where}] {what} dtype must be float32, float16, bfloat16 or float64, got {x.dtype}")
         if not readonly and not x.flags.writeable:
             if _has_broadcast_axis(x):
-                raise ValueError(f"[rotary] {what} must be a writable array with one element per address, got a "
+                raise ValueError(f"[{where}] {what} must be a writable array with one element per address, got a "
                                  f"read-only broadcast view (shape {x.shape}, strides {x.strides})")
-            raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
+            raise ValueError(f"[{where}] {what} must be writable, got a read-only array (shape {x.shape})")
         if not x.dtype.isnative:  # byte-swapped ('>f4' on a little-endian machine): the kernels read native values
             if not readonly:
-                raise TypeError(f"[rotary] {what} must have the machine's byte order, got dtype {x.dtype.str} "
+                raise TypeError(f"[{where}] {what} must have the machine's byte order, got dtype {x.dtype.str} "
                                 f"(write into a native array, e.g. x.astype(x.dtype.newbyteorder('=')), and copy back)")
             x = x.astype(x.dtype.newbyteorder("="))
         # C-contiguous arrays (the common case, checked first: it is cheap) have no such axis.
@@ -118,20 +118,20 @@ def _as_core_array(x: Any, what: str, readonly: bool = False, where: str = "rota
             return x.view(np.uint16), True
         return x, False
     if _is_torch(x):
-        _check_torch_cpu(x, what)
-        _check_torch_strided(x, what)
+        _check_torch_cpu(x, what, where)
+        _check_torch_strided(x, what, where)
         if not readonly:
             _mark_written(x)
         x = x.detach()
         if x.is_neg():  # a negative-bit view (t._neg_view(), z.conj().imag): its memory holds -value
             if not readonly:
-                raise ValueError(f"[rotary] {what} is a negative-bit view (its memory holds the negated values); "
+                raise ValueError(f"[{where}] {what} is a negative-bit view (its memory holds the negated values); "
                                  f"pass a tensor without it (e.g. {what}.resolve_neg()) and copy back")
             x = x.resolve_neg()
         if readonly and _has_broadcast_axis(x):
             x = x.contiguous()
         return x, False
-    raise TypeError(f"[rotary] {what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
+    raise TypeError(f"[{where}] {what} must be a numpy array or a torch CPU tensor, got {type(x).__name__}")
 
 
 _ALIGN = 64  # bytes: one cache line on x86 and most Arm cores
@@ -147,7 +147,7 @@ def empty(shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarr
     dt = np.dtype(dtype)
     shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(n) for n in shape)
     if any(n < 0 for n in shape_t):
-        raise ValueError(f"[rotary] empty: shape must be non-negative, got {shape_t}")
+        raise ValueError(f"[rotary_empty] shape must be non-negative, got {shape_t}")
     nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
     raw = np.empty(nbytes + _ALIGN, dtype=np.uint8)
     start = (-raw.ctypes.data) % _ALIGN
@@ -303,8 +303,8 @@ def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") ->
                         f"got dtype {a.dtype}")
     if _is_torch(a):
         torch = _torch_module()
-        _check_torch_cpu(a, what)
-        _check_torch_strided(a, what)
+        _check_torch_cpu(a, what, where)
+        _check_torch_strided(a, what, where)
         a = a.detach()
         if a.is_neg():  # a negative-bit view (z.conj().imag): its memory holds the negated values
             a = a.resolve_neg()
@@ -432,5 +432,5 @@ def _table_arrays(cos: ArrayLike, sin: ArrayLike, where: str = "rotary_apply") -
     cv, cbf16 = _as_core_array(cos, "cos", readonly=True, where=where)
     sv, sbf16 = _as_core_array(sin, "sin", readonly=True, where=where)
     if cbf16 != sbf16:
-        raise TypeError("[rotary] cos and sin must have the same dtype")
+        raise TypeError(f"[{where}] cos and sin must have the same dtype")
     return cv, sv, cbf16

@@ -53,7 +53,7 @@ def onnx_rotary_embedding(
             def host(t: Any) -> Any:  # checks on numpy arrays (a bf16 tensor as float32), then an empty Y
                 if not _is_torch(t):
                     return t
-                _check_torch_cpu(t, "X")
+                _check_torch_cpu(t, "X", "onnx_rotary_embedding")
                 t = t.detach()
                 return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
 
@@ -76,7 +76,7 @@ def onnx_rotary_embedding(
     sv, sbf16 = _as_core_array(sin_cache, "sin_cache", readonly=True, where=where)
     if cbf16 != sbf16:
         raise TypeError("[onnx_rotary_embedding] cos_cache and sin_cache must have the same dtype")
-    ids = _index_array(position_ids, "position_ids", False) if position_ids is not None else None
+    ids = _index_array(position_ids, "position_ids", False, where) if position_ids is not None else None
     attrs = {"interleaved": interleaved, "rotary_embedding_dim": rotary_embedding_dim, "num_heads": num_heads}
     for name, v in attrs.items():  # ONNX attributes are ints: int(8.9) would make 8 of a fractional width
         if not isinstance(v, (int, np.integer)):

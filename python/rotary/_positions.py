@@ -17,11 +17,11 @@ def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[i
         return 0, None
     _refuse_position_derivative(positions, "rotary_apply", plain=True)
     if isinstance(positions, (bool, np.bool_)):
-        raise TypeError("[rotary] positions must be an int or an array, got bool")
+        raise TypeError(f"[{where}] positions must be an int or an array, got bool")
     if isinstance(positions, (int, np.integer)):
         return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, float):
-        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass an array for "
+        raise TypeError(f"[{where}] a scalar position must be an int (the start offset); pass an array for "
                         "fractional positions")
     if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
         return _offset_arg(positions, "positions.offset"), None
@@ -45,7 +45,7 @@ def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any
     passes one int offset for every packed sequence: it becomes seq_offsets [N] here."""
     offset, ids = _split_positions(positions, where)
     if ids is not None and (cu_seqlens is not None or batch_offsets is not None):
-        raise ValueError("[rotary] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
+        raise ValueError(f"[{where}] positions ids cannot be combined with cu_seqlens= or batch_offsets= (they are "
                          "other position schemes), got both")
     cu = _index_array(cu_seqlens, "positions.cu_seqlens", False, where) if cu_seqlens is not None else None
     n_seq = max(int(cu.shape[0]) - 1, 0) if cu is not None and cu.ndim == 1 else 0
@@ -53,14 +53,14 @@ def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any
     if seq_offsets is not None:
         if isinstance(seq_offsets, (int, np.integer)) and not isinstance(seq_offsets, (bool, np.bool_)):
             if cu is None:
-                raise ValueError("[rotary] an int seq_offsets needs cu_seqlens (use positions=offset otherwise)")
+                raise ValueError(f"[{where}] an int seq_offsets needs cu_seqlens (use positions=offset otherwise)")
             so = np.full(n_seq, int(seq_offsets), dtype=np.int64)
         else:
             so = _index_array(seq_offsets, "positions.seq_offsets", False, where)
     bo = _index_array(batch_offsets, "positions.batch_offsets", False, where) if batch_offsets is not None else None
     if cu is not None and offset != 0:
         if so is not None:
-            raise ValueError("[rotary] give the packed sequences' start positions either as an int positions or "
+            raise ValueError(f"[{where}] give the packed sequences' start positions either as an int positions or "
                              "as seq_offsets, not both")
         so = np.full(n_seq, offset, dtype=np.int64)
         offset = 0

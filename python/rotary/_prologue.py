@@ -425,7 +425,15 @@ def _fp8_code(x: Any) -> Optional[int]:
     return None
 
 
-def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Optional[float], k: Optional[ArrayLike],
+def _apply_fp8(*args: Any, **kw: Any) -> None:
+    """_fp8_rotation, its shared converters' "[rotary] ..." errors in rotary.apply's words."""
+    try:
+        _fp8_rotation(*args, **kw)
+    except (TypeError, ValueError) as e:
+        raise _in_words_of(e, "rotary_apply") from None
+
+
+def _fp8_rotation(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Optional[float], k: Optional[ArrayLike],
                k_out: Optional[ArrayLike], k_scale: Optional[float], positions: Any, *, layout: str, pairing: Optional[str],
                inverse: bool, seq_len: Optional[int], threads: int, backend: str, cu_seqlens: Any, seq_offsets: Any,
                batch_offsets: Any, tables: Optional[Tuple[Any, Any]] = None) -> None:
@@ -438,13 +446,13 @@ def _apply_fp8(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Op
         code = _fp8_code(x)
         if code is None:
             if scale is not None:
-                raise ValueError(f"[rotary] {scale_name} is only for an fp8 {what}, got {what} dtype {x.dtype}")
+                raise ValueError(f"[rotary_apply] {scale_name} is only for an fp8 {what}, got {what} dtype {x.dtype}")
             return _as_core_array(x, what)[0], -1, 1.0
         if scale is None:
-            raise ValueError(f"[rotary] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
+            raise ValueError(f"[rotary_apply] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
         return _core(x, what) + (_f32_scale(scale, scale_name, "rotary_apply"),)
     if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
-        raise ValueError("[rotary] an fp8 output cannot be its input (rotate in place needs one dtype)")
+        raise ValueError("[rotary_apply] an fp8 output cannot be its input (rotate in place needs one dtype)")
     qv, act = _core(q, "x", readonly=True)
     kv = _core(k, "k", readonly=True)[0] if k is not None else None
     qov, qob, qos = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
@@ -474,7 +482,7 @@ def _apply_qk_fp8(spec: Optional[Spec], q: ArrayLike, k: ArrayLike, q_out: Optio
                   **kw: Any) -> Tuple[ArrayLike, ArrayLike]:
     """rotary.apply_qk / apply_qk_cos_sin with fp8 outputs (allocated like q / k when not given): (q_out, k_out)."""
     if inplace:
-        raise ValueError("[rotary] inplace=True cannot write fp8 outputs")
+        raise ValueError("[rotary_apply] inplace=True cannot write fp8 outputs")
     q_out = _empty_like(q) if q_out is None else q_out
     k_out = _empty_like(k) if k_out is None else k_out
     _apply_fp8(spec, q, q_out, q_scale, k, k_out, k_scale, positions, **kw)

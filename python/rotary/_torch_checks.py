@@ -36,7 +36,7 @@ def kernel_positions(p: Optional[torch.Tensor], where: str = "rotary_apply", fla
 
             return torch.from_numpy(_index_array(p.cpu().contiguous().numpy(), "positions", False, where))
         if p.dtype == torch.bool or p.is_complex():
-            raise TypeError(f"[rotary] positions must be an integer or float tensor, got dtype {p.dtype}")
+            raise TypeError(f"[{where}] positions must be an integer or float tensor, got dtype {p.dtype}")
         p = p.to(torch.float64 if p.is_floating_point() else torch.int64)
     if not p.is_cpu:
         p = p.cpu()  # CPU tensors with device positions: the only host copy, and the caller's choice

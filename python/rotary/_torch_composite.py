@@ -393,7 +393,7 @@ def _cos_sin(positions, spec, seq_len=None):
     ids = _token_ids(positions, 0, 0, positions.device)
     if s.mrope_section:
         if ids.dim() < 1 or ids.shape[0] != 3:  # the CPU kernel's error (text-only ids are not taken here)
-            raise ValueError(f"[rotary] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(ids.shape)}")
+            raise ValueError(f"[rotary_cos_sin] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(ids.shape)}")
         c, sn = _mrope_rows(s, spec, ids, seq_len)
     else:
         c, sn = _spec_rows(s, spec, ids, None, seq_len)

@@ -311,7 +311,7 @@ def mrope_parts(spec: Spec) -> Tuple[str, torch.Tensor]:
 def _mrope_cos_sin_cpu(spec: Spec, positions: torch.Tensor, seq_len):
     """M-RoPE rows: positions [3, ...] -> rows for positions.shape[1:], frequency j from axis axis_of_freq[j]."""
     if positions.dim() < 1 or positions.shape[0] != 3:
-        raise ValueError(f"[rotary] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(positions.shape)}")
+        raise ValueError(f"[rotary_cos_sin] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(positions.shape)}")
     base, axis = mrope_parts(spec)
     c, s = _cos_sin_cpu(positions, base, seq_len)  # [3, ..., h]
     idx = axis.expand(c.shape[1:]).unsqueeze(0)

@@ -55,11 +55,11 @@ def _positions(positions: Any, x: torch.Tensor, layout: str, cu_seqlens: Any = N
             return positions + torch.arange(_n_tokens(x, layout), device=positions.device), 0
         return positions, 0
     if isinstance(positions, (bool, np.bool_)):
-        raise TypeError("[rotary] positions must be an int or a tensor, got bool")
+        raise TypeError("[rotary_apply] positions must be an int or a tensor, got bool")
     if isinstance(positions, (int, np.integer)):
         return None, int(positions)
     if isinstance(positions, float):
-        raise TypeError("[rotary] a scalar position must be an int (the start offset); pass a tensor for "
+        raise TypeError("[rotary_apply] a scalar position must be an int (the start offset); pass a tensor for "
                         "fractional positions")
     # No dtype inspection on the way that works: torch.compile traces np.asarray + as_tensor, not ndarray attributes.
     try:

@@ -127,7 +127,7 @@ def apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, *, k: Any = None,
     for them; positions that require grad or carry a tangent are refused: rotary gives no derivative for them).
     """
     if not isinstance(freqs, AxisFrequencies):
-        raise TypeError(f"[rotary] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
+        raise TypeError(f"[rotary_apply_axes] freqs must be a rotary.AxisFrequencies, got {type(freqs).__name__}")
     if k is not None and not _same_array_type(x, k):
         raise TypeError(f"[rotary_apply_axes] x and k must be the same array type, got {type(x).__name__} and "
                         f"{type(k).__name__}")

@@ -75,8 +75,8 @@ def _key(spec: Any) -> str:
 
 def _check_backend(backend: str) -> None:
     if backend not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"[rotary] rotary.torch runs rotary's CPU/CUDA kernels (backend \"auto\", \"cpu\" or "
-                         f"\"cuda\"); backend \"{backend}\" is available through rotary.apply")
+        raise ValueError(f"[rotary_apply] backend must be \"auto\", \"cpu\" or \"cuda\" (rotary.torch runs rotary's "
+                         f"CPU/CUDA kernels; the others are available through rotary.apply), got \"{backend}\"")
 
 
 # ----------------------------------------------------------------------------------------------- torch.func
@@ -190,7 +190,7 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
       gradient this is recorded as torch records its in-place ops; a leaf that requires grad raises RuntimeError).
     """
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"[rotary_apply] x must be a torch.Tensor, got {type(x).__name__}")
     _check_rank(x, "x", "rotary_apply")  # (the extension's conversion would say "[rotary]")
     _check_backend(backend)
     key = _key(spec)
@@ -223,7 +223,7 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
     inplace=True). Returns (q, k). q and k of different dtypes take one call each, k checked against q as the joint
     call does before either is written."""
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
-        raise TypeError(f"[rotary] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
+        raise TypeError(f"[rotary_apply] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
     _check_rank(q, "q", "rotary_apply")  # (the extension's conversion would say "[rotary] x")
     _check_rank(k, "k", "rotary_apply")
     _check_backend(backend)
@@ -278,7 +278,7 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
     and in cos/sin. A position outside the table raises ValueError (CPU) or fails a device assertion.
     """
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"[rotary] x must be a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"[rotary_apply] x must be a torch.Tensor, got {type(x).__name__}")
     for t, what in ((x, "x"), (cos, "cos"), (sin, "sin")):
         _check_rank(t, what, "rotary_apply")  # (the extension's conversion would say "[rotary]")
     _check_backend(backend)
@@ -367,7 +367,7 @@ def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = No
     """
     if isinstance(positions, (int, np.integer)) and not isinstance(positions, (bool, np.bool_)):
         if positions < 0:
-            raise ValueError(f"[rotary] positions must be an int n >= 0 (positions 0..n-1) or a tensor, got {positions}")
+            raise ValueError(f"[rotary_cos_sin] positions must be an int n >= 0 (positions 0..n-1) or a tensor, got {positions}")
         positions = torch.arange(int(positions))
     elif not isinstance(positions, torch.Tensor):
         positions = torch.as_tensor(np.asarray(positions))

@@ -376,3 +376,68 @@ def test_numpy_calls_skip_the_torch_checks(rng, monkeypatch):
     for got in (rotary.apply(x, 0, spec, out=np.empty_like(x)), rotary.apply_qk(x, x.copy(), 0, spec, inplace=True)[1]):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
     assert not looked_up
+
+
+def test_argument_errors_of_the_public_functions_name_their_entry_point():
+    # These said "[rotary] ..." (the shared converters' generic prefix, or literal messages of the entry points),
+    # where the project's format names the function called: rotary.apply's family [rotary_apply], cos_sin
+    # [rotary_cos_sin], apply_axes [rotary_apply_axes], empty [rotary_empty], onnx_rotary_embedding its own.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    torch = pytest.importorskip("torch")
+    import rotary.torch as rt
+
+    spec = rotary.Spec(8)
+    x = np.ones((1, 3, 2, 8), np.float32)
+    ro = x.copy()
+    ro.flags.writeable = False
+    cos, sin = rotary.cos_sin(spec, 4)
+    f8 = np.zeros(x.shape, ml_dtypes.float8_e4m3fn)
+    f8_ro = f8.copy()
+    f8_ro.flags.writeable = False
+    cases = [
+        (lambda: rotary.apply(x, 0, "spec"), TypeError, "[rotary_apply] spec must be a rotary.Spec, got str"),
+        (lambda: rotary.apply(x, True, spec), TypeError, "[rotary_apply] positions must be an int or an array, got bool"),
+        (lambda: rotary.apply(x, 1.5, spec), TypeError, "[rotary_apply] a scalar position must be an int"),
+        (lambda: rotary.apply(x, 0, spec, out=ro), ValueError, "[rotary_apply] out must be writable, got a read-only"),
+        (lambda: rotary.apply(x.astype(np.longdouble), 0, spec, out=x), TypeError,
+         "[rotary_apply] x dtype must be float32"),
+        (lambda: rotary.apply([1.0], 0, spec), TypeError, "[rotary_apply] x must be a numpy array or a torch CPU"),
+        (lambda: rotary.apply(x, 0, spec, out=f8_ro, out_scale=1.0), ValueError,
+         "[rotary_apply] out must be writable, got a read-only array"),
+        (lambda: rotary.apply(x, 0, spec, out=f8), ValueError,
+         "[rotary_apply] out_scale (the per-tensor scale) is required for an fp8 out"),
+        (lambda: rotary.apply_qk(x, x.astype(np.float64), 0, spec), TypeError,
+         "[rotary_apply] q and k must have the same dtype, got float32 and float64"),
+        (lambda: rotary.apply_qk(x, x, 0, spec, inplace=True, q_out=x), ValueError,
+         "[rotary_apply] inplace=True cannot be combined with q_out=/k_out="),
+        (lambda: rotary.apply_cos_sin(x, cos.astype(ml_dtypes.bfloat16), sin), TypeError,
+         "[rotary_apply] cos and sin must have the same dtype"),
+        (lambda: rotary.apply_cos_sin(x, cos, sin, np.array([0, 1, 2]), cu_seqlens=[0, 3]), ValueError,
+         "[rotary_apply] positions ids cannot be combined with cu_seqlens="),
+        (lambda: rotary.apply_cos_sin(x[0], cos, sin, layout="thd", seq_offsets=2), ValueError,
+         "[rotary_apply] an int seq_offsets needs cu_seqlens"),
+        (lambda: rotary.apply_cos_sin(x, cos, sin, out_scale=1.0), ValueError,
+         "[rotary_apply] out_scale is for an fp8 out, got no out"),
+        (lambda: rotary.apply_axes(x, np.zeros((1, 3), np.int64), "freqs"), TypeError,
+         "[rotary_apply_axes] freqs must be a rotary.AxisFrequencies, got str"),
+        (lambda: rotary.cos_sin(spec, np.array([1 + 2j])), TypeError,
+         "[rotary_cos_sin] positions must be an integer or float array, got dtype complex128"),
+        (lambda: rotary.onnx_rotary_embedding(x, cos, sin, 3), TypeError,
+         "[onnx_rotary_embedding] position_ids must be a sequence or an array of integers, got int"),
+        (lambda: rotary.empty((2, -1)), ValueError, "[rotary_empty] shape must be non-negative, got (2, -1)"),
+        (lambda: rt.cos_sin(-3, spec), ValueError, "[rotary_cos_sin] positions must be an int n >= 0"),
+        (lambda: rt.cos_sin(torch.zeros(2, 4), rotary.Spec(8, mrope_section=[2, 1, 1])), ValueError,
+         "[rotary_cos_sin] M-RoPE positions must be [3, ...] (t, h, w), got shape (2, 4)"),
+        (lambda: rt.apply(torch.from_numpy(x), True, spec), TypeError,
+         "[rotary_apply] positions must be an int or a tensor, got bool"),
+        (lambda: rt.apply(torch.from_numpy(x), torch.tensor([True, False, True]), spec), TypeError,
+         "[rotary_apply] positions must be an integer or float tensor, got dtype torch.bool"),
+        (lambda: rt.apply(torch.from_numpy(x), 0, spec, backend="reference"), ValueError,
+         "[rotary_apply] backend must be \"auto\", \"cpu\" or \"cuda\""),
+        (lambda: rt.apply(x, 0, spec), TypeError, "[rotary_apply] x must be a torch.Tensor, got ndarray"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind) as info:
+            call()
+        assert str(info.value).startswith(message), str(info.value)
+    assert not f8.view(np.uint8).any()

@@ -456,7 +456,7 @@ def test_torch_float8_input_gets_a_rotary_message():
     torch = pytest.importorskip("torch")
     if not hasattr(torch, "float8_e4m3fn"):
         pytest.skip("this torch has no float8")
-    with pytest.raises(TypeError, match=r"\[rotary\] x dtype must be float32, float16, bfloat16 or float64, got "
+    with pytest.raises(TypeError, match=r"^\[rotary_apply\] x dtype must be float32, float16, bfloat16 or float64, got "
                                         r"torch.float8_e4m3fn"):
         rotary.apply(torch.ones(1, 2, 1, D).to(torch.float8_e4m3fn), 0, spec())
 

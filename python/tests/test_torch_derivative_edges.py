@@ -339,7 +339,7 @@ def test_mixed_array_types_on_the_gradient_path_are_named_as_without_gradient():
     kn = np.zeros((1, 4, 1, 16), np.float32)
     for call in (lambda: rotary.apply_qk_cos_sin(q, kn, torch.from_numpy(c), torch.from_numpy(s), 0),
                  lambda: rotary.apply_qk(q, kn, 0, SPEC)):
-        with pytest.raises(TypeError, match=r"^\[rotary\] q and k must be the same array type, got Tensor and ndarray"):
+        with pytest.raises(TypeError, match=r"^\[rotary_apply\] q and k must be the same array type, got Tensor and ndarray"):
             call()
     y = rotary.apply_cos_sin(q, c, s, 0)
     assert y.requires_grad

@@ -223,7 +223,7 @@ def test_errors_name_the_arguments_of_the_function_called():
               ValueError, r"^\[rotary_apply\] x stride of dim 2 is 0"),
              (lambda: rt.apply(torch.randn(1, 4, 1, 16).expand(1, 4, 2, 16), 0, spec, inplace=True), ValueError,
               r"^\[rotary_apply\] x stride of dim 2 is 0"),
-             (lambda: rt.cos_sin(-3, spec), ValueError, r"^\[rotary\] positions must be an int n >= 0 .* got -3"),
+             (lambda: rt.cos_sin(-3, spec), ValueError, r"^\[rotary_cos_sin\] positions must be an int n >= 0 .* got -3"),
              (lambda: rt.RoPE(64)(torch.randn(2, 3, 32)), ValueError,
               r"^\[rotary\] x must have last dimension C = n_embed = 64, got 32 \(shape \[2,3,32\]\)"),
              (lambda: rt.RoPE(7), ValueError, r"^\[rotary\] n_embed must be a positive even int .*got 7"),

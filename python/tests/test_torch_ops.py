@@ -370,7 +370,7 @@ def test_negative_bit_views():
     cos, sin = rt.cos_sin(torch.arange(4), spec)
     torch.testing.assert_close(rt.apply_cos_sin(t, cos._neg_view(), sin, torch.tensor([1, 2])),
                                rt.apply_cos_sin(t, -cos, sin, torch.tensor([1, 2])), rtol=0, atol=0)
-    with pytest.raises(ValueError, match=r"\[rotary\] out is a negative-bit view"):
+    with pytest.raises(ValueError, match=r"^\[rotary_apply\] out is a negative-bit view"):
         rotary.apply(t, 3, spec, out=torch.empty_like(t)._neg_view())
 
 
