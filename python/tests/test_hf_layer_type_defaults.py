@@ -368,3 +368,52 @@ def test_a_modernbert_nested_file_fills_a_missing_entry_and_base_as_its_class(ne
                                    getattr(emb, f"{layer_type}_inv_freq").double().numpy(), rtol=1e-6)
     for layer, layer_type in enumerate(config.layer_types):
         assert specs.for_layer(layer) == specs[layer_type]
+
+
+NEOMME_NESTED = [
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 3e4}},  # full_attention missing
+    {"sliding_attention": {"rope_type": "default"}, "rope_theta": 2e4},  # ... with a top-level base
+    {},  # both missing
+    {"full_attention": {"rope_theta": 5e5}},  # partial entries: no rope_type, no factor; sliding missing
+    {"full_attention": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+     "sliding_attention": {"partial_rotary_factor": 0.5}},
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 3e4},
+     "layer_types": ["sliding_attention"] * 11 + ["full_attention"]},  # the file's layer_types
+]
+
+
+@pytest.mark.parametrize("nested", NEOMME_NESTED, ids=[str(i) for i in range(len(NEOMME_NESTED))])
+def test_a_neomme_nested_file_fills_a_missing_entry_as_its_class(nested, tmp_path):
+    # NeoMMEConfig.convert_rope_params_to_dict gives each of its layer types an entry ({} when missing) and fills
+    # rope_type, rope_theta (the top level's, else the class's) and partial_rotary_factor. rotary left a missing
+    # entry out ('layer_type must be one of sliding_attention' for full-attention layers) and read an empty dict as
+    # one flat Spec of base 10000 over the whole head.
+    nested = dict(nested)
+    top = {k: nested.pop(k) for k in ("rope_theta", "layer_types") if k in nested}
+    doc = {"model_type": "neomme", **FIELDS, "rope_parameters": nested, **top}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    _, mod = hf_model_modules("neomme")
+    config = load_hf_config(tmp_path)
+    emb = mod.NeoMMERotaryEmbedding(config)
+    specs = rotary.LayerTypeSpecs.from_hf_config(doc)
+    assert specs.nested and specs.layer_types == list(config.layer_types)
+    assert sorted(specs.specs) == sorted(config.rope_parameters) == ["full_attention", "sliding_attention"]
+    for layer_type, (inv, scaling) in per_type_rope(emb).items():
+        assert specs[layer_type].base == config.rope_parameters[layer_type]["rope_theta"], layer_type
+        np.testing.assert_allclose(specs[layer_type].inv_freq(None), inv.double().numpy(), rtol=1e-6, err_msg=layer_type)
+        assert specs[layer_type].attention_factor == pytest.approx(float(scaling), rel=1e-6), layer_type
+    for layer, layer_type in enumerate(config.layer_types):
+        assert specs.for_layer(layer) == specs[layer_type]
+
+
+def test_a_neomme_null_entry_is_refused_as_transformers_refuses_it(tmp_path):
+    # NeoMMEConfig's rope_parameters field takes a dict of dicts (strict): a null entry is refused, where rotary read
+    # it as "no RoPE" for that layer type.
+    doc = {"model_type": "neomme", **FIELDS, "rope_parameters": {
+        "full_attention": None, "sliding_attention": {"rope_type": "default", "rope_theta": 3e4}}}
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    with pytest.raises(Exception, match="rope_parameters"):
+        load_hf_config(tmp_path)
+    with pytest.raises(ValueError, match=r"^\[rotary_config\] rope_parameters\.full_attention must be an object "
+                                         r"\(neomme's class fills each layer type's entry\), got null$"):
+        rotary.LayerTypeSpecs.from_hf_config(doc)

@@ -342,13 +342,20 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   };
   std::vector<std::pair<std::string, int64_t>> heads;  // head_dims_by_type, once layer_types are final
   bool heads_read = false;
+  // NeoMME's convert_rope_params_to_dict fills an entry for each of its layer types (a missing one from {}).
+  const auto fills = [&](const std::string& type) {
+    return cls.class_dict_fills_entries && cls.rope_dict != nullptr && cls.rope_dict->contains(type);
+  };
   auto add = [&](const std::string& type, json dict, const std::string& field) {
+    if (dict.is_null() && fills(type))  // (transformers' strict rope_parameters field refuses a null entry)
+      invalid(field + " must be an object (" + detail::model_type_of(r) + "'s class fills each layer type's entry), "
+                      "got null");
     if (dict.is_null()) {
       out.by_type.push_back({type, std::nullopt});
       return;
     }
     if (!dict.is_object()) invalid(field + " must be an object or null, got " + detail::show_json(dict));
-    if (cls.class_dict_fills_entries && cls.rope_dict != nullptr && cls.rope_dict->contains(type)) {
+    if (fills(type)) {
       // NeoMME's convert_rope_params_to_dict: setdefault rope_theta (the top level's, else the class's) and the rest.
       const bool own_theta = d.dict != cls.rope_dict && has_value(dict, "rope_theta");
       for (auto it = cls.rope_dict->at(type).begin(); it != cls.rope_dict->at(type).end(); ++it)
@@ -375,7 +382,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       add(t, conv.at(t), field);
     }
     if (out.layer_types.empty()) out.layer_types = default_layer_types(r, *g);
-  } else if (!keys.empty()) {
+  } else if (!keys.empty() || (cls.class_dict_fills_entries && d.dict->is_object() && d.dict->empty())) {
+    // (NeoMME: an empty dict too, each type's entry filled from the class's)
     out.nested = true;
     nested_truncate = cls.drops_keys_beside_types || truncate_beside(*d.dict);
     std::vector<std::string> types = keys;
@@ -391,9 +399,11 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (modernbert)  // (ModernBertConfig.convert_rope_params_to_dict: both types, below)
       for (const char* t : {"full_attention", "sliding_attention"})
         if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    for (const auto& t : out.layer_types)  // (NeoMMEConfig.convert_rope_params_to_dict: each of its layer types)
+      if (fills(t) && std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
     std::sort(types.begin(), types.end());  // json order
     for (const auto& k : types) {
-      json entry = d.dict->contains(k) ? d.dict->at(k) : json();
+      json entry = d.dict->contains(k) ? d.dict->at(k) : fills(k) ? json::object() : json();
       const std::string field = d.field + "." + detail::shown_name(k);
       if (modernbert && (k == "full_attention" || k == "sliding_attention")) {
         // transformers v5 (ModernBertConfig): a missing or null entry of the two types is {"rope_type": "default"},
