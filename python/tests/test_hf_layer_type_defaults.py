@@ -337,6 +337,50 @@ def test_every_n_th_layer_full_counts_below_one_are_read_as_transformers_compute
         rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: 0}))
 
 
+
+# Python-% classes (the count a kwarg): (model_type, key)
+EVERY_N_KWARG = [("gemma3_text", "sliding_window_pattern"), ("t5gemma2_text", "sliding_window_pattern"),
+                 ("modernbert", "global_attn_every_n_layers")]
+
+
+@pytest.mark.parametrize("model_type, key", EVERY_N_KWARG, ids=[m for m, _ in EVERY_N_KWARG])
+def test_every_n_th_layer_counts_as_integral_floats_or_bools_are_read_as_transformers_computes_them(model_type, key,
+                                                                                                   tmp_path):
+    # These classes compute (i + 1) % n (ModernBERT: i % n) on the file's value: 2.0 counts as 2, 1e300 as beyond
+    # every layer, true as 1 (every layer full). rotary refused every float and bool ("must be an integer").
+    doc = {"model_type": model_type, **FIELDS, "num_hidden_layers": 7, "rope_theta": 5e5}
+    for n in (2.0, 3.0, -2.0, 7.0, 1e300, True):
+        (tmp_path / "config.json").write_text(json.dumps(dict(doc, **{key: n})))
+        config = load_hf_config(tmp_path)
+        want = list(getattr(config, "text_config", config).layer_types)
+        specs = rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: n}))
+        assert specs.layer_types == want, n
+        for layer, layer_type in enumerate(want):
+            assert specs.for_layer(layer) == specs[layer_type], (n, layer)
+    # transformers fails on these (ZeroDivisionError, TypeError), or, for a fraction, marks the layers its multiples
+    # hit (2.5: every fifth), which no count means: refused naming the key.
+    for n, shown in ((0.0, "0.0"), (False, "false"), (None, "null"), ("2", '"2"'), (2.5, "2.5")):
+        (tmp_path / "config.json").write_text(json.dumps(dict(doc, **{key: n})))
+        if n != 2.5:
+            with pytest.raises((ZeroDivisionError, TypeError)):
+                load_hf_config(tmp_path)
+        with pytest.raises(ValueError, match=rf"^\[rotary_config\] {key} must be a nonzero integer \(every n-th "
+                                             rf"layer is full_attention\), got {shown}$"):
+            rotary.LayerTypeSpecs.from_hf_config(dict(doc, **{key: n}))
+
+
+def test_ergo_every_n_th_layer_count_is_a_strict_int_as_its_field(tmp_path):
+    # ErgoConfig.global_attention_every_n_layers is a strict int dataclass field: a float, a bool or null is refused
+    # by its validation, so rotary refuses them too (null was read as the default 4).
+    doc = {"model_type": "ergo", **FIELDS, "num_hidden_layers": 7, "rope_theta": 5e5}
+    for n, shown in ((2.0, "2.0"), (True, "true"), (None, "null")):
+        (tmp_path / "config.json").write_text(json.dumps(dict(doc, global_attention_every_n_layers=n)))
+        with pytest.raises(Exception, match="global_attention_every_n_layers"):
+            load_hf_config(tmp_path)
+        with pytest.raises(ValueError, match=rf"^\[rotary_config\] global_attention_every_n_layers must be an "
+                                             rf"integer, got {shown}$"):
+            rotary.LayerTypeSpecs.from_hf_config(dict(doc, global_attention_every_n_layers=n))
+
 MODERNBERT_NESTED = [
     ({"sliding_attention": {"rope_type": "default", "rope_theta": 3e4}}, {}),
     ({"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}, {}),

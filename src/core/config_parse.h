@@ -91,6 +91,10 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d);
 /// r.prefix + key for another value; src/core/layer_types.cc).
 double number_or(const ConfigRoot& r, const char* key, double fallback);
 int64_t integer_or(const ConfigRoot& r, const char* key, int64_t fallback);
+/// The layer types the config class `cls` derives without layer_types (every n-th layer full_attention, n read
+/// from the file as transformers reads it; src/core/layer_pattern.cc); empty: none.
+struct ModelDefaults;  // (core/model_defaults.h)
+std::vector<std::string> default_layer_types(const ConfigRoot& r, const ModelDefaults& cls);
 /// A RoPE dict's type: its rope_type, else its type (strings), else "default".
 std::string rope_type_in(const nlohmann::json& dict);
 

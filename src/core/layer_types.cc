@@ -72,34 +72,6 @@ bool legacy_modernbert(const detail::ConfigRoot& r, const std::vector<std::strin
   return keys.empty() && model_is(r, "modernbert", "modernbert");
 }
 
-/// transformers' defaults when layer_types is absent (the class's, `cls`). Gemma 3: every sliding_window_pattern-th
-/// layer is full (five sliding layers, then one full); Gemma 3n: every fifth; OLMo 3: every fourth; MiMo-V2-Flash
-/// also layer 0, NeoMME also the last; ModernBERT: every global_attn_every_n_layers-th from layer 0 (default 3).
-/// A read count of 0 is refused (transformers' modulo raises ZeroDivisionError); a negative one counts as -n (Python's
-/// modulo, as transformers computes it).
-std::vector<std::string> default_layer_types(const detail::ConfigRoot& r, const detail::ModelDefaults& cls) {
-  const int64_t layers = integer_or(r, "num_hidden_layers", 0);
-  const bool modernbert = model_is(r, "modernbert", "modernbert");
-  const int64_t pattern = modernbert            ? integer_or(r, "global_attn_every_n_layers", 3)
-                          : cls.full_every_key ? integer_or(r, cls.full_every_key, cls.full_every)
-                                               : cls.full_every;
-  std::vector<std::string> out;
-  if (layers <= 0 || layers > (int64_t(1) << 20)) return out;
-  // transformers computes (i + 1) % n (ModernBERT: i % n) in Python: n 0 raises ZeroDivisionError, a negative n marks
-  // the same layers as -n.
-  const char* key = modernbert ? "global_attn_every_n_layers" : cls.full_every_key;
-  if (pattern == 0 && key == nullptr) return out;  // (no class derives with a fixed 0)
-  if (pattern == 0)
-    invalid(r.prefix + key + " must be a nonzero integer (every n-th layer is full_attention), got 0");
-  const int64_t every = pattern > 0 ? pattern : pattern == INT64_MIN ? INT64_MAX : -pattern;  // both beyond any count
-  for (int64_t i = 0; i < layers; ++i) {
-    const bool full = modernbert ? i % every == 0
-                                 : (i + 1) % every == 0 || (cls.first_full && i == 0) || (cls.last_full && i == layers - 1);
-    out.push_back(full ? "full_attention" : "sliding_attention");
-  }
-  return out;
-}
-
 /// The class's conversion for a Gemma 3-style class `g` (Gemma3TextConfig.convert_rope_params_to_dict): a nested
 /// rope_parameters kept, a flat one dropped; full_attention (null or absent: {"rope_type": "default"}) updated with
 /// rope_scaling, its base defaulting to rope_theta, else the class's; sliding_attention's to g's local key, else the
@@ -381,14 +353,14 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
                                                         : r.prefix + (*g->local_theta_key ? g->local_theta_key : "rope_theta");
       add(t, conv.at(t), field);
     }
-    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, *g);
+    if (out.layer_types.empty()) out.layer_types = detail::default_layer_types(r, *g);
   } else if (!keys.empty() || (cls.class_dict_fills_entries && d.dict->is_object() && d.dict->empty())) {
     // (NeoMME: an empty dict too, each type's entry filled from the class's)
     out.nested = true;
     nested_truncate = cls.drops_keys_beside_types || truncate_beside(*d.dict);
     std::vector<std::string> types = keys;
     if (out.layer_types.empty() && (legacy_modernbert(r, {}) || cls.full_every > 0)) {
-      out.layer_types = default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
+      out.layer_types = detail::default_layer_types(r, cls);  // what the config class derives (ModernBERT, Laguna...)
       // A null entry for a derived type (ERGO's "full_attention": null) is that type's "no RoPE", as when the file's
       // layer_types lists it (nested_keys keeps only objects without layer_types).
       types = nested_keys(*d.dict, out.layer_types);
@@ -426,7 +398,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     json flat = *d.dict;
     flat.erase("truncate");
     entries.push_back({cls.flat_rope_type, d.field, std::move(flat), d.layer_entry});
-    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
+    if (out.layer_types.empty()) out.layer_types = detail::default_layer_types(r, cls);
   } else if (legacy_modernbert(r, keys)) {
     // transformers v5 (ModernBertConfig): a flat dict (rope_scaling) goes to both types, whose bases default to
     // global_rope_theta (160000) and local_rope_theta (10000).
@@ -436,7 +408,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (!has_value(sliding, "rope_theta")) sliding["rope_theta"] = number_or(r, "local_rope_theta", 10000.0);
     add("full_attention", full, d.field);
     add("sliding_attention", sliding, d.field);
-    if (out.layer_types.empty()) out.layer_types = default_layer_types(r, cls);
+    if (out.layer_types.empty()) out.layer_types = detail::default_layer_types(r, cls);
   } else {
     const Spec shared = detail::normalized_in(detail::parse_spec(r, d, source_name), source_name);
     heads = head_dims_by_type(r, out.layer_types, cls);  // layer_types are final here

@@ -123,6 +123,7 @@ struct M : ModelDefaults {
     last_full = last;
     return *this;
   }
+  M& int_count() { full_every_int_only = true; return *this; }  // full_every_key: a strict int field
   M& partial_forced() { forced_partial = true; return *this; }
   M& fills_entries() { class_dict_fills_entries = true; return *this; }
   M& full_head(int64_t v) { full_head_dim = v; return *this; }
@@ -218,7 +219,7 @@ const std::vector<ModelDefaults> kTable = {
     // default_theta 1e6; rotate_half on x[..., ::2] / x[..., 1::2] with repeat_interleave'd cos/sin, default
     // frequencies over the whole head.
     M("ergo").theta(1000000.0).interleaved().default_whole_head().layers(4, "global_attention_every_n_layers")
-        .flat_is("sliding_attention", "full_attention"),
+        .flat_is("sliding_attention", "full_attention").int_count(),
     M("ernie4_5").theta(500000.0).head(128).interleaved(),
     M("ernie4_5_moe").theta(500000.0).interleaved(),
     M("ernie4_5_vl_moe").theta(500000.0).interleaved().text_only(),

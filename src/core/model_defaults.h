@@ -100,6 +100,9 @@ struct ModelDefaults {
   /// (first_full) and the last layer (last_full).
   int64_t full_every = 0;
   const char* full_every_key = nullptr;
+  /// full_every_key is a strict int field of the class (ERGO's dataclass: a float, bool or null is refused); false:
+  /// a kwarg the class computes with Python's `%` (Gemma 3, T5Gemma 2: 2.0 and true count as 2 and 1).
+  bool full_every_int_only = false;
   bool first_full = false;
   bool last_full = false;
   /// The class fills each layer type's entry, the file's own too, from its nested dict: a missing rope_theta is the
