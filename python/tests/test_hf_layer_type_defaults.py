@@ -423,6 +423,8 @@ NEOMME_NESTED = [
      "sliding_attention": {"partial_rotary_factor": 0.5}},
     {"sliding_attention": {"rope_type": "default", "rope_theta": 3e4},
      "layer_types": ["sliding_attention"] * 11 + ["full_attention"]},  # the file's layer_types
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 3e4},
+     "layer_types": ["full_attention"] * 12},  # keyed by a type no layer uses (rotary read it as one flat Spec)
 ]
 
 
@@ -448,6 +450,9 @@ def test_a_neomme_nested_file_fills_a_missing_entry_as_its_class(nested, tmp_pat
         assert specs[layer_type].attention_factor == pytest.approx(float(scaling), rel=1e-6), layer_type
     for layer, layer_type in enumerate(config.layer_types):
         assert specs.for_layer(layer) == specs[layer_type]
+    # One Spec cannot describe it (one read base 10000 over the whole head from an empty or unused-type-keyed dict).
+    with pytest.raises(NotImplementedError, match=r"rope_parameters is nested per layer type"):
+        rotary.Spec.from_hf_config(doc)
 
 
 def test_a_neomme_null_entry_is_refused_as_transformers_refuses_it(tmp_path):

@@ -48,6 +48,17 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
   return keys;
 }
 
+/// A rope dict that a class filling each layer type's entry (NeoMME's convert_rope_params_to_dict) reads as nested
+/// although nested_keys finds no key among the layer types: empty, or keyed by one of the class's types that no layer
+/// uses.
+bool class_keyed(const detail::ModelDefaults& cls, const json& dict) {
+  if (!cls.class_dict_fills_entries || cls.rope_dict == nullptr || !dict.is_object()) return false;
+  if (dict.empty()) return true;
+  for (auto it = dict.begin(); it != dict.end(); ++it)
+    if (cls.rope_dict->contains(it.key())) return true;
+  return false;
+}
+
 /// The config (its text part's model_type, or the whole document's) is of that model.
 bool model_is(const detail::ConfigRoot& r, const char* text_type, const char* doc_type) {
   return detail::type_of(*r.root) == text_type || detail::type_of(*r.doc) == doc_type;
@@ -218,7 +229,9 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              "the compressed layers and their compressors, over compress_rope_theta): one Spec cannot describe it; "
              "read it per layer type (C++ layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, "
              "Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
-  const std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
+  std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
+  if (keys.empty() && class_keyed(class_of(r), *d.dict))  // (NeoMME: its class gives each of its types an entry)
+    for (auto it = class_of(r).rope_dict->begin(); it != class_of(r).rope_dict->end(); ++it) keys.push_back(it.key());
   if (!keys.empty()) {
     const std::string names = shown_names(keys, 2);  // the input's keys, and there may be many
     fail(Error::Kind::kUnsupported, kConfigWhere,
@@ -354,8 +367,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       add(t, conv.at(t), field);
     }
     if (out.layer_types.empty()) out.layer_types = detail::default_layer_types(r, *g);
-  } else if (!keys.empty() || (cls.class_dict_fills_entries && d.dict->is_object() && d.dict->empty())) {
-    // (NeoMME: an empty dict too, each type's entry filled from the class's)
+  } else if (!keys.empty() || class_keyed(cls, *d.dict)) {
+    // (NeoMME: an empty dict too, or one keyed by its types none of the layers use; each type's entry filled below)
     out.nested = true;
     nested_truncate = cls.drops_keys_beside_types || truncate_beside(*d.dict);
     std::vector<std::string> types = keys;
@@ -373,6 +386,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
         if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
     for (const auto& t : out.layer_types)  // (NeoMMEConfig.convert_rope_params_to_dict: each of its layer types)
       if (fills(t) && std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    for (auto it = d.dict->begin(); it != d.dict->end(); ++it)  // (and keeps the entries of its other types)
+      if (fills(it.key()) && std::find(types.begin(), types.end(), it.key()) == types.end()) types.push_back(it.key());
     std::sort(types.begin(), types.end());  // json order
     for (const auto& k : types) {
       json entry = d.dict->contains(k) ? d.dict->at(k) : fills(k) ? json::object() : json();
