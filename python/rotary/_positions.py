@@ -27,13 +27,17 @@ def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[i
         return _offset_arg(positions, "positions.offset"), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
         return _offset_arg(positions, "positions.offset"), None
-    _check_rank(positions, "positions", where)  # (the extension's conversion would say "[rotary]")
-    return 0, _index_array(positions, "positions", allow_float=True, where=where)
+    ids = _index_array(positions, "positions", allow_float=True, where=where)
+    if ids.ndim > 4:  # (the extension's conversion would say "[rotary]"; a plain comparison first: decode calls)
+        _check_rank(ids, "positions", where)
+    return 0, ids
 
 
 def _offset_arrays(cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any, where: str) -> Tuple[Any, Any, Any]:
     """(cu_seqlens, seq_offsets, batch_offsets) as index arrays (None where not given), named as the core names them
     (positions.cu_seqlens, ...) in the words of `where`."""
+    if cu_seqlens is None and seq_offsets is None and batch_offsets is None:  # (most calls: no tuple built)
+        return None, None, None
     return tuple(None if a is None else _index_array(a, f"positions.{name}", False, where)
                  for name, a in (("cu_seqlens", cu_seqlens), ("seq_offsets", seq_offsets),
                                  ("batch_offsets", batch_offsets)))  # type: ignore[return-value]
