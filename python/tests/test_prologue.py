@@ -372,6 +372,36 @@ def test_rerotate_equals_rotating_from_scratch_and_round_trips():
     assert (kc.reshape(-1, HKV, D)[untouched] == 0).all()
 
 
+def test_rerotate_per_head_positions_through_a_view_of_the_cache():
+    # kvpress-style pruning keeps other tokens in each head and moves each kept key to its own new index. A slot is a
+    # token's row of every head, so per-head positions take a view whose rows are single heads (docs/prologue.md):
+    # a bhsd cache [B, H, S, D] as [B*H, 1, S, D] (slot (b*H + h)*S + s), a paged nhd cache [N, bs, H, D] as
+    # [N, bs*H, 1, D] (slot slot*H + h).
+    rng = np.random.default_rng(21)
+    spec, inv = rotary.Spec(D), default_inv_freq(10000.0, D)
+    B, H, S = 2, 3, 8
+    keys = rng.standard_normal((B, H, S, D))
+    old, new = rng.integers(0, 500, (B, H, S)), rng.integers(0, 500, (B, H, S))
+    cache = rotate(keys, old[..., None] * inv).astype(np.float32)
+    rotary.rerotate_cache(cache.reshape(B * H, 1, S, D), np.arange(B * H * S), old.reshape(-1), new.reshape(-1), spec,
+                          cache_layout="bhsd")
+    np.testing.assert_allclose(cache, rotate(keys, new[..., None] * inv), atol=3e-5)
+    N, bs = 2, 4
+    keys = rng.standard_normal((N * bs, H, D))
+    old, new = rng.integers(0, 500, (N * bs, H)), rng.integers(0, 500, (N * bs, H))
+    cache = rotate(keys, old[..., None] * inv).astype(np.float32).reshape(N, bs, H, D)
+    rows = rotate(keys, old[..., None] * inv)
+    rotary.rerotate_cache(cache.reshape(N, bs * H, 1, D), np.arange(N * bs * H), old.reshape(-1), new.reshape(-1), spec)
+    np.testing.assert_allclose(cache.reshape(N * bs, H, D), rotate(keys, new[..., None] * inv), atol=3e-5)
+    scale = (np.abs(rows).max(-1) / 127).astype(np.float32)  # int8 with its [N, bs, H] scales viewed alike
+    q8 = np.rint(rows / scale[..., None]).astype(np.int8).reshape(N, bs, H, D)
+    scale = scale.reshape(N, bs, H)
+    rotary.rerotate_cache(q8.reshape(N, bs * H, 1, D), np.arange(N * bs * H), old.reshape(-1), new.reshape(-1), spec,
+                          k_scale=scale.reshape(N, bs * H, 1))
+    got = q8.reshape(N * bs, H, D) * scale.reshape(N * bs, H)[..., None].astype(np.float64)
+    np.testing.assert_allclose(got, rotate(keys, new[..., None] * inv), atol=3 * float(scale.max()))
+
+
 def test_rerotate_int8_cache_requantises_with_fresh_scales():
     rng = np.random.default_rng(4)
     spec = rotary.Spec(D)
