@@ -29,16 +29,48 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
   if (q_out) a.q_out = to_view(*q_out, "out", bf16_bits);
   if (k) a.k = to_view(*k, "k", bf16_bits);
   if (k_out) a.k_out = to_view(*k_out, "k_out", bf16_bits);
-  a.layout = parse_layout(layout);
-  if (pairing) a.pairing = parse_pairing(*pairing);
+  a.layout = parse_layout("rotary_apply", layout);
+  if (pairing) a.pairing = parse_pairing("rotary_apply", *pairing);
   a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
   a.seq_len = seq_len;
   a.threads = threads;
-  a.backend = parse_backend(backend);
+  a.backend = parse_backend("rotary_apply", backend);
   return c;
 }
 
+/// `e` (a name parser's "[rotary] ..." error) in the words of `where`.
+[[noreturn]] void reworded(const rotary::Error& e, const char* where) {
+  static const std::string generic = "[rotary] ";
+  std::string msg = e.what();
+  if (msg.compare(0, generic.size(), generic) == 0) msg = "[" + std::string(where) + "] " + msg.substr(generic.size());
+  throw rotary::Error(e.kind(), msg, e.cause());
+}
+
 }  // namespace
+
+rotary::Layout parse_layout(const char* where, std::string_view name, const char* what) {
+  try {
+    return rotary::parse_layout(name, what);
+  } catch (const rotary::Error& e) {
+    reworded(e, where);
+  }
+}
+
+rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what) {
+  try {
+    return rotary::parse_pairing(name, what);
+  } catch (const rotary::Error& e) {
+    reworded(e, where);
+  }
+}
+
+rotary::Backend parse_backend(const char* where, std::string_view name, const char* what) {
+  try {
+    return rotary::parse_backend(name, what);
+  } catch (const rotary::Error& e) {
+    reworded(e, where);
+  }
+}
 
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,
                                const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
@@ -139,7 +171,7 @@ void bind_apply(nb::module_& m) {
         a.num_heads = num_heads;
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
-        a.backend = parse_backend(backend);
+        a.backend = parse_backend("onnx_rotary_embedding", backend);
         nb::gil_scoped_release release;
         rotary::onnx_rotary_embedding(a);
       },

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "rotary/onnx.h"
 #include "rotary/rotary.h"
@@ -64,10 +65,11 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
                                const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
                                const char* where, std::vector<int64_t>* storage);
 
-// Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument).
-using rotary::parse_backend;
-using rotary::parse_layout;
-using rotary::parse_pairing;
+// Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument), refused in the
+// words of the Python entry point `where` (the core's parsers say "[rotary]": they serve every adapter; apply.cc).
+rotary::Layout parse_layout(const char* where, std::string_view name, const char* what = "layout");
+rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what = "pairing");
+rotary::Backend parse_backend(const char* where, std::string_view name, const char* what = "backend");
 
 void register_errors();
 void bind_spec(nb::module_& m);

@@ -44,7 +44,7 @@ rotary::AxisFrequencies from_parts(const std::vector<double>& inv_freq, const st
   af.freqs.inv_freq = inv_freq;
   af.freqs.attention_factor = attention_factor;
   af.n_axes = n_axes;
-  af.pairing = parse_pairing(pairing);
+  af.pairing = parse_pairing("rotary_apply_axes", pairing);
   af.axis_of_freq.reserve(axis.size());
   for (std::size_t j = 0; j < axis.size(); ++j) {
     if (axis[j] < 0 || axis[j] > 255)
@@ -71,7 +71,7 @@ void bind_multimodal(nb::module_& m) {
         vs.convention = rotary::parse_vision_convention(convention, "convention");
         vs.head_dim = head_dim;
         vs.base = base;
-        if (pairing) vs.pairing = parse_pairing(*pairing);
+        if (pairing) vs.pairing = parse_pairing("rotary_vision", *pairing);
         return to_tuple(rotary::vision_frequencies(vs));
       },
       nb::arg("convention"), nb::arg("head_dim"), nb::arg("base"), nb::arg("pairing").none(),
@@ -116,11 +116,11 @@ void bind_multimodal(nb::module_& m) {
         if (k) a.k = to_view(*k, "k", bf16_bits);
         if (k_out) a.k_out = to_view(*k_out, "k_out", bf16_bits);
         a.positions = rotary::Positions::from_ids(to_view(ids, "positions"));
-        a.layout = parse_layout(layout);
-        if (pairing) a.pairing = parse_pairing(*pairing);
+        a.layout = parse_layout("rotary_apply_axes", layout);
+        if (pairing) a.pairing = parse_pairing("rotary_apply_axes", *pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
-        a.backend = parse_backend(backend);
+        a.backend = parse_backend("rotary_apply_axes", backend);
         nb::gil_scoped_release release;
         rotary::apply_axes(af, a);
       },
@@ -191,8 +191,8 @@ void bind_multimodal(nb::module_& m) {
         p.n_heads = n_heads;
         p.head_dim = head_dim;
         p.rotary_dim = rotary_dim;
-        p.from = parse_pairing(src, "src");
-        p.to = parse_pairing(dst, "dst");
+        p.from = parse_pairing("rotary_permute_qk", src, "src");
+        p.to = parse_pairing("rotary_permute_qk", dst, "dst");
         rotary::permute_qk_weight(to_view(w, "w", bf16_bits), to_view(out, "out", bf16_bits), p);
       },
       nb::arg("w"), nb::arg("out"), nb::kw_only(), nb::arg("n_heads"), nb::arg("head_dim"), nb::arg("rotary_dim"),

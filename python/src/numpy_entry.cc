@@ -99,7 +99,7 @@ void bind_numpy_entry(nb::module_& m) {
           if (!in_place && (!view_of(k_out, true, false, bko, a.k_out) || !same_geometry(a.k, a.k_out))) return false;
         }
         a.positions = rotary::Positions::contiguous(offset);
-        a.layout = parse_layout(layout);
+        a.layout = parse_layout("rotary_apply", layout);
         a.threads = threads;
         rotary::Rope& rope = spec.rope();
         const int64_t bytes = static_cast<int64_t>(bq.view.len) + (bk.held ? static_cast<int64_t>(bk.view.len) : 0);

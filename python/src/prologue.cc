@@ -53,7 +53,7 @@ void bind_prologue(nb::module_& m) {
         a.k_out = opt_view(k_out, "k_out", act_bits);
         std::vector<int64_t> starts;
         a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_prologue", &starts);
-        a.layout = parse_layout(layout);
+        a.layout = parse_layout("rotary_prologue", layout);
         a.sources = sources_of(specs, seq_lens);
         a.source_index = opt_view(source_index, "spec_index");
         a.cache_layout = rotary::parse_cache_layout(cache_layout);
@@ -68,7 +68,7 @@ void bind_prologue(nb::module_& m) {
         a.norm_eps = norm_eps;
         a.norm_offset = norm_offset;
         a.threads = threads;
-        a.backend = parse_backend(backend);
+        a.backend = parse_backend("rotary_prologue", backend);
         nb::gil_scoped_release release;
         rotary::prologue(a);
       },
@@ -101,7 +101,7 @@ void bind_prologue(nb::module_& m) {
         r.from = {&spec.rope(), from_seq_len};
         r.to = {to_spec.is_none() ? nullptr : &nb::cast<const PySpec&>(to_spec).rope(), to_seq_len};
         r.threads = threads;
-        r.backend = parse_backend(backend);
+        r.backend = parse_backend("rotary_rerotate_cache", backend);
         nb::gil_scoped_release release;
         rotary::rerotate_cache(r);
       },
@@ -126,12 +126,12 @@ void bind_prologue(nb::module_& m) {
         a.k_out = opt_view(k_out, "k_out", k_out_bits);
         std::vector<int64_t> starts;
         a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
-        a.layout = parse_layout(layout);
-        if (pairing) a.pairing = parse_pairing(*pairing);
+        a.layout = parse_layout("rotary_apply", layout);
+        if (pairing) a.pairing = parse_pairing("rotary_apply", *pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.seq_len = seq_len;
         a.threads = threads;
-        a.backend = parse_backend(backend);
+        a.backend = parse_backend("rotary_apply", backend);
         a.q_out_scale = static_cast<float>(q_out_scale);
         a.k_out_scale = static_cast<float>(k_out_scale);
         if (spec.is_none()) {  // the caller's cos/sin tables (rotary.apply_cos_sin / apply_qk_cos_sin)

@@ -128,7 +128,7 @@ PySpec make_spec(int64_t head_dim, int64_t rotary_dim, double base, const std::s
   s.head_dim = head_dim;
   s.rotary_dim = rotary_dim;
   s.base = base;
-  s.pairing = parse_pairing(pairing);
+  s.pairing = parse_pairing("rotary_spec", pairing);
   s.max_position_embeddings = max_position_embeddings;
   s.partial_rotary_factor = partial_rotary_factor;
   s.scaling.type = rotary::parse_rope_type(rope_type);

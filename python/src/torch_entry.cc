@@ -290,8 +290,8 @@ void bind_torch_entry(nb::module_& m) {
           if (need) copy |= kCopySin;
         }
         if (copy) return copy;
-        a.layout = parse_layout(layout);
-        if (!pairing.empty()) a.pairing = parse_pairing(pairing);
+        a.layout = parse_layout("rotary_apply", layout);
+        if (!pairing.empty()) a.pairing = parse_pairing("rotary_apply", pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.seq_len = seq_len;
         a.threads = threads;
@@ -391,7 +391,7 @@ void bind_torch_entry(nb::module_& m) {
           return 1;
         }
         a.sources = {{&spec.rope(), std::nullopt}};
-        a.layout = parse_layout(layout);
+        a.layout = parse_layout("rotary_prologue", layout);
         a.cache_layout = rotary::parse_cache_layout(cache_layout);
         a.norm_eps = norm_eps;
         a.norm_offset = norm_offset;

@@ -441,3 +441,55 @@ def test_argument_errors_of_the_public_functions_name_their_entry_point():
             call()
         assert str(info.value).startswith(message), str(info.value)
     assert not f8.view(np.uint8).any()
+
+
+def test_layout_pairing_and_backend_names_are_refused_in_the_entry_points_words():
+    # The core's name parsers serve every adapter and said "[rotary] layout must be ...": a misspelt layout, pairing
+    # or backend, the commonest slip, now names the Python function called, on every path (numpy fast path, array
+    # path, torch, fp8 out, caller tables, apply_axes, the prologue family, Spec, vision frequencies, permutation).
+    torch = pytest.importorskip("torch")
+    import rotary.torch as rt
+
+    spec = rotary.Spec(8)
+    x = np.ones((1, 2, 1, 8), np.float32)
+    t = torch.ones(1, 2, 1, 8)
+    ids = np.array([0, 1])
+    cos, sin = rotary.cos_sin(spec, 4)
+    kc = np.zeros((1, 4, 1, 8), np.float32)
+    fr = rotary.mrope_frequencies(spec)
+    f8 = np.zeros(x.shape, np.uint8)
+    names = {"layout": 'layout must be bshd, bhsd or thd, got "bsdh"', "pairing":
+             'pairing must be half or interleaved, got "zigzag"', "backend":
+             'backend must be auto, cpu, reference or cuda, got "gpu"'}
+    values = {"layout": "bsdh", "pairing": "zigzag", "backend": "gpu"}
+    calls = [  # (entry point, call, the names it takes: rt.apply's backends have their own message)
+        ("rotary_apply", lambda kw: rotary.apply(x, 0, spec, **kw), names),
+        ("rotary_apply", lambda kw: rotary.apply(x.astype(np.float16), ids, spec, **kw), names),
+        ("rotary_apply", lambda kw: rotary.apply_qk(x, x, ids, spec, **kw), names),
+        ("rotary_apply", lambda kw: rotary.apply(t, ids, spec, **kw), names),
+        ("rotary_apply", lambda kw: rotary.apply_cos_sin(x, cos, sin, ids, **kw), names),
+        ("rotary_apply", lambda kw: rt.apply(t, ids, spec, **kw), ("layout", "pairing")),
+        ("rotary_apply_axes", lambda kw: rotary.apply_axes(x, np.zeros((3, 2), np.int64), fr, **kw), names),
+    ]
+    for where, call, taken in calls:
+        for name in taken:
+            with pytest.raises(ValueError) as info:
+                call({name: values[name]})
+            assert str(info.value) == f"[{where}] {names[name]}", (where, name, str(info.value))
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    with pytest.raises(ValueError, match=r'^\[rotary_apply\] layout must be bshd, bhsd or thd, got "bsdh"$'):
+        rotary.apply(x, 0, spec, out=f8.view(ml_dtypes.float8_e4m3fn), out_scale=1.0, layout="bsdh")
+    for call, message in (
+            (lambda: rotary.prologue(x, x, x, 0, spec, k_cache=kc, v_cache=kc.copy(), slot_mapping=ids, layout="bsdh"),
+             '[rotary_prologue] layout must be bshd, bhsd or thd, got "bsdh"'),
+            (lambda: rotary.rerotate_cache(kc, ids, ids, ids, spec, backend="gpu"),
+             '[rotary_rerotate_cache] backend must be auto, cpu, reference or cuda, got "gpu"'),
+            (lambda: rotary.Spec(8, pairing="zigzag"), '[rotary_spec] pairing must be half or interleaved, got "zigzag"'),
+            (lambda: rotary.vision_frequencies("qwen2vl", 16, pairing="zigzag"),
+             '[rotary_vision] pairing must be half or interleaved, got "zigzag"'),
+            (lambda: rotary.permute_qk_weight(np.ones((8, 8), np.float32), 1, 8, src="zigzag"),
+             '[rotary_permute_qk] src must be half or interleaved, got "zigzag"')):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == message
+    assert (kc == 0).all()
