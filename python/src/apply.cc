@@ -48,28 +48,26 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
 
 }  // namespace
 
-rotary::Layout parse_layout(const char* where, std::string_view name, const char* what) {
+/// rotary's name parser `parse` in the words of `where`.
+template <class T>
+T parsed_in(const char* where, T (*parse)(std::string_view, const char*), std::string_view name, const char* what) {
   try {
-    return rotary::parse_layout(name, what);
+    return parse(name, what);
   } catch (const rotary::Error& e) {
     reworded(e, where);
   }
+}
+
+rotary::Layout parse_layout(const char* where, std::string_view name, const char* what) {
+  return parsed_in(where, &rotary::parse_layout, name, what);
 }
 
 rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what) {
-  try {
-    return rotary::parse_pairing(name, what);
-  } catch (const rotary::Error& e) {
-    reworded(e, where);
-  }
+  return parsed_in(where, &rotary::parse_pairing, name, what);
 }
 
 rotary::Backend parse_backend(const char* where, std::string_view name, const char* what) {
-  try {
-    return rotary::parse_backend(name, what);
-  } catch (const rotary::Error& e) {
-    reworded(e, where);
-  }
+  return parsed_in(where, &rotary::parse_backend, name, what);
 }
 
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,

@@ -51,12 +51,21 @@ std::vector<std::string> nested_keys(const json& dict, const std::vector<std::st
 /// A rope dict that a class filling each layer type's entry (NeoMME's convert_rope_params_to_dict) reads as nested
 /// although nested_keys finds no key among the layer types: empty, or keyed by one of the class's types that no layer
 /// uses.
+bool class_fills(const detail::ModelDefaults& cls, const std::string& type) {
+  return cls.class_dict_fills_entries && cls.rope_dict != nullptr && cls.rope_dict->contains(type);
+}
+
 bool class_keyed(const detail::ModelDefaults& cls, const json& dict) {
   if (!cls.class_dict_fills_entries || cls.rope_dict == nullptr || !dict.is_object()) return false;
   if (dict.empty()) return true;
   for (auto it = dict.begin(); it != dict.end(); ++it)
-    if (cls.rope_dict->contains(it.key())) return true;
+    if (class_fills(cls, it.key())) return true;
   return false;
+}
+
+/// Adds `type` to `types` unless it is there.
+void include(std::vector<std::string>& types, const std::string& type) {
+  if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
 }
 
 /// The config (its text part's model_type, or the whole document's) is of that model.
@@ -328,9 +337,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   std::vector<std::pair<std::string, int64_t>> heads;  // head_dims_by_type, once layer_types are final
   bool heads_read = false;
   // NeoMME's convert_rope_params_to_dict fills an entry for each of its layer types (a missing one from {}).
-  const auto fills = [&](const std::string& type) {
-    return cls.class_dict_fills_entries && cls.rope_dict != nullptr && cls.rope_dict->contains(type);
-  };
+  const auto fills = [&](const std::string& type) { return class_fills(cls, type); };
   auto add = [&](const std::string& type, json dict, const std::string& field) {
     if (dict.is_null() && fills(type))  // (transformers' strict rope_parameters field refuses a null entry)
       invalid(field + " must be an object (" + detail::model_type_of(r) + "'s class fills each layer type's entry), "
@@ -356,8 +363,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     const json conv = gemma3_conversion(r, *g, d, !keys.empty());
     nested_truncate = truncate_beside(conv);
     std::vector<std::string> types = nested_keys(conv, out.layer_types);
-    for (const char* t : {"full_attention", "sliding_attention"})
-      if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+    for (const char* t : {"full_attention", "sliding_attention"}) include(types, t);
     std::sort(types.begin(), types.end());
     for (const auto& t : types) {
       const bool given = !keys.empty() && d.dict->contains(t);
@@ -377,17 +383,15 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       // A null entry for a derived type (ERGO's "full_attention": null) is that type's "no RoPE", as when the file's
       // layer_types lists it (nested_keys keeps only objects without layer_types).
       types = nested_keys(*d.dict, out.layer_types);
-      for (const auto& k : keys)
-        if (std::find(types.begin(), types.end(), k) == types.end()) types.push_back(k);
+      for (const auto& k : keys) include(types, k);
     }
     const bool modernbert = model_is(r, "modernbert", "modernbert");
     if (modernbert)  // (ModernBertConfig.convert_rope_params_to_dict: both types, below)
-      for (const char* t : {"full_attention", "sliding_attention"})
-        if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+      for (const char* t : {"full_attention", "sliding_attention"}) include(types, t);
     for (const auto& t : out.layer_types)  // (NeoMMEConfig.convert_rope_params_to_dict: each of its layer types)
-      if (fills(t) && std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+      if (fills(t)) include(types, t);
     for (auto it = d.dict->begin(); it != d.dict->end(); ++it)  // (and keeps the entries of its other types)
-      if (fills(it.key()) && std::find(types.begin(), types.end(), it.key()) == types.end()) types.push_back(it.key());
+      if (fills(it.key())) include(types, it.key());
     std::sort(types.begin(), types.end());  // json order
     for (const auto& k : types) {
       json entry = d.dict->contains(k) ? d.dict->at(k) : fills(k) ? json::object() : json();
