@@ -52,22 +52,62 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> WholeToI32(D d, hn::Vec<D> v) {
   return hn::ConvertTo(hn::RebindToSigned<D>(), v);
 }
 
-/// fp8 codes (0..255 in 32-bit lanes) of f32 lanes, as f32_to_fp8: saturating, nearest even, NaN kept.
+// Quotients y / scale without a division where the target fuses multiply-adds (Highway's AVX2 and AVX-512
+// targets, unless HWY_DISABLE_BMI2_FMA makes MulAdd a multiply and an add), used by the int8 / fp8 rows kept in
+// registers (quantize_rows-inl.h); elsewhere, and in the scratch-row writers below, the encoders divide.
+#undef ROTARY_CORRECTED_QUOTIENT
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_BMI2_FMA)
+#define ROTARY_CORRECTED_QUOTIENT 1
+#else
+#define ROTARY_CORRECTED_QUOTIENT 0
+#endif
+
+/// fl32(y / scale) as Markstein's corrected product, with inv = fl32(1 / scale) (correctly rounded): t =
+/// fl32(y * inv) is within an ulp of y / scale, the residual y - scale * t is exact in one fused multiply-add
+/// when exponent(t) + exponent(scale) >= -103 (its last bit is then >= 2^-149), and fl32(t + residual * inv) is
+/// then fl32(y / scale) itself (Markstein's theorem; checked here against the division on 75 billion pairs).
+/// Callers admit scales for which every quotient that decides a stored value meets that bound (Int8ScaleAdmits,
+/// Fp8ScaleAdmits). One division per vector is several core cycles for 512 bits (docs/performance.md). As
+/// everywhere in rotary, the default rounding mode (to nearest) is assumed: under a directed mode set by the
+/// caller, 1 / scale is not correctly rounded and the quotients may differ from a division's.
+template <class V>
+HWY_INLINE V CorrectedQuotient(V y, V scale, V inv) {
+  const V t = hn::Mul(y, inv);
+  return hn::MulAdd(hn::NegMulAdd(t, scale, y), inv, t);
+}
+
+/// int8 rows: |y| <= amax, so quotients reach 127.5 at most, and those below 2^-2 round to 0 whatever their
+/// last bits; the residual of one >= 2^-2 is exact for scales >= 2^-101.
+HWY_INLINE bool Int8ScaleAdmits(float scale) { return scale >= 0x1p-100f && scale <= 0x1p100f; }
+
+/// fp8 rows: quotients below 2^-18 encode as a zero of y's sign in both formats (e5m2's smallest subnormal is
+/// 2^-16, e4m3's 2^-9), and stay below 2^-17 when the residual is inexact (it is then off by 2^-149 at most,
+/// times inv <= 2^80); the residual of one >= 2^-18 is exact for scales >= 2^-85. A quotient past f32's range
+/// (|t| infinite) comes out NaN; EncodeFp8 saturates it (its sign and NaN test read y).
+HWY_INLINE bool Fp8ScaleAdmits(float scale) { return scale >= 0x1p-80f && scale <= 0x1p100f; }
+
+/// fp8 codes (0..255 in 32-bit lanes) of the quotients q = fl32(y / scale) (scale > 0), as f32_to_fp8:
+/// saturating, nearest even, NaN kept. The sign and the NaN test read y (the quotient's sign is y's, and it
+/// is NaN exactly when y is), so that a corrected product's NaN for an overflowed quotient saturates: on x86,
+/// where that product is used, MINPS returns its second operand, the largest finite code, for a NaN lane.
 template <bool kE4M3, class D>
-HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> v) {
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> q, hn::Vec<D> y) {
   const hn::RebindToSigned<D> di;
   constexpr int kShift = kE4M3 ? 20 : 21;
-  const auto sign = hn::And(hn::ShiftRight<24>(hn::BitCast(di, v)), hn::Set(di, 0x80));
-  const auto a = hn::Min(hn::Abs(v), hn::Set(d, kE4M3 ? 448.0f : 57344.0f));  // a NaN lane is replaced below
+  const auto a = hn::Min(hn::Abs(q), hn::Set(d, kE4M3 ? 448.0f : 57344.0f));  // a NaN y's lane is replaced below
   const auto ab = hn::BitCast(di, a);
-  // Below the smallest normal: a multiple of the subnormal step, rounded by the FPU.
-  const auto sub = WholeToI32(d, RoundHalfEven(d, hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f))));
-  // Normal: round the mantissa to 3 / 2 bits (nearest even), rebias the exponent.
-  const auto r = hn::Add(hn::Add(ab, hn::Set(di, (1 << (kShift - 1)) - 1)), hn::And(hn::ShiftRight<kShift>(ab), hn::Set(di, 1)));
-  const auto normal = hn::Sub(hn::ShiftRight<kShift>(r), hn::Set(di, kE4M3 ? (120 << 3) : (112 << 2)));
+  // Below the smallest normal: the number of subnormal steps (2^-9 / 2^-16) nearest a, ties to even, from the
+  // FPU's rounding of a + step * 2^23 (whose ulp is the step): bits(a + magic) - bits(magic).
+  const auto magic = hn::Set(d, kE4M3 ? 0x1p14f : 0x1p7f);
+  const auto sub = hn::Sub(hn::BitCast(di, hn::Add(a, magic)), hn::BitCast(di, magic));
+  // Normal: round the mantissa to 3 / 2 bits (nearest even: + half - 1 + the kept last bit) and rebias the
+  // exponent (by 120 / 112, a multiple of 2^kShift before the shift) in the same additions.
+  const auto lsb = hn::And(hn::ShiftRight<kShift>(ab), hn::Set(di, 1));
+  constexpr int32_t kRoundRebias = (1 << (kShift - 1)) - 1 - (kE4M3 ? (120 << 23) : (112 << 23));
+  const auto normal = hn::ShiftRight<kShift>(hn::Add(hn::Add(ab, hn::Set(di, kRoundRebias)), lsb));
   auto code = hn::IfThenElse(hn::Lt(ab, hn::Set(di, kE4M3 ? 0x3C800000 : 0x38800000)), sub, normal);
-  code = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(v)), hn::Set(di, kE4M3 ? 0x7F : 0x7E), code);
-  return hn::Or(code, sign);
+  code = hn::IfThenElse(hn::RebindMask(di, hn::IsNaN(y)), hn::Set(di, kE4M3 ? 0x7F : 0x7E), code);
+  return hn::OrAnd(code, hn::ShiftRight<24>(hn::BitCast(di, y)), hn::Set(di, 0x80));  // y's sign bit as 0x80
 }
 
 /// Stores whole numbers held in 32-bit lanes as bytes — int8 values in [-127, 127] (kSigned) or fp8 codes in
@@ -94,11 +134,14 @@ HWY_INLINE size_t StoreWholeBytes(size_t n, F lanes, uint8_t* HWY_RESTRICT out) 
   return j;
 }
 
-/// Writes y[0, n) into an fp8 row: f32_to_fp8(fl32(y / scale)).
+/// Writes y[0, n) into an fp8 row: f32_to_fp8(fl32(y / scale)). The scratch-row writers (this and StoreRowI8)
+/// divide: a build where they used the corrected product too made AVX2 f32 prefill with qk-norm into an f32
+/// cache, which runs neither writer, 5-10 % slower, with the hot loops' instructions unchanged (docs/performance.md).
 template <bool kE4M3>
 HWY_INLINE void StoreRowFp8(const float* HWY_RESTRICT y, size_t n, uint8_t* HWY_RESTRICT out, float scale) {
   auto codes = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
-    return EncodeFp8<kE4M3>(dc, hn::Div(hn::LoadU(dc, y + i), hn::Set(dc, scale)));
+    const auto v = hn::LoadU(dc, y + i);
+    return EncodeFp8<kE4M3>(dc, hn::Div(v, hn::Set(dc, scale)), v);
   };
   auto step = [&](auto dc, size_t i) ROTARY_STEP_INLINE {
     const hn::Rebind<uint8_t, decltype(dc)> d8;

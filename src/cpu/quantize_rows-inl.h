@@ -3,8 +3,8 @@
 // A Highway "-inl.h" piece, re-included per target by prologue_kernels.cc. StoreRow's general path writes the
 // f32 result to a scratch row, reads it back for the int8 maximum and again to quantise it; here the row stays
 // in kV vectors. The operations are NormRotateRow's and StoreRowI8's / StoreRowFp8's (the same f32 values, the
-// same maximum, the same quotients: int8's from a corrected product instead of a division on x86), so the stored
-// bytes and scales are theirs.
+// same maximum, the same quotients: on x86 from a corrected product, CorrectedQuotient, instead of a division), so
+// the stored bytes and scales are theirs.
 #if defined(ROTARY_CPU_QUANTIZE_ROWS_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_QUANTIZE_ROWS_INL_H_
 #undef ROTARY_CPU_QUANTIZE_ROWS_INL_H_
@@ -38,35 +38,18 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
   (void)stored;
 }
 
-// The corrected product needs fused multiply-adds: Highway's AVX2 and AVX-512 targets have them unless
-// HWY_DISABLE_BMI2_FMA makes MulAdd a multiply and an add (then every int8 row divides).
-#undef ROTARY_INT8_CORRECTED_PRODUCT
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_BMI2_FMA)
-#define ROTARY_INT8_CORRECTED_PRODUCT 1
-#else
-#define ROTARY_INT8_CORRECTED_PRODUCT 0
-#endif
-
-#if ROTARY_INT8_CORRECTED_PRODUCT
-/// The int8 values of the row y (its scale fl32(amax / 127) = `scale`) into q without a division; false (q
-/// untouched, the caller divides) unless 2^-100 <= scale <= 2^100. Each lane's quotient is Markstein's
-/// corrected product: with inv = fl32(1 / scale), correctly rounded, t = fl32(y * inv) is within an ulp of
-/// y / scale, the residual y - scale * t is exact in one fused multiply-add, and fl32(t + residual * inv) is
-/// fl32(y / scale) itself (Markstein's theorem, which needs no underflow: where |y / scale| >= 2^-2 the
-/// residual's last bit is >= 2^-148 for these scales; smaller quotients, where the residual may be inexact,
-/// round to 0 either way). So the integer is QuantiseI8's: the quotient is within 127.5 (|y| <= amax), where
-/// the clamp changes nothing, and it is rounded to nearest even (on AVX-512 by the conversion's embedded
-/// rounding). As everywhere in rotary, the default rounding mode (to nearest) is assumed: under a directed mode
-/// set by the caller, 1 / scale is not correctly rounded and the integers may differ from a division's. Replaces a
-/// division per vector, several core cycles for 512 bits on Zen 4 (docs/performance.md).
+#if ROTARY_CORRECTED_QUOTIENT
+/// The int8 values of the row y (its scale fl32(amax / 127) = `scale`) into q by CorrectedQuotient instead of a
+/// division; false (q untouched, the caller divides) unless Int8ScaleAdmits(scale). The quotient is within 127.5
+/// (|y| <= amax), where QuantiseI8's clamp changes nothing, and it is rounded to nearest even (on AVX-512 by the
+/// conversion's embedded rounding).
 template <size_t kV, class D>
 HWY_INLINE bool Int8ByCorrectedProduct(D d, const hn::Vec<D>* y, float scale, hn::Vec<hn::RebindToSigned<D>>* q) {
-  if (!(scale >= 0x1p-100f && scale <= 0x1p100f)) return false;
+  if (!Int8ScaleAdmits(scale)) return false;
   using V = hn::Vec<D>;
   const V vs = hn::Set(d, scale), inv = hn::Set(d, 1.0f / scale);
   for (size_t j = 0; j < kV; ++j) {
-    const V t = hn::Mul(y[j], inv);
-    const V quotient = hn::MulAdd(hn::NegMulAdd(t, vs, y[j]), inv, t);
+    const V quotient = CorrectedQuotient(y[j], vs, inv);
 #if HWY_TARGET <= HWY_AVX3
     if constexpr (hn::MaxLanes(D()) == 16) {
       q[j] = hn::Vec<hn::RebindToSigned<D>>{
@@ -120,7 +103,7 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     for (size_t j = 0; j < kV; ++j) m[j % 4] = hn::Max(m[j % 4], hn::And(hn::BitCast(di, y[j]), hn::Set(di, 0x7FFFFFFF)));
     const int32_t bits = hn::GetLane(hn::MaxOfLanes(di, hn::Max(hn::Max(m[0], m[1]), hn::Max(m[2], m[3]))));
     scale = Int8RowScale(bits_f32(static_cast<uint32_t>(bits)), bits > 0x7F800000);
-#if ROTARY_INT8_CORRECTED_PRODUCT
+#if ROTARY_CORRECTED_QUOTIENT
     if (Int8ByCorrectedProduct<kV>(d, y, scale, q)) {
       StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
       return scale;
@@ -135,11 +118,14 @@ HWY_INLINE float QuantRowInRegisters(const Storage<EI>* HWY_RESTRICT in, void* H
     StoreWholeVectors<kV, true>(d, q, static_cast<uint8_t*>(out));
     return scale;
   }
-  const V vs = hn::Set(d, tensor_scale);
+  // fp8: each quotient a corrected product on x86 where the scale admits one (Fp8ScaleAdmits), else a division.
+  const bool product = ROTARY_CORRECTED_QUOTIENT && Fp8ScaleAdmits(tensor_scale);
+  const V vs = hn::Set(d, tensor_scale), inv = hn::Set(d, 1.0f / tensor_scale);
+  auto quotient = [&](V yj) HWY_ATTR { return product ? CorrectedQuotient(yj, vs, inv) : hn::Div(yj, vs); };
   if (dt == DType::kF8E4M3) {
-    for (size_t j = 0; j < kV; ++j) q[j] = EncodeFp8<true>(d, hn::Div(y[j], vs));
+    for (size_t j = 0; j < kV; ++j) q[j] = EncodeFp8<true>(d, quotient(y[j]), y[j]);
   } else {
-    for (size_t j = 0; j < kV; ++j) q[j] = EncodeFp8<false>(d, hn::Div(y[j], vs));
+    for (size_t j = 0; j < kV; ++j) q[j] = EncodeFp8<false>(d, quotient(y[j]), y[j]);
   }
   StoreWholeVectors<kV, false>(d, q, static_cast<uint8_t*>(out));
   return scale;

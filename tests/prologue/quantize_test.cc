@@ -202,7 +202,7 @@ TEST(Quantize, TheKernelsEncodersEqualTheScalarRulesOnTiesEdgesAndSpecialValues)
 /// above the rounding boundaries; scales across the range, tiny and huge ones included (int8 rows of maximum
 /// 127 * 2.6e36, near FLT_MAX), powers of two whose inverse is finite, subnormal or infinite (fp8: a product
 /// by the inverse is, or is not, the quotient; int8: rows of normal, subnormal and infinite scale), and scales
-/// on both sides of the bounds of the int8 corrected product (quantize_rows-inl.h). Rows of 80
+/// on both sides of the bounds of the int8 and fp8 corrected products (quantize-inl.h). Rows of 80
 /// values take the scratch-row writers, rows of 64 (whole vectors on AVX2 and AVX-512) the rows kept in
 /// registers (quantize_rows-inl.h).
 TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
@@ -210,7 +210,11 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
                           1e-39f, 0x1p-126f, 0x1p-130f, 0x1p-149f, 0x1p127f, 0.5f, 2.6e36f,
                           // around the x86 int8 writers' range for the corrected product, [2^-100, 2^100]:
                           // below it, a residual underflows (scale 0x1.2468aep-125, y / scale = 1.5: a reviewer's)
-                          0x1.2468aep-125f, 0x1.2468aep-101f, 0x1.2468aep-100f, 0x1p-100f, 0x1.fffffep+99f, 0x1p100f};
+                          0x1.2468aep-125f, 0x1.2468aep-101f, 0x1.2468aep-100f, 0x1p-100f, 0x1.fffffep+99f, 0x1p100f,
+                          // and the fp8 writers', [2^-80, 2^100]: below 2^-85 the residual of a quotient near
+                          // e5m2's smallest rounding boundary (2^-17) may be inexact (scale 0x1.fffffep-87 with
+                          // y = 2^-103: the product's quotient is that boundary, the division's just above it)
+                          0x1.2468aep-110f, 0x1.2468aep-90f, 0x1.fffffep-87f, 0x1.2468aep-81f, 0x1p-80f, 0x1.2468aep-80f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
