@@ -52,6 +52,20 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> WholeToI32(D d, hn::Vec<D> v) {
   return hn::ConvertTo(hn::RebindToSigned<D>(), v);
 }
 
+/// f32 lanes rounded to the nearest integer, ties to even, as i32 (lanes within i32's range): on AVX-512 full
+/// vectors by one conversion with embedded rounding, elsewhere by RoundHalfEven and WholeToI32. On x86 from SSE4
+/// the rounding is in the instruction, whatever mode the caller set; elsewhere it is the caller's mode's.
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> NearestI32(D d, hn::Vec<D> v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    return hn::Vec<hn::RebindToSigned<D>>{
+        _mm512_cvt_roundps_epi32(v.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+  }
+#endif
+  return WholeToI32(d, RoundHalfEven(d, v));
+}
+
 // Quotients y / scale without a division where the target fuses multiply-adds (Highway's AVX2 and AVX-512
 // targets, unless HWY_DISABLE_BMI2_FMA makes MulAdd a multiply and an add), used by the int8 / fp8 rows kept in
 // registers (quantize_rows-inl.h); elsewhere, and in the scratch-row writers below, the encoders divide.
@@ -65,7 +79,7 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> WholeToI32(D d, hn::Vec<D> v) {
 /// fl32(y / scale) as Markstein's corrected product, with inv = fl32(1 / scale) (correctly rounded): t =
 /// fl32(y * inv) is within an ulp of y / scale, the residual y - scale * t is exact in one fused multiply-add
 /// when exponent(t) + exponent(scale) >= -103 (its last bit is then >= 2^-149), and fl32(t + residual * inv) is
-/// then fl32(y / scale) itself (Markstein's theorem; checked here against the division on 75 billion pairs).
+/// then fl32(y / scale) itself (Markstein's theorem; checked against the division by brute force, docs/performance.md).
 /// Callers admit scales for which every quotient that decides a stored value meets that bound (Int8ScaleAdmits,
 /// Fp8ScaleAdmits). One division per vector is several core cycles for 512 bits (docs/performance.md). As
 /// everywhere in rotary, the default rounding mode (to nearest) is assumed: under a directed mode set by the
@@ -96,10 +110,9 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> EncodeFp8(D d, hn::Vec<D> q, hn::Vec<D
   constexpr int kShift = kE4M3 ? 20 : 21;
   const auto a = hn::Min(hn::Abs(q), hn::Set(d, kE4M3 ? 448.0f : 57344.0f));  // a NaN y's lane is replaced below
   const auto ab = hn::BitCast(di, a);
-  // Below the smallest normal: the number of subnormal steps (2^-9 / 2^-16) nearest a, ties to even, from the
-  // FPU's rounding of a + step * 2^23 (whose ulp is the step): bits(a + magic) - bits(magic).
-  const auto magic = hn::Set(d, kE4M3 ? 0x1p14f : 0x1p7f);
-  const auto sub = hn::Sub(hn::BitCast(di, hn::Add(a, magic)), hn::BitCast(di, magic));
+  // Below the smallest normal: the number of subnormal steps (2^-9 / 2^-16) nearest a, ties to even (a / step
+  // is exact), rounded by NearestI32 (an addition of step * 2^23 would round in the caller's rounding mode).
+  const auto sub = NearestI32(d, hn::Mul(a, hn::Set(d, kE4M3 ? 512.0f : 65536.0f)));
   // Normal: round the mantissa to 3 / 2 bits (nearest even: + half - 1 + the kept last bit) and rebias the
   // exponent (by 120 / 112, a multiple of 2^kShift before the shift) in the same additions.
   const auto lsb = hn::And(hn::ShiftRight<kShift>(ab), hn::Set(di, 1));

@@ -41,23 +41,14 @@ HWY_INLINE void StoreWholeVectors(D d, const hn::Vec<hn::RebindToSigned<D>>* q, 
 #if ROTARY_CORRECTED_QUOTIENT
 /// The int8 values of the row y (its scale fl32(amax / 127) = `scale`) into q by CorrectedQuotient instead of a
 /// division; false (q untouched, the caller divides) unless Int8ScaleAdmits(scale). The quotient is within 127.5
-/// (|y| <= amax), where QuantiseI8's clamp changes nothing, and it is rounded to nearest even (on AVX-512 by the
-/// conversion's embedded rounding).
+/// (|y| <= amax), where QuantiseI8's clamp changes nothing, and it is rounded to nearest even (NearestI32).
 template <size_t kV, class D>
 HWY_INLINE bool Int8ByCorrectedProduct(D d, const hn::Vec<D>* y, float scale, hn::Vec<hn::RebindToSigned<D>>* q) {
   if (!Int8ScaleAdmits(scale)) return false;
   using V = hn::Vec<D>;
   const V vs = hn::Set(d, scale), inv = hn::Set(d, 1.0f / scale);
   for (size_t j = 0; j < kV; ++j) {
-    const V quotient = CorrectedQuotient(y[j], vs, inv);
-#if HWY_TARGET <= HWY_AVX3
-    if constexpr (hn::MaxLanes(D()) == 16) {
-      q[j] = hn::Vec<hn::RebindToSigned<D>>{
-          _mm512_cvt_roundps_epi32(quotient.raw, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
-      continue;
-    }
-#endif
-    q[j] = WholeToI32(d, RoundHalfEven(d, quotient));
+    q[j] = NearestI32(d, CorrectedQuotient(y[j], vs, inv));
   }
   return true;
 }

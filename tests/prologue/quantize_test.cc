@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -214,7 +215,8 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
                           // and the fp8 writers', [2^-80, 2^100]: below 2^-85 the residual of a quotient near
                           // e5m2's smallest rounding boundary (2^-17) may be inexact (scale 0x1.fffffep-87 with
                           // y = 2^-103: the product's quotient is that boundary, the division's just above it)
-                          0x1.2468aep-110f, 0x1.2468aep-90f, 0x1.fffffep-87f, 0x1.2468aep-81f, 0x1p-80f, 0x1.2468aep-80f};
+                          0x1.2468aep-110f, 0x1.2468aep-90f, 0x1.fffffep-87f, 0x1.2468aep-81f, 0x1p-80f,
+                          0x1.2468aep-80f};
   std::mt19937 g(11);
   testing::for_each_target([&](const std::string& target) {
     SCOPED_TRACE(target);
@@ -251,6 +253,41 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
         for (int i = 0; i < W; ++i) v.push_back(u(g) * scale * static_cast<float>(r + 1));
       expect_scalar_rules(v, W, DType::kI8, 0.0f, Backend::kCpu);
     }
+  });
+}
+
+/// The SIMD fp8 encoders round a quotient's subnormal codes to nearest even whatever rounding mode the caller set
+/// (docs/prologue.md): on x86 from SSE4 the rounding is in the instructions. Scale 1, so that the quotient is y in
+/// every mode; values halfway between subnormal codes, both signs. An encoder that took the codes from the FPU's
+/// rounding of a + 2^14 stored code 1 for 1.5 steps under round toward zero. Targets without SSE4's rounding
+/// instruction round in the caller's mode, as the scalar rule (std::nearbyint) does, and are not checked.
+TEST(Quantize, Fp8SubnormalCodesRoundToNearestEvenWhateverTheRoundingMode) {
+  testing::for_each_target([&](const std::string& target) {
+    if (target == "SSSE3" || target == "EMU128" || target == "SCALAR") return;
+    SCOPED_TRACE(target);
+    for (DType dt : {DType::kF8E4M3, DType::kF8E5M2})
+      for (int64_t W : {80, 64}) {
+        const int steps = dt == DType::kF8E4M3 ? 8 : 4;  // subnormal codes 0 .. steps - 1
+        const float step = dt == DType::kF8E4M3 ? 0x1p-9f : 0x1p-16f;
+        std::vector<float> v;
+        std::vector<uint8_t> want;
+        while (v.size() < 2 * static_cast<size_t>(W)) {
+          for (int k = 0; k < steps; ++k)
+            for (float sign : {1.0f, -1.0f}) {
+              v.push_back(sign * (static_cast<float>(k) + 0.5f) * step);  // a tie: the even code of k, k + 1
+              want.push_back(static_cast<uint8_t>((k % 2 == 0 ? k : k + 1) | (sign < 0 ? 0x80 : 0)));
+            }
+        }
+        v.resize(2 * static_cast<size_t>(W));
+        want.resize(v.size());
+        for (int mode : {FE_TOWARDZERO, FE_DOWNWARD, FE_UPWARD, FE_TONEAREST}) {
+          SCOPED_TRACE("rounding mode " + std::to_string(mode) + ", W " + std::to_string(W) + ", " + dtype_name(dt));
+          ASSERT_EQ(0, std::fesetround(mode));
+          const std::vector<uint8_t> got = write_v_rows(v, W, dt, 1.0f, Backend::kCpu, nullptr);
+          std::fesetround(FE_TONEAREST);
+          for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(want[i], got[i]) << "y = " << v[i];
+        }
+      }
   });
 }
 
