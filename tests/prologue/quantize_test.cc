@@ -262,6 +262,9 @@ TEST(Quantize, TheKernelsDivideByAScaleExactlyAsTheScalarRules) {
 /// rounding of a + 2^14 stored code 1 for 1.5 steps under round toward zero. Targets without SSE4's rounding
 /// instruction round in the caller's mode, as the scalar rule (std::nearbyint) does, and are not checked.
 TEST(Quantize, Fp8SubnormalCodesRoundToNearestEvenWhateverTheRoundingMode) {
+#if !(defined(__x86_64__) || defined(__i386__))
+  GTEST_SKIP() << "x86 only: elsewhere the SIMD encoders round in the caller's mode";
+#endif
   testing::for_each_target([&](const std::string& target) {
     if (target == "SSSE3" || target == "EMU128" || target == "SCALAR") return;
     SCOPED_TRACE(target);
