@@ -389,8 +389,8 @@ def test_rerotate_per_head_positions_through_a_view_of_the_cache():
     N, bs = 2, 4
     keys = rng.standard_normal((N * bs, H, D))
     old, new = rng.integers(0, 500, (N * bs, H)), rng.integers(0, 500, (N * bs, H))
-    cache = rotate(keys, old[..., None] * inv).astype(np.float32).reshape(N, bs, H, D)
     rows = rotate(keys, old[..., None] * inv)
+    cache = rows.astype(np.float32).reshape(N, bs, H, D)
     rotary.rerotate_cache(cache.reshape(N, bs * H, 1, D), np.arange(N * bs * H), old.reshape(-1), new.reshape(-1), spec)
     np.testing.assert_allclose(cache.reshape(N * bs, H, D), rotate(keys, new[..., None] * inv), atol=3e-5)
     scale = (np.abs(rows).max(-1) / 127).astype(np.float32)  # int8 with its [N, bs, H] scales viewed alike

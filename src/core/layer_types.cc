@@ -232,15 +232,16 @@ bool nested_per_layer_type(const ConfigRoot& r, const json& dict) {
 }
 
 void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
-  if (class_of(r).rope_labels)
+  const ModelDefaults& cls = class_of(r);
+  if (cls.rope_labels)
     fail(Error::Kind::kUnsupported, kConfigWhere,
          "model_type " + model_type_of(r) + ": its RoPE is keyed by label (main: sliding_attention layers; compress: "
              "the compressed layers and their compressors, over compress_rope_theta): one Spec cannot describe it; "
              "read it per layer type (C++ layer_type_specs_from_hf_config_json, C rotary_layer_specs_from_config_json, "
              "Python rotary.LayerTypeSpecs.from_hf_config, CLI --layer-type)");
   std::vector<std::string> keys = nested_keys(*d.dict, read_layer_types(r));
-  if (keys.empty() && class_keyed(class_of(r), *d.dict))  // (NeoMME: its class gives each of its types an entry)
-    for (auto it = class_of(r).rope_dict->begin(); it != class_of(r).rope_dict->end(); ++it) keys.push_back(it.key());
+  if (keys.empty() && class_keyed(cls, *d.dict))  // (NeoMME: its class gives each of its types an entry)
+    for (auto it = cls.rope_dict->begin(); it != cls.rope_dict->end(); ++it) keys.push_back(it.key());
   if (!keys.empty()) {
     const std::string names = shown_names(keys, 2);  // the input's keys, and there may be many
     fail(Error::Kind::kUnsupported, kConfigWhere,
@@ -265,7 +266,6 @@ void reject_per_layer_type(const ConfigRoot& r, const RopeDict& d) {
              (given ? show_json(r.root->at(g->local_theta_key)) : "absent (model_type " + model_type_of(r) + ": " +
                                                                        show_json(json(g->local_rope_theta)) + ")"));
   }
-  const ModelDefaults& cls = class_of(r);
   if (keys.empty() && cls.flat_rope_type != nullptr)
     fail(Error::Kind::kUnsupported, kConfigWhere,
          "model_type " + model_type_of(r) + ": its config class makes a RoPE dict not nested per layer type (" +
@@ -336,10 +336,8 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
   };
   std::vector<std::pair<std::string, int64_t>> heads;  // head_dims_by_type, once layer_types are final
   bool heads_read = false;
-  // NeoMME's convert_rope_params_to_dict fills an entry for each of its layer types (a missing one from {}).
-  const auto fills = [&](const std::string& type) { return class_fills(cls, type); };
   auto add = [&](const std::string& type, json dict, const std::string& field) {
-    if (dict.is_null() && fills(type))  // (transformers' strict rope_parameters field refuses a null entry)
+    if (dict.is_null() && class_fills(cls, type))  // (transformers' strict rope_parameters field refuses a null entry)
       invalid(field + " must be an object (" + detail::model_type_of(r) + "'s class fills each layer type's entry), "
                       "got null");
     if (dict.is_null()) {
@@ -347,7 +345,7 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
       return;
     }
     if (!dict.is_object()) invalid(field + " must be an object or null, got " + detail::show_json(dict));
-    if (fills(type)) {
+    if (class_fills(cls, type)) {  // (NeoMME: its convert_rope_params_to_dict fills each of its types' entry)
       // NeoMME's convert_rope_params_to_dict: setdefault rope_theta (the top level's, else the class's) and the rest.
       const bool own_theta = d.dict != cls.rope_dict && has_value(dict, "rope_theta");
       for (auto it = cls.rope_dict->at(type).begin(); it != cls.rope_dict->at(type).end(); ++it)
@@ -389,12 +387,12 @@ LayerTypeSpecs layer_type_specs_from_hf_config_json(std::string_view json_text, 
     if (modernbert)  // (ModernBertConfig.convert_rope_params_to_dict: both types, below)
       for (const char* t : {"full_attention", "sliding_attention"}) include(types, t);
     for (const auto& t : out.layer_types)  // (NeoMMEConfig.convert_rope_params_to_dict: each of its layer types)
-      if (fills(t)) include(types, t);
+      if (class_fills(cls, t)) include(types, t);
     for (auto it = d.dict->begin(); it != d.dict->end(); ++it)  // (and keeps the entries of its other types)
-      if (fills(it.key())) include(types, it.key());
+      if (class_fills(cls, it.key())) include(types, it.key());
     std::sort(types.begin(), types.end());  // json order
     for (const auto& k : types) {
-      json entry = d.dict->contains(k) ? d.dict->at(k) : fills(k) ? json::object() : json();
+      json entry = d.dict->contains(k) ? d.dict->at(k) : class_fills(cls, k) ? json::object() : json();
       const std::string field = d.field + "." + detail::shown_name(k);
       if (modernbert && (k == "full_attention" || k == "sliding_attention")) {
         // transformers v5 (ModernBertConfig): a missing or null entry of the two types is {"rope_type": "default"},
