@@ -32,6 +32,7 @@
 #include "cpu/bf16_native-inl.h"
 #include "cpu/elements-inl.h"
 #include "cpu/kernels.h"
+#include "cpu/prefetch.h"
 #include "cpu/rows_general-inl.h"
 #include "cpu/rows_in_registers-inl.h"
 #include "cpu/token_cos_sin-inl.h"
@@ -170,7 +171,7 @@ void RunRowsT(const RowJob& job, int64_t r0, int64_t r1) {
             InterleavedRowPeeled<E, kStream>(in, out, c_use, s_use, R, pf);
           }
           if (copy_tail) {
-            for (size_t off = R; off < D; off += kLine / sizeof(T)) hwy::Prefetch(pf + off);
+            for (size_t off = R; off < D; off += kLine / sizeof(T)) PrefetchStream(pf + off);
             std::memcpy(out + R, in + R, (D - R) * sizeof(T));
           }
         }

@@ -21,6 +21,7 @@
 
 #include "cpu/bf16_native-inl.h"
 #include "cpu/elements-inl.h"
+#include "cpu/prefetch.h"
 #include "cpu/rows_general-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,7 +41,7 @@ struct RowRotation {
 /// Prefetches the line `pf` bytes past `p` (pf = 0: nothing). Prefetches never fault.
 template <class T>
 HWY_INLINE void PrefetchAhead(const T* p, int64_t pf) {
-  if (pf != 0) hwy::Prefetch(reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf)));
+  if (pf != 0) PrefetchStream(reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(pf)));
 }
 
 #undef ROTARY_BLOCK_SQUARES

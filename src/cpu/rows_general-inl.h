@@ -21,6 +21,7 @@
 
 #include "cpu/elements-inl.h"
 #include "cpu/kernels.h"
+#include "cpu/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace rotary::detail::cpu::HWY_NAMESPACE {
@@ -190,20 +191,20 @@ HWY_INLINE void HalfRowPeeled(const Storage<E>* in, Storage<E>* out, const float
     size_t first = 0, end = 0;
     if (StreamSpan(out, h, false, &first, &end)) {
       for (; i + N <= first; i += N) {
-        hwy::Prefetch(pf + i);
-        hwy::Prefetch(pf + h + i);
+        PrefetchStream(pf + i);
+        PrefetchStream(pf + h + i);
         HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
       }
     }
     for (; i + N <= end; i += N) {
-      hwy::Prefetch(pf + i);
-      hwy::Prefetch(pf + h + i);
+      PrefetchStream(pf + i);
+      PrefetchStream(pf + h + i);
       HalfStep<E, true>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
     }
   }
   for (; i + N <= h; i += N) {
-    hwy::Prefetch(pf + i);
-    hwy::Prefetch(pf + h + i);
+    PrefetchStream(pf + i);
+    PrefetchStream(pf + h + i);
     HalfStep<E, false>(d, in, out, hn::LoadU(d, c + i), hn::LoadU(d, s + i), i, h);
   }
   if (i < h) Remainder<8, 1>(i, h, narrow);
@@ -229,17 +230,17 @@ HWY_INLINE void InterleavedRowPeeled(const Storage<E>* in, Storage<E>* out, cons
     size_t first = 0, end = 0;
     if (StreamSpan(out, rdim, true, &first, &end)) {
       for (; j + N <= first; j += N) {
-        hwy::Prefetch(pf + j);
+        PrefetchStream(pf + j);
         InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
       }
     }
     for (; j + N <= end; j += N) {
-      hwy::Prefetch(pf + j);
+      PrefetchStream(pf + j);
       InterleavedStep<E, true>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
     }
   }
   for (; j + N <= rdim; j += N) {
-    hwy::Prefetch(pf + j);
+    PrefetchStream(pf + j);
     InterleavedStep<E, false>(d, in, out, hn::LoadU(d, cd + j), hn::LoadU(d, sd + j), j);
   }
   if (j < rdim) Remainder<8, 2>(j, rdim, narrow);

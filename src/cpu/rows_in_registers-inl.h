@@ -22,6 +22,7 @@
 #include "cpu/bf16_native-inl.h"
 #include "cpu/elements-inl.h"
 #include "cpu/kernels.h"
+#include "cpu/prefetch.h"
 #include "cpu/rows_general-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -76,7 +77,7 @@ HWY_INLINE void HalfBF16BlockRows(const uint16_t* in, uint16_t* out, int64_t n, 
   for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
     if constexpr (kPrefetch) {
       const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
-      for (size_t off = 0; off < 2 * K * N * sizeof(uint16_t); off += kLine) hwy::Prefetch(pf + off);
+      for (size_t off = 0; off < 2 * K * N * sizeof(uint16_t); off += kLine) PrefetchStream(pf + off);
     }
     for (size_t k = 0; k < K / 2; ++k) {
       const size_t i = 2 * k * N;
@@ -120,7 +121,7 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
     for (int64_t r = 0; r < n; ++r, in += in_step, out += out_step) {
       if constexpr (kPrefetch) {
         const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
-        for (size_t off = 0; off < K * N * sizeof(T); off += kLine) hwy::Prefetch(pf + off);
+        for (size_t off = 0; off < K * N * sizeof(T); off += kLine) PrefetchStream(pf + off);
       }
       for (size_t k = 0; k < K / 2; ++k) {
 #if ROTARY_BF16_NATIVE
@@ -167,7 +168,7 @@ HWY_INLINE void RowsInRegisters(const Storage<E>* in, Storage<E>* out, int64_t n
     if constexpr (kPrefetch) {
       const auto pf = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(in) + pf_delta);
       const size_t bytes = (P == Pairing::kHalfSplit ? 2 : 1) * K * N * sizeof(T);
-      for (size_t off = 0; off < bytes; off += kLine) hwy::Prefetch(pf + off);
+      for (size_t off = 0; off < bytes; off += kLine) PrefetchStream(pf + off);
     }
 #if ROTARY_BF16_NATIVE
     if constexpr (E == Elem::kBF16Native && P == Pairing::kHalfSplit && K % 2 == 0 && hn::MaxLanes(d) == 16) {

@@ -33,15 +33,16 @@ double median(std::vector<double> v) {
 }
 
 #if ROTARY_TIMING_X86
-// The limits prefetch 4 KiB ahead like the kernels do, so that they are the best loops we know, not
-// plain ones (a plain loop is slower on this machine class; see docs/performance.md).
+// The limits prefetch 4 KiB ahead into L2 like the kernels do (src/cpu/prefetch.h), so that they are the best
+// loops we know, not plain ones (a plain loop, or one prefetching into L1, is slower on this machine class; see
+// docs/performance.md).
 constexpr size_t kAheadFloats = 1024;
 
 __attribute__((target("avx512f"))) void rmw_avx512(float* x, size_t n) {
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + kAheadFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kAheadFloats), _MM_HINT_T2);
     _mm512_storeu_ps(x + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), a, b));
   }
   for (; i < n; ++i) x[i] = x[i] * 0.999f + 1e-3f;
@@ -50,7 +51,7 @@ __attribute__((target("avx2,fma"))) void rmw_avx2(float* x, size_t n) {
   const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + kAheadFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kAheadFloats), _MM_HINT_T2);
     _mm256_storeu_ps(x + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), a, b));
   }
   for (; i < n; ++i) x[i] = x[i] * 0.999f + 1e-3f;
@@ -58,7 +59,7 @@ __attribute__((target("avx2,fma"))) void rmw_avx2(float* x, size_t n) {
 __attribute__((target("avx512f"))) void nt_copy_avx512(float* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + kAheadFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + kAheadFloats), _MM_HINT_T2);
     _mm512_stream_ps(dst + i, _mm512_loadu_ps(src + i));
   }
   for (; i < n; ++i) dst[i] = src[i];
@@ -67,7 +68,7 @@ __attribute__((target("avx512f"))) void nt_copy_avx512(float* dst, const float* 
 __attribute__((target("avx2"))) void nt_copy_avx2(float* dst, const float* src, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + kAheadFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + kAheadFloats), _MM_HINT_T2);
     _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
   }
   for (; i < n; ++i) dst[i] = src[i];

@@ -5,7 +5,7 @@
 // and `min_time_s` has passed; the median seconds per call of each is kept. The limits run on one buffer of
 // the kernel's total bytes with the same thread count: an in-place streaming read-modify-write
 // (x = x*a + b), a copy with non-temporal stores, and glibc memcpy, the first two with the widest vectors
-// the CPU has and a 4 KiB software prefetch, as the kernels do.
+// the CPU has and a software prefetch into L2 4 KiB ahead, as the kernels do.
 #pragma once
 
 #include <cstddef>
