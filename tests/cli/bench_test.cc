@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -28,9 +29,10 @@ TEST(CliBench, DecodeJsonLinesHaveEveryFieldAndConfiguration) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
     for (const char* key : {"case", "dtype", "pairing", "inplace", "direction", "threads", "ms", "us", "gbps",
-                            "limit", "limit_gbps", "ratio"})
+                            "limit", "limit_gbps", "ratio", "hugepages"})
       ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
     EXPECT_EQ(j["case"], "P2");
+    EXPECT_EQ(j["hugepages"], false) << "not asked for: " << line;
     EXPECT_TRUE(j["inplace"].is_boolean()) << line;
     EXPECT_TRUE(j["threads"].is_number_integer()) << line;
     EXPECT_EQ(j["threads"].get<int>(), 1);
@@ -94,6 +96,38 @@ TEST(CliBench, PrologueJsonLinesCarryTheIssuesFieldsForEveryConfiguration) {
   EXPECT_EQ(seen.size(), 64u) << "2 models x 2 phases x 2 dtypes x 4 cache dtypes x qk-norm on/off";
 }
 
+// --hugepages: every line says so where Linux can back the buffers with transparent huge pages; elsewhere the run
+// is refused (exit 1) rather than reported as if it had them.
+TEST(CliBench, HugePagesAreReportedOrRefused) {
+  const std::string cli = testing::cli_path();
+  if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
+  std::string mode;
+  {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::getline(f, mode);
+  }
+  const bool thp = mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
+  std::string out;
+  const int rc = testing::run_command("'" + cli + "' bench --quick --case P2 --threads 1 --json --hugepages", &out, !thp);
+  if (!thp) {
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_NE(out.find("[rotary_bench] --hugepages: this machine has no transparent huge pages"), std::string::npos)
+        << out;
+    return;
+  }
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  int n = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["hugepages"], true) << line;
+    ++n;
+  }
+  EXPECT_EQ(n, 24);
+}
+
 TEST(CliBench, BadArgumentsAreUsageErrors) {
   const std::string cli = testing::cli_path();
   if (cli.empty() || !std::filesystem::exists(cli)) GTEST_SKIP() << "rotary CLI not built";
@@ -105,6 +139,9 @@ TEST(CliBench, BadArgumentsAreUsageErrors) {
   // A stray word (e.g. `rotary bench prologue` for `--case prologue`) is refused, not ignored.
   EXPECT_EQ(testing::run_command("'" + cli + "' bench --case prologue bogus --json", &out, true), 2);
   EXPECT_NE(out.find("unexpected argument \"bogus\""), std::string::npos) << out;
+  // Host buffers only: the CUDA benchmark's tensors are device memory.
+  EXPECT_EQ(testing::run_command("'" + cli + "' bench --backend cuda --hugepages", &out, true), 2);
+  EXPECT_NE(out.find("--hugepages is for the CPU benchmark"), std::string::npos) << out;
 }
 
 }  // namespace

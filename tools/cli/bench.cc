@@ -26,7 +26,8 @@ namespace rotary::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "rotary bench [--json] [--quick] [--case P1|P2|prologue] [--threads N] | rotary bench --backend cuda [--json] [--quick] "
+    "rotary bench [--json] [--quick] [--case P1|P2|prologue] [--threads N] [--hugepages] | rotary bench --backend cuda "
+    "[--json] [--quick] "
     "[--case T1|T4096|T32768|T131072]";
 
 // ------------------------------------------------------------------ cases
@@ -67,6 +68,7 @@ struct Row {
   int threads;
   double sec, bytes, limit_gbps, memcpy_gbps;
   bool decode;
+  bool huge_pages;
   double gbps() const { return bytes / sec / 1e9; }
 };
 
@@ -87,6 +89,7 @@ void print_json(const Row& r) {
   j["ratio"] = r.gbps() / r.limit_gbps;
   j["memcpy_gbps"] = r.memcpy_gbps;
   j["bytes"] = r.bytes;
+  j["hugepages"] = r.huge_pages;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -124,17 +127,27 @@ const Options kOptions = {
      "P1 and P2"},
     {"threads", "N", "only this thread count (1..1024)", "1 and 2"},
     {"backend", "cpu|cuda", "cuda: time the CUDA kernels (a CUDA build; --case T1|T4096|T32768|T131072)", "cpu"},
+    {"hugepages", nullptr,
+     "back the timed tensors and the limits' buffers with transparent huge pages (Linux; docs/performance.md)", "off"},
 };
 
 int run_bench(const std::vector<std::string>& args) {
   Flags flags(args, kOptions);
   if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   if (auto backend = flags.get("backend")) {
-    if (*backend == "cuda") return run_bench_cuda(flags);
+    if (*backend == "cuda") {
+      if (flags.has("hugepages")) throw UsageError("--hugepages is for the CPU benchmark (host buffers), not --backend cuda");
+      return run_bench_cuda(flags);
+    }
     if (*backend != "cpu") throw UsageError("--backend must be cpu or cuda, got " + *backend);
   }
   const bool json = flags.has("json");
   const bool quick = flags.has("quick");
+  const bool huge_pages = flags.has("hugepages");
+  if (huge_pages && !transparent_huge_pages_available())
+    throw Error(Error::Kind::kInvalidArgument,
+                "[rotary_bench] --hugepages: this machine has no transparent huge pages to advise (Linux with "
+                "/sys/kernel/mm/transparent_hugepage/enabled set to always or madvise)");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
   std::vector<int> thread_counts = {1, 2};
   if (auto n = flags.get_int("threads")) {
@@ -142,7 +155,7 @@ int run_bench(const std::vector<std::string>& args) {
     thread_counts = {static_cast<int>(*n)};
   }
   if (auto c = flags.get("case")) {
-    if (*c == "prologue") return run_prologue_bench(json, quick, thread_counts);
+    if (*c == "prologue") return run_prologue_bench(json, quick, thread_counts, huge_pages);
     if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1, P2 or prologue, got " + quote_value(*c));
     cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *c; }),
                 cases.end());
@@ -167,8 +180,9 @@ int run_bench(const std::vector<std::string>& args) {
     // q and k are small tensors of their own, not the first rows of prefill-sized buffers.
     const size_t q_bytes_max = static_cast<size_t>(bc.tokens * kHeadsQ * kHeadDim * 4);
     const size_t k_bytes_max = static_cast<size_t>(bc.tokens * kHeadsK * kHeadDim * 4);
-    Buffer q(q_bytes_max), k(k_bytes_max), q_out(q_bytes_max), k_out(k_bytes_max);
-    Limits limits(q_bytes_max + k_bytes_max);
+    Buffer q(q_bytes_max, huge_pages), k(k_bytes_max, huge_pages), q_out(q_bytes_max, huge_pages),
+        k_out(k_bytes_max, huge_pages);
+    Limits limits(q_bytes_max + k_bytes_max, huge_pages);
     // glibc memcpy of the same bytes, for reference only: (bytes, threads) -> GB/s
     std::map<std::pair<size_t, int>, double> memcpy_gbps;
     auto get_memcpy = [&](size_t bytes, int threads) {
@@ -220,6 +234,7 @@ int run_bench(const std::vector<std::string>& args) {
               r.inplace = inplace;
               r.threads = threads;
               r.decode = bc.decode;
+              r.huge_pages = huge_pages;
               r.sec = sec;
               r.bytes = 2.0 * static_cast<double>(qb + kb);
               r.limit = limit;

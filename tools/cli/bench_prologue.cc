@@ -73,6 +73,7 @@ struct Result {
   double sec, unfused_sec, speedup, bytes, limit_gbps;
   double fused_again_sec = 0.0;  ///< the fused call timed beside the unfused one (speedup's denominator)
   double cold_sec = 0.0;         ///< decode: the fused call writing a different, cold cache slot each time
+  bool huge_pages = false;
 };
 
 void print_json(const Result& r) {
@@ -96,6 +97,7 @@ void print_json(const Result& r) {
   j["speedup"] = r.speedup;
   if (r.phase == "decode") j["cold_us"] = r.cold_sec * 1e6;
   j["bytes"] = r.bytes;
+  j["hugepages"] = r.huge_pages;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -118,7 +120,7 @@ void print_table(const std::vector<Result>& rows) {
 
 }  // namespace
 
-int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_counts) {
+int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_counts, bool huge_pages) {
   const Model models[] = {{"llama-3-8b", 500000.0, true}, {"qwen3-8b", 1000000.0, false}};
   const DType dtypes[] = {DType::kF32, DType::kBF16};
   const DType caches[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kF8E4M3};
@@ -130,10 +132,11 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
 
   // Buffers at the largest size (f32): q/k/v of a prefill, the caches, scales, norm weights.
   const int64_t Tmax = 4096, rows = kNumBlocks * kBlock;
-  Buffer q(static_cast<size_t>(Tmax * kHq * kD * 4)), k(static_cast<size_t>(Tmax * kHkv * kD * 4)),
-      v(static_cast<size_t>(Tmax * kHkv * kD * 4));
-  Buffer kc(static_cast<size_t>(rows * kHkv * kD * 4)), vc(static_cast<size_t>(rows * kHkv * kD * 4));
-  Buffer ks(static_cast<size_t>(rows * kHkv * 4)), vs(static_cast<size_t>(rows * kHkv * 4));
+  const bool hp = huge_pages;
+  Buffer q(static_cast<size_t>(Tmax * kHq * kD * 4), hp), k(static_cast<size_t>(Tmax * kHkv * kD * 4), hp),
+      v(static_cast<size_t>(Tmax * kHkv * kD * 4), hp);
+  Buffer kc(static_cast<size_t>(rows * kHkv * kD * 4), hp), vc(static_cast<size_t>(rows * kHkv * kD * 4), hp);
+  Buffer ks(static_cast<size_t>(rows * kHkv * 4), hp), vs(static_cast<size_t>(rows * kHkv * 4), hp);
   // Every timed call normalises and rotates q in place, tens of thousands of times per decode configuration.
   // With unequal weights that repeated normalisation scales channel i by w_i / rms per call and drives the
   // smaller channels to subnormals and zeros (which no real step sees, and which take slow paths), so each
@@ -143,7 +146,7 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
   std::vector<float> wq(kD, 0.95f), wk(kD, 0.9f);
   float fp8_scale = 0.01f;
   std::vector<int64_t> slots(static_cast<size_t>(Tmax));
-  Limits limits(static_cast<size_t>(Tmax * (kHq + 2 * kHkv) * kD * 4 * 2));
+  Limits limits(static_cast<size_t>(Tmax * (kHq + 2 * kHkv) * kD * 4 * 2), hp);
 
   const long long total = 2LL * 2 * 2 * 4 * 2 * static_cast<long long>(thread_counts.size());
   Progress progress("rotary bench --case prologue", total);
@@ -254,6 +257,7 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
               r.cache_dtype = dtype_name(cd);
               r.qk_norm = norm;
               r.threads = thr;
+              r.huge_pages = huge_pages;
               r.sec = sec;
               r.unfused_sec = unfused_sec;
               r.speedup = unfused_sec / fused_again;  // the two timed side by side

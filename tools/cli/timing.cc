@@ -7,10 +7,17 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
+#include <new>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -96,8 +103,26 @@ void nt_copy_widest(float* dst, const float* src, size_t n) {
 
 }  // namespace
 
-Buffer::Buffer(size_t bytes) : bytes_(bytes) {
-  p_ = static_cast<unsigned char*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+bool transparent_huge_pages_available() {
+#if defined(__linux__)
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(f, mode);
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
+#else
+  return false;
+#endif
+}
+
+Buffer::Buffer(size_t bytes, bool huge_pages) : bytes_(bytes) {
+  const size_t align = huge_pages ? size_t{2} << 20 : 4096;
+  const size_t size = (std::max<size_t>(bytes, 1) + align - 1) / align * align;
+  p_ = static_cast<unsigned char*>(std::aligned_alloc(align, size));
+  if (p_ == nullptr) throw std::bad_alloc();
+#if defined(__linux__)
+  // Before the first touch: pages faulted in afterwards are 2 MiB where the kernel has them.
+  if (huge_pages) madvise(p_, size, MADV_HUGEPAGE);
+#endif
   std::memset(p_, 0, bytes);
 }
 
@@ -182,7 +207,8 @@ class Limits::Team {
   bool stop_ = false;
 };
 
-Limits::Limits(size_t max_bytes) : team_(std::make_unique<Team>()), src_(max_bytes), dst_(max_bytes) {
+Limits::Limits(size_t max_bytes, bool huge_pages)
+    : team_(std::make_unique<Team>()), src_(max_bytes, huge_pages), dst_(max_bytes, huge_pages) {
   float* x = reinterpret_cast<float*>(src_.data());
   std::fill(x, x + max_bytes / sizeof(float), 1.0f);
 }

@@ -15,10 +15,16 @@
 
 namespace rotary::cli {
 
-/// Page-aligned, pre-touched storage (page faults are not part of any measurement).
+/// Whether this machine can back advised memory with transparent huge pages: Linux with
+/// /sys/kernel/mm/transparent_hugepage/enabled set to `always` or `madvise`.
+bool transparent_huge_pages_available();
+
+/// Page-aligned, pre-touched storage (page faults are not part of any measurement). With `huge_pages` (where
+/// transparent_huge_pages_available()), it is 2 MiB-aligned and advised MADV_HUGEPAGE before it is touched, so that
+/// the kernel may back it with 2 MiB pages (docs/performance.md, "Huge pages").
 class Buffer {
  public:
-  explicit Buffer(size_t bytes);
+  explicit Buffer(size_t bytes, bool huge_pages = false);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -50,7 +56,7 @@ std::pair<double, double> time_pair(const std::function<void()>& a, const std::f
 /// start-up). Each call processes the first `bytes` bytes (a multiple of 4) on `threads` threads.
 class Limits {
  public:
-  explicit Limits(size_t max_bytes);
+  explicit Limits(size_t max_bytes, bool huge_pages = false);
   ~Limits();
   /// In place: x = x*0.999 + 0.001 over the f32 values.
   void inplace_stream(size_t bytes, int threads);
