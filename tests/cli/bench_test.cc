@@ -70,9 +70,10 @@ TEST(CliBench, PrologueJsonLinesCarryTheIssuesFieldsForEveryConfiguration) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
     for (const char* key : {"case", "model", "phase", "dtype", "cache_dtype", "qk_norm", "threads", "ms", "gbps", "limit",
-                            "limit_gbps", "ratio", "unfused_ms", "fused_again_ms", "speedup"})
+                            "limit_gbps", "ratio", "unfused_ms", "fused_again_ms", "speedup", "hugepages"})
       ASSERT_TRUE(j.contains(key)) << key << " missing in " << line;
     EXPECT_EQ(j["case"], "prologue");
+    EXPECT_EQ(j["hugepages"], false) << "not asked for: " << line;
     const std::string phase = j["phase"], dtype = j["dtype"], cache = j["cache_dtype"];
     EXPECT_EQ(j.contains("us"), phase == "decode") << line;
     EXPECT_EQ(j.contains("cold_us"), phase == "decode") << line;
@@ -108,7 +109,8 @@ TEST(CliBench, HugePagesAreReportedOrRefused) {
   }
   const bool thp = mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
   std::string out;
-  const int rc = testing::run_command("'" + cli + "' bench --quick --case P2 --threads 1 --json --hugepages", &out, !thp);
+  const int rc =
+      testing::run_command("'" + cli + "' bench --quick --case P2 --threads 1 --json --hugepages", &out, !thp);
   if (!thp) {
     EXPECT_EQ(rc, 1) << out;
     EXPECT_NE(out.find("[rotary_bench] --hugepages: this machine has no transparent huge pages"), std::string::npos)
@@ -142,6 +144,11 @@ TEST(CliBench, BadArgumentsAreUsageErrors) {
   // Host buffers only: the CUDA benchmark's tensors are device memory.
   EXPECT_EQ(testing::run_command("'" + cli + "' bench --backend cuda --hugepages", &out, true), 2);
   EXPECT_NE(out.find("--hugepages is for the CPU benchmark"), std::string::npos) << out;
+  // Bad arguments stay usage errors beside --hugepages, whether or not the machine has huge pages.
+  EXPECT_EQ(testing::run_command("'" + cli + "' bench --hugepages --case bogus", &out, true), 2);
+  EXPECT_NE(out.find("--case must be P1, P2 or prologue"), std::string::npos) << out;
+  EXPECT_EQ(testing::run_command("'" + cli + "' bench --hugepages --threads 0", &out, true), 2);
+  EXPECT_NE(out.find("--threads must be in [1, 1024], got 0"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -27,8 +27,7 @@ namespace {
 
 constexpr const char* kUsage =
     "rotary bench [--json] [--quick] [--case P1|P2|prologue] [--threads N] [--hugepages] | rotary bench --backend cuda "
-    "[--json] [--quick] "
-    "[--case T1|T4096|T32768|T131072]";
+    "[--json] [--quick] [--case T1|T4096|T32768|T131072]";
 
 // ------------------------------------------------------------------ cases
 
@@ -68,7 +67,7 @@ struct Row {
   int threads;
   double sec, bytes, limit_gbps, memcpy_gbps;
   bool decode;
-  bool huge_pages;
+  bool huge_pages = false;
   double gbps() const { return bytes / sec / 1e9; }
 };
 
@@ -95,6 +94,7 @@ void print_json(const Row& r) {
 }
 
 void print_table(const std::vector<Row>& rows) {
+  if (!rows.empty() && rows.front().huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
   std::printf("%-4s %-5s %-12s %-8s %-9s %3s %10s %9s %-15s %9s %6s\n", "case", "dtype", "pairing", "inplace",
               "direction", "thr", "time", "GB/s", "limit", "limitGB/s", "ratio");
   for (const Row& r : rows) {
@@ -136,28 +136,32 @@ int run_bench(const std::vector<std::string>& args) {
   if (!flags.positional().empty()) throw UsageError("unexpected argument " + quote_value(flags.positional()[0]));
   if (auto backend = flags.get("backend")) {
     if (*backend == "cuda") {
-      if (flags.has("hugepages")) throw UsageError("--hugepages is for the CPU benchmark (host buffers), not --backend cuda");
+      if (flags.has("hugepages"))
+        throw UsageError("--hugepages is for the CPU benchmark (host buffers), not --backend cuda");
       return run_bench_cuda(flags);
     }
     if (*backend != "cpu") throw UsageError("--backend must be cpu or cuda, got " + *backend);
   }
   const bool json = flags.has("json");
   const bool quick = flags.has("quick");
-  const bool huge_pages = flags.has("hugepages");
-  if (huge_pages && !transparent_huge_pages_available())
-    throw Error(Error::Kind::kInvalidArgument,
-                "[rotary_bench] --hugepages: this machine has no transparent huge pages to advise (Linux with "
-                "/sys/kernel/mm/transparent_hugepage/enabled set to always or madvise)");
   std::vector<BenchCase> cases = {{"P1", 4096, 0, false}, {"P2", 1, 12345, true}};
   std::vector<int> thread_counts = {1, 2};
   if (auto n = flags.get_int("threads")) {
     if (*n < 1 || *n > 1024) throw UsageError("--threads must be in [1, 1024], got " + std::to_string(*n));
     thread_counts = {static_cast<int>(*n)};
   }
-  if (auto c = flags.get("case")) {
-    if (*c == "prologue") return run_prologue_bench(json, quick, thread_counts, huge_pages);
-    if (*c != "P1" && *c != "P2") throw UsageError("--case must be P1, P2 or prologue, got " + quote_value(*c));
-    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *c; }),
+  const auto case_name = flags.get("case");
+  if (case_name && *case_name != "P1" && *case_name != "P2" && *case_name != "prologue")
+    throw UsageError("--case must be P1, P2 or prologue, got " + quote_value(*case_name));
+  // After the usage checks: a bad argument is a usage error (exit 2) whatever the machine.
+  const bool huge_pages = flags.has("hugepages");
+  if (huge_pages && !transparent_huge_pages_available())
+    throw Error(Error::Kind::kInvalidArgument,
+                "[rotary_bench] --hugepages: this machine has no transparent huge pages to advise (Linux with "
+                "/sys/kernel/mm/transparent_hugepage/enabled set to always or madvise)");
+  if (case_name) {
+    if (*case_name == "prologue") return run_prologue_bench(json, quick, thread_counts, huge_pages);
+    cases.erase(std::remove_if(cases.begin(), cases.end(), [&](const BenchCase& b) { return b.name != *case_name; }),
                 cases.end());
   }
 

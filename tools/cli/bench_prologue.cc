@@ -103,6 +103,7 @@ void print_json(const Result& r) {
 }
 
 void print_table(const std::vector<Result>& rows) {
+  if (!rows.empty() && rows.front().huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
   std::printf("%-11s %-7s %-5s %-6s %-4s %3s %11s %8s %-22s %6s %11s %7s %11s\n", "model", "phase", "dtype", "cache",
               "norm", "thr", "time", "GB/s", "limit", "ratio", "unfused", "speedup", "cold slot");
   for (const Result& r : rows) {
