@@ -67,12 +67,11 @@ struct Row {
   int threads;
   double sec, bytes, limit_gbps, memcpy_gbps;
   bool decode;
-  bool huge_pages = false;
   double gbps() const { return bytes / sec / 1e9; }
 };
 
 /// One JSON line per configuration (fields: docs/cli.md).
-void print_json(const Row& r) {
+void print_json(const Row& r, bool huge_pages) {
   nlohmann::ordered_json j;
   j["case"] = r.case_name;
   j["dtype"] = r.dtype;
@@ -88,13 +87,13 @@ void print_json(const Row& r) {
   j["ratio"] = r.gbps() / r.limit_gbps;
   j["memcpy_gbps"] = r.memcpy_gbps;
   j["bytes"] = r.bytes;
-  j["hugepages"] = r.huge_pages;
+  j["hugepages"] = huge_pages;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
 
-void print_table(const std::vector<Row>& rows) {
-  if (!rows.empty() && rows.front().huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
+void print_table(const std::vector<Row>& rows, bool huge_pages) {
+  if (huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
   std::printf("%-4s %-5s %-12s %-8s %-9s %3s %10s %9s %-15s %9s %6s\n", "case", "dtype", "pairing", "inplace",
               "direction", "thr", "time", "GB/s", "limit", "limitGB/s", "ratio");
   for (const Row& r : rows) {
@@ -238,7 +237,6 @@ int run_bench(const std::vector<std::string>& args) {
               r.inplace = inplace;
               r.threads = threads;
               r.decode = bc.decode;
-              r.huge_pages = huge_pages;
               r.sec = sec;
               r.bytes = 2.0 * static_cast<double>(qb + kb);
               r.limit = limit;
@@ -246,12 +244,12 @@ int run_bench(const std::vector<std::string>& args) {
               r.memcpy_gbps = get_memcpy(qb + kb, limit_threads);
               rows.push_back(r);
               progress.step(++done);
-              if (json) print_json(r);
+              if (json) print_json(r, huge_pages);
             }
     }
   }
   progress.done();
-  if (!json) print_table(rows);
+  if (!json) print_table(rows, huge_pages);
   return 0;
 }
 

@@ -73,10 +73,9 @@ struct Result {
   double sec, unfused_sec, speedup, bytes, limit_gbps;
   double fused_again_sec = 0.0;  ///< the fused call timed beside the unfused one (speedup's denominator)
   double cold_sec = 0.0;         ///< decode: the fused call writing a different, cold cache slot each time
-  bool huge_pages = false;
 };
 
-void print_json(const Result& r) {
+void print_json(const Result& r, bool huge_pages) {
   nlohmann::ordered_json j;
   j["case"] = "prologue";
   j["model"] = r.model;
@@ -97,13 +96,13 @@ void print_json(const Result& r) {
   j["speedup"] = r.speedup;
   if (r.phase == "decode") j["cold_us"] = r.cold_sec * 1e6;
   j["bytes"] = r.bytes;
-  j["hugepages"] = r.huge_pages;
+  j["hugepages"] = huge_pages;
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
 
-void print_table(const std::vector<Result>& rows) {
-  if (!rows.empty() && rows.front().huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
+void print_table(const std::vector<Result>& rows, bool huge_pages) {
+  if (huge_pages) std::printf("(--hugepages: buffers advised for transparent huge pages)\n");
   std::printf("%-11s %-7s %-5s %-6s %-4s %3s %11s %8s %-22s %6s %11s %7s %11s\n", "model", "phase", "dtype", "cache",
               "norm", "thr", "time", "GB/s", "limit", "ratio", "unfused", "speedup", "cold slot");
   for (const Result& r : rows) {
@@ -258,7 +257,6 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
               r.cache_dtype = dtype_name(cd);
               r.qk_norm = norm;
               r.threads = thr;
-              r.huge_pages = huge_pages;
               r.sec = sec;
               r.unfused_sec = unfused_sec;
               r.speedup = unfused_sec / fused_again;  // the two timed side by side
@@ -271,13 +269,13 @@ int run_prologue_bench(bool json, bool quick, const std::vector<int>& thread_cou
                              limit_sec / 1e9;
               out.push_back(r);
               progress.step(++done);
-              if (json) print_json(r);
+              if (json) print_json(r, huge_pages);
             }
       }
     }
   }
   progress.done();
-  if (!json) print_table(out);
+  if (!json) print_table(out, huge_pages);
   return 0;
 }
 
