@@ -230,7 +230,7 @@ def cos_sin(spec: Spec, positions: Union[int, ArrayLike], *, seq_len: Optional[i
     if spec.mrope_section:
         return _mrope_cos_sin(spec, p, seq_len)
     shape = p.shape
-    c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), _seq_len_arg(seq_len))
+    c, s = _rotary._cos_sin(spec, np.ascontiguousarray(p).reshape(-1), _seq_len_arg(seq_len, "rotary_cos_sin"))
     half = c.shape[1]
     return c.reshape(shape + (half,)), s.reshape(shape + (half,))
 

@@ -54,7 +54,7 @@ def _mark_written(*tensors: Any) -> None:
     _torch_module()._C._increment_version(list(tensors))  # the list form: the single-tensor one costs ~10x (3 us)
 
 
-def _check_torch_cpu(t: Any, what: str, where: str = "rotary") -> None:
+def _check_torch_cpu(t: Any, what: str, where: str) -> None:
     if t.device.type != "cpu":
         raise ValueError(f"[{where}] {what} is on device '{t.device}'; rotary's Python kernels run on CPU tensors")
 
@@ -62,7 +62,7 @@ def _check_torch_cpu(t: Any, what: str, where: str = "rotary") -> None:
 _NUMERIC_KINDS = ("f", "i", "u", "c")  # others (ml_dtypes float8, bool, objects) never reach the extension
 
 
-def _check_torch_strided(t: Any, what: str, where: str = "rotary") -> None:
+def _check_torch_strided(t: Any, what: str, where: str) -> None:
     torch = _torch_module()
     if t.layout != torch.strided:
         raise TypeError(f"[{where}] {what} must be a dense (strided) tensor, got layout {t.layout}")
@@ -80,15 +80,15 @@ _MAX_RANK = 4  # rotary::kMaxRank: the most axes a core TensorView holds
 
 
 def _check_rank(x: Any, what: str, where: str) -> None:
-    """An array of more axes than the core holds, refused in the words of the entry point `where` (the extension's
-    own conversion can only say "[rotary]")."""
+    """An array of more axes than the core holds, refused in the words of the entry point `where` with its shape
+    (before the extension's own conversion, whose message gives no shape)."""
     ndim = getattr(x, "ndim", None)
     if isinstance(ndim, int) and ndim > _MAX_RANK:
         raise ValueError(f"[{where}] {what} must have rank <= {_MAX_RANK}, got rank {ndim} "
                          f"(shape [{','.join(str(int(n)) for n in x.shape)}])")
 
 
-def _as_core_array(x: Any, what: str, readonly: bool = False, where: str = "rotary") -> Tuple[Any, bool]:
+def _as_core_array(x: Any, what: str, readonly: bool = False, *, where: str) -> Tuple[Any, bool]:
     """(object the extension can import without copying, is-bf16-as-uint16-bits).
 
     The core takes non-negative strides and rejects zero strides on axes longer than 1 (they would alias
@@ -281,7 +281,7 @@ def _torch_wide_unsigned(torch: Any) -> Tuple[Any, ...]:
     return tuple(d for d in (getattr(torch, n, None) for n in ("uint16", "uint32", "uint64")) if d is not None)
 
 
-def _index_array(a: Any, what: str, allow_float: bool, where: str = "rotary") -> Any:
+def _index_array(a: Any, what: str, allow_float: bool, where: str) -> Any:
     """Positions-like input -> numpy/torch array of int32/int64 (or float32/float64 if allowed). `where`: the entry
     point whose words its errors are in (a value past int64, a dtype that is not an index)."""
     if isinstance(a, (list, tuple)):

@@ -84,5 +84,5 @@ def onnx_rotary_embedding(
                             f"{type(v).__name__} {v!r}")
     _onnx(xv, cv, sv, position_ids=ids, y=ov, interleaved=int(interleaved),
           rotary_embedding_dim=int(rotary_embedding_dim), num_heads=int(num_heads), inverse=bool(inverse),
-          threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
+          threads=_threads_arg(threads, where), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
     return out

@@ -11,24 +11,24 @@ from ._arrays import (_INT_KINDS, ArrayLike, _check_rank, _index_array, _is_torc
 
 PositionsLike = Union[int, Sequence[int], Sequence[float], ArrayLike, None]
 
-def _split_positions(positions: PositionsLike, where: str = "rotary") -> Tuple[int, Any]:
-    """(offset, ids array or None); an id past int64 refused in the words of `where`."""
+def _split_positions(positions: PositionsLike, where: str) -> Tuple[int, Any]:
+    """(offset, ids array or None); errors (an id past int64 included) in the words of the entry point `where`."""
     if positions is None:
         return 0, None
-    _refuse_position_derivative(positions, "rotary_apply", plain=True)
+    _refuse_position_derivative(positions, where, plain=True)
     if isinstance(positions, (bool, np.bool_)):
         raise TypeError(f"[{where}] positions must be an int or an array, got bool")
     if isinstance(positions, (int, np.integer)):
-        return _offset_arg(positions, "positions.offset"), None
+        return _offset_arg(positions, "positions.offset", where), None
     if isinstance(positions, float):
         raise TypeError(f"[{where}] a scalar position must be an int (the start offset); pass an array for "
                         "fractional positions")
     if _is_torch(positions) and positions.ndim == 0 and not positions.is_floating_point():
-        return _offset_arg(positions, "positions.offset"), None
+        return _offset_arg(positions, "positions.offset", where), None
     if isinstance(positions, np.ndarray) and positions.ndim == 0 and positions.dtype.kind in _INT_KINDS:
-        return _offset_arg(positions, "positions.offset"), None
+        return _offset_arg(positions, "positions.offset", where), None
     ids = _index_array(positions, "positions", allow_float=True, where=where)
-    if ids.ndim > 4:  # (the extension's conversion would say "[rotary]"; a plain comparison first: decode calls)
+    if ids.ndim > 4:  # (with the shape, which the extension's conversion omits; a plain comparison first: decode calls)
         _check_rank(ids, "positions", where)
     return 0, ids
 
@@ -44,7 +44,7 @@ def _offset_arrays(cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any, where:
 
 
 def _table_positions(positions: PositionsLike, cu_seqlens: Any, seq_offsets: Any, batch_offsets: Any,
-                     where: str = "rotary") -> Tuple[int, Any, Any, Any, Any]:
+                     where: str) -> Tuple[int, Any, Any, Any, Any]:
     """(offset, ids, cu_seqlens, seq_offsets, batch_offsets) for a caller-table call. flash-attn's varlen form
     passes one int offset for every packed sequence: it becomes seq_offsets [N] here."""
     offset, ids = _split_positions(positions, where)

@@ -27,15 +27,16 @@ __all__ = ["prologue", "rerotate_cache"]
 _NUMPY_BITS = {"bfloat16": 2, "float8_e4m3fn": 7, "float8_e5m2": 8}
 
 
-def _core(x: Any, what: str, readonly: bool = False):
-    """(array for the core, rotary DType value of its raw bits or -1)."""
+def _core(x: Any, what: str, where: str, readonly: bool = False):
+    """(array for the core, rotary DType value of its raw bits or -1); errors in the words of the entry point
+    `where`."""
     if isinstance(x, np.ndarray) and (x.dtype.kind == "V" or x.dtype.type.__name__ in _NUMPY_BITS):
         # ml_dtypes' types (float8_e5m2 reports kind "f", the others "V"): their raw bits
         code = _NUMPY_BITS.get(x.dtype.type.__name__)
         if code is None:
-            raise TypeError(f"[rotary] {what} has an unsupported dtype {x.dtype}")
+            raise TypeError(f"[{where}] {what} has an unsupported dtype {x.dtype}")
         if not readonly and not x.flags.writeable:
-            raise ValueError(f"[rotary] {what} must be writable, got a read-only array (shape {x.shape})")
+            raise ValueError(f"[{where}] {what} must be writable, got a read-only array (shape {x.shape})")
         if readonly and not x.flags.c_contiguous and _has_broadcast_axis(x):
             x = np.ascontiguousarray(x)
         return x.view(np.uint16 if code == 2 else np.uint8), code
@@ -43,15 +44,16 @@ def _core(x: Any, what: str, readonly: bool = False):
         torch = _torch_module()
         f8 = {getattr(torch, "float8_e4m3fn", None): 7, getattr(torch, "float8_e5m2", None): 8}
         if x.dtype.is_floating_point and x.dtype.itemsize == 1 and x.dtype not in f8:
-            raise TypeError(f"[rotary] {what} has an unsupported dtype {x.dtype} (fp8 caches: "
+            raise TypeError(f"[{where}] {what} has an unsupported dtype {x.dtype} (fp8 caches: "
                             "torch.float8_e4m3fn or torch.float8_e5m2)")
         if x.dtype in f8:
             if x.device.type != "cpu":
-                raise ValueError(f"[rotary] {what} is on device '{x.device}'; rotary's Python kernels run on CPU tensors")
+                raise ValueError(f"[{where}] {what} is on device '{x.device}'; rotary's Python kernels run on CPU "
+                                 "tensors")
             if not readonly:
                 _mark_written(x)
             return x.detach().view(torch.uint8), f8[x.dtype]
-    return _as_core_array(x, what, readonly=readonly)[0], -1
+    return _as_core_array(x, what, readonly=readonly, where=where)[0], -1
 
 
 def _group(arrays):
@@ -62,7 +64,7 @@ def _group(arrays):
         if a is None:
             out.append(None)
             continue
-        v, c = _core(a, name, readonly)
+        v, c = _core(a, name, "rotary_prologue", readonly)
         if code is None:
             code, first = c, (name, a)
         elif c != code:
@@ -79,7 +81,7 @@ def _is_int8(x: Any) -> bool:
 _F32_FINITE_BELOW = 2.0**128 - 2.0**103
 
 
-def _f32_scale(s: Any, what: str, where: str = "rotary") -> float:
+def _f32_scale(s: Any, what: str, where: str) -> float:
     """An fp8 per-tensor scale (a Python, numpy or torch number) as a float that is finite and > 0 as a float32;
     nan, <= 0, past the float32 maximum or under its smallest subnormal is refused naming the value passed (a
     float32 conversion would show inf or 0, with numpy's overflow warning)."""
@@ -103,28 +105,28 @@ def _f32_scale(s: Any, what: str, where: str = "rotary") -> float:
     return v
 
 
-def _scale(s: Any, what: str, written: bool):
+def _scale(s: Any, what: str, written: bool, where: str):
     """A float (fp8 per-tensor scale, checked by _f32_scale) as a one-element float32 array, or the array (int8
-    scales, `written` by the call) itself."""
+    scales, `written` by the call) itself; errors in the words of the entry point `where`."""
     if s is None:
         return None
     if isinstance(s, (int, float, np.floating, np.integer)) and not isinstance(s, bool):
-        return np.array([_f32_scale(s, what)], dtype=np.float32)
+        return np.array([_f32_scale(s, what, where)], dtype=np.float32)
     if _is_torch(s):
         if written and s.device.type == "cpu":
             _mark_written(s)
         return s.detach() if s.device.type == "cpu" else s.detach().cpu()
     if isinstance(s, np.ndarray):
         if not s.dtype.isnative:  # the binding reads (and for int8 writes) native float32
-            raise TypeError(f"[rotary] {what} must have the machine's byte order, got dtype {s.dtype.str} (convert "
+            raise TypeError(f"[{where}] {what} must have the machine's byte order, got dtype {s.dtype.str} (convert "
                             f"it with astype(np.float32))")
         if not s.flags.writeable:
             if written:
-                raise ValueError(f"[rotary] {what} must be writable (the int8 cache's scales are written), "
+                raise ValueError(f"[{where}] {what} must be writable (the int8 cache's scales are written), "
                                  f"got a read-only array (shape {s.shape})")
             return s.copy()  # only read (an fp8 per-tensor scale); the binding takes writable arrays
         return s
-    raise TypeError(f"[rotary] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
+    raise TypeError(f"[{where}] {what} must be a float (fp8 per-tensor scale) or a float32 array (int8 row "
                     f"scales), got {type(s).__name__}")
 
 
@@ -144,16 +146,13 @@ _PYTHON_WORDS = {
 
 
 def _in_words_of(e: Exception, where: str, seq_len_list: bool = False) -> Exception:
-    """The error with the generic "[rotary] " prefix of the shared converters (arrays, dtypes, cache_layout)
-    replaced by the call's own, as the call's docs promise, and the core's names of the frequency arguments
-    replaced by the Python call's (seq_len[i] where seq_len is a list); any other error unchanged."""
+    """The call's error (prefix `where`: its converters and the core name the call) with the core's names of the
+    frequency arguments replaced by the Python call's (seq_len[i] where seq_len is a list); any other error
+    unchanged."""
     msg = str(e)
-    if msg.startswith("[rotary] "):
-        msg = msg[len("[rotary] "):]
-    elif msg.startswith(f"[{where}] "):
-        msg = msg[len(where) + 3:]
-    else:
+    if not msg.startswith(f"[{where}] "):
         return e
+    msg = msg[len(where) + 3:]
     if where == "rotary_prologue":
         msg = _SOURCE_SEQ_LEN.sub(r"seq_len[\1]" if seq_len_list else "seq_len", msg)
     for pattern, words in _PYTHON_WORDS.get(where, ()):
@@ -194,7 +193,7 @@ def _specs(spec: Any, seq_len: Any, spec_index: Any):
 
 
 def _indices(a: Any, what: str):
-    return None if a is None else _index_array(a, what, False)
+    return None if a is None else _index_array(a, what, False, "rotary_prologue")
 
 
 def prologue(
@@ -280,9 +279,10 @@ def prologue(
                                               ("q_out", q_out, False), ("k_out", k_out, False)])
         (kcv, vcv), cache_bits = _group([("k_cache", k_cache, False), ("v_cache", v_cache, False)])
         (wq, wk), w_bits = _group([("q_norm_weight", q_norm_weight, True), ("k_norm_weight", k_norm_weight, True)])
-        offset, ids = _split_positions(positions)
+        offset, ids = _split_positions(positions, "rotary_prologue")
         specs, lens = _specs(spec, seq_len, spec_index)
-        ks, vs = _scale(k_scale, "k_scale", _is_int8(k_cache)), _scale(v_scale, "v_scale", _is_int8(v_cache))
+        ks = _scale(k_scale, "k_scale", _is_int8(k_cache), "rotary_prologue")
+        vs = _scale(v_scale, "v_scale", _is_int8(v_cache), "rotary_prologue")
         _rotary._prologue(qv, kv, vv, q_out=qov, k_out=kov, offset=offset, ids=ids, cu_seqlens=_indices(cu_seqlens, "cu_seqlens"),
                           seq_offsets=_indices(seq_offsets, "seq_offsets"), batch_offsets=_indices(batch_offsets, "batch_offsets"),
                           specs=specs, seq_lens=lens, source_index=_indices(spec_index, "spec_index"), cache_layout=cache_layout,
@@ -292,7 +292,7 @@ def prologue(
                           layout=layout, threads=threads, backend=backend, act_bits=act, cache_bits=cache_bits,
                           weight_bits=w_bits)
         return q_out if q_out is not None else q
-    except (TypeError, ValueError, IndexError) as e:  # the shared converters' "[rotary] ...", in this call's words
+    except (TypeError, ValueError, IndexError) as e:  # the core's names of the frequency arguments: the call's own
         raise _in_words_of(e, "rotary_prologue", isinstance(seq_len, (list, tuple))) from None
 
 
@@ -402,12 +402,14 @@ def rerotate_cache(
             _refuse_transformed([("slots", slots), ("from_positions", from_positions), ("to_positions", to_positions)],
                                 "rotary_rerotate_cache")
         _refuse_inference((k_cache, k_scale), ("k_cache", "k_scale"), "rotary_rerotate_cache")
-        kcv, bits = _core(k_cache, "k_cache")
-        _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False), _index_array(from_positions, "from_positions", False),
-                                _index_array(to_positions, "to_positions", False), spec, to_spec=to_spec,
+        where = "rotary_rerotate_cache"
+        kcv, bits = _core(k_cache, "k_cache", where)
+        _rotary._rerotate_cache(kcv, _index_array(slots, "slots", False, where),
+                                _index_array(from_positions, "from_positions", False, where),
+                                _index_array(to_positions, "to_positions", False, where), spec, to_spec=to_spec,
                                 from_seq_len=_seq_len_arg(from_seq_len, "rotary_rerotate_cache", "from_seq_len"),
                                 to_seq_len=_seq_len_arg(to_seq_len, "rotary_rerotate_cache", "to_seq_len"),
-                                cache_layout=cache_layout, k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache)),
+                                cache_layout=cache_layout, k_scale=_scale(k_scale, "k_scale", _is_int8(k_cache), where),
                                 threads=_threads_arg(threads, "rotary_rerotate_cache"), backend=backend,
                                 cache_bits=bits)
     except (TypeError, ValueError, IndexError) as e:
@@ -426,7 +428,7 @@ def _fp8_code(x: Any) -> Optional[int]:
 
 
 def _apply_fp8(*args: Any, **kw: Any) -> None:
-    """_fp8_rotation, its shared converters' "[rotary] ..." errors in rotary.apply's words."""
+    """_fp8_rotation, the core's errors of its frequency arguments in rotary.apply's words."""
     try:
         _fp8_rotation(*args, **kw)
     except (TypeError, ValueError) as e:
@@ -447,14 +449,14 @@ def _fp8_rotation(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale:
         if code is None:
             if scale is not None:
                 raise ValueError(f"[rotary_apply] {scale_name} is only for an fp8 {what}, got {what} dtype {x.dtype}")
-            return _as_core_array(x, what)[0], -1, 1.0
+            return _as_core_array(x, what, where="rotary_apply")[0], -1, 1.0
         if scale is None:
             raise ValueError(f"[rotary_apply] {scale_name} (the per-tensor scale) is required for an fp8 {what}")
-        return _core(x, what) + (_f32_scale(scale, scale_name, "rotary_apply"),)
+        return _core(x, what, "rotary_apply") + (_f32_scale(scale, scale_name, "rotary_apply"),)
     if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
         raise ValueError("[rotary_apply] an fp8 output cannot be its input (rotate in place needs one dtype)")
-    qv, act = _core(q, "x", readonly=True)
-    kv = _core(k, "k", readonly=True)[0] if k is not None else None
+    qv, act = _core(q, "x", "rotary_apply", readonly=True)
+    kv = _core(k, "k", "rotary_apply", readonly=True)[0] if k is not None else None
     qov, qob, qos = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
     kov, kob, kos = conv(k_out, "k_out", "k_out_scale", k_scale)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ._arrays import _refuse_position_derivative as refuse_position_derivative
-from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_from_key, write_all
+from ._torch_ops import KERNELS, LIB, OPS, full_args, spec_of_key, write_all
 
 ops = torch.ops.rotary
 _AFTER_AUTOGRAD = torch._C._after_autograd_keyset
@@ -367,7 +367,7 @@ def _merge_spec_call(name, batch, in_dims, args):
     inplace = name.endswith("_")
     positions, offset, spec, layout = args[n], args[n + 1], args[n + 2], args[n + 3]
     pd = in_dims[n]
-    if spec_from_key(spec).mrope_section:
+    if spec_of_key(spec, "rotary_apply").mrope_section:
         return None  # M-RoPE ids [3, ...] (or text-only ids of such a spec): one call per item
     if positions is not None and (positions.is_floating_point() or positions.dim() > (2 if pd is None else 3)):
         return None  # M-RoPE ids and others: one call per item
@@ -377,7 +377,7 @@ def _merge_spec_call(name, batch, in_dims, args):
     for t, d in zip(args[:n], in_dims[:n]):
         if d is None:
             if inplace:
-                raise ValueError("[rotary] vmap: an in-place rotation needs its tensors batched")
+                raise ValueError("[rotary_apply] vmap: an in-place rotation needs its tensors batched")
             t = t.unsqueeze(0).expand((batch,) + tuple(t.shape))
         else:
             t = t.movedim(d, 0)
@@ -421,7 +421,7 @@ def _loop(name, batch, in_dims, args):
     if inplace:
         n = _N_ROTATED[name]
         if any(d is None for d in in_dims[:n]):
-            raise ValueError("[rotary] vmap: an in-place rotation needs its tensors batched")
+            raise ValueError("[rotary_apply] vmap: an in-place rotation needs its tensors batched")
     if batch == 0:  # an empty vmapped axis: one call on a zero item gives the items' shapes (and checks the rest)
         if inplace:
             return None, None
@@ -447,7 +447,7 @@ def _own_lengths(name, in_dims, args) -> bool:
     n = _N_ROTATED[name]
     if in_dims[n] is None or args[n + 6] is not None:  # positions not batched, or seq_len given
         return False
-    return spec_from_key(args[n + 2]).length_dependent
+    return spec_of_key(args[n + 2], "rotary_apply").length_dependent
 
 
 def _vmap_rule(name: str):
@@ -474,7 +474,7 @@ def _cos_sin_vmap(info, in_dims, *args):
     d = in_dims[0]
     if d is None:
         return ops.cos_sin(positions, spec, seq_len), (None, None)
-    s = spec_from_key(spec)
+    s = spec_of_key(spec, "rotary_cos_sin")
     if s.mrope_section or (seq_len is None and s.length_dependent):
         return _loop("cos_sin", info.batch_size, tuple(in_dims) + (None,) * (3 - len(in_dims)), args)
     c, sn = ops.cos_sin(positions, spec, seq_len)

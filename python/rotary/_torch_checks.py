@@ -23,8 +23,9 @@ _MAX_RANK = 4  # rotary::kMaxRank: the most axes a core TensorView holds
 
 def kernel_positions(p: Optional[torch.Tensor], where: str = "rotary_apply", flat: bool = False
                      ) -> Optional[torch.Tensor]:
-    """Positions as the CPU kernel takes them: int32/int64/float32/float64 on the CPU, refused in the words of
-    `where` (the extension's conversion can only say "[rotary]"). flat: the caller flattens them (any rank)."""
+    """Positions as the CPU kernel takes them: int32/int64/float32/float64 on the CPU (other integer and float dtypes
+    converted); a rank past 4 (with the shape), a bool or complex dtype and a uint64 id past int64 refused in the
+    words of `where`. flat: the caller flattens them (any rank)."""
     if p is None:
         return None
     if not flat and p.dim() > _MAX_RANK:

@@ -40,6 +40,9 @@ _TABLE_BYTES = 512 << 20  # a table's cos and sin rows hold at most this (the C+
 _AXES: Dict[tuple, torch.Tensor] = {}
 _DEFAULT_ROWS = 8192
 _MAX_POSITION = (1 << 31) - 1  # the CPU kernel's largest position
+# The device assertion of positions past it, per entry point (constants: nothing is formatted per call).
+_OUTSIDE_POSITIONS = {where: f"[{where}] a position is outside [0, 2^31) (positions must be >= 0 and < 2^31)"
+                      for where in ("rotary_apply", "rotary_cos_sin")}
 
 
 @contextlib.contextmanager
@@ -74,10 +77,10 @@ def check_writable(x: torch.Tensor, k: Optional[torch.Tensor] = None, name: str 
         raise _inference_write_error("rotary_apply", n)
 
 
-def _spec_from_key(key: str):
-    from ._torch_ops import spec_from_key
+def _spec_from_key(key: str, where: str):
+    from ._torch_ops import spec_of_key
 
-    return spec_from_key(key)
+    return spec_of_key(key, where)
 
 
 def _table(spec, key: str, device: torch.device, need: int, seq_len: Optional[int]) -> tuple:
@@ -117,12 +120,12 @@ def _freqs(tk: tuple, device: torch.device, inv: np.ndarray, attn: float) -> tup
 
 
 def _gather(table: tuple, ids: torch.Tensor, checked: bool, what: str = "the cos/sin rows"):
-    """Rows of `table` (rows, cos, sin, ...) by ids: a caller's table (checked on the device), or a spec's table
-    for offset positions (the host knows they are inside)."""
+    """Rows of `table` (rows, cos, sin, ...) by ids: a caller's table (checked on the device: rotary_apply's
+    caller-table operators), or a spec's table for offset positions (the host knows they are inside)."""
     rows, c, s = table[:3]
     if checked:
         inside = ((ids >= 0) & (ids < rows)).all()
-        torch._assert_async(inside, f"[rotary] a position is outside {what} [0, {rows})")
+        torch._assert_async(inside, f"[rotary_apply] a position is outside {what} [0, {rows})")
         ids = ids.clamp(0, rows - 1)
     return c[ids], s[ids]
 
@@ -134,11 +137,12 @@ def _computed(ids: torch.Tensor, inv: torch.Tensor, attn: torch.Tensor):
     return (torch.cos(angle) * attn).to(torch.float32), (torch.sin(angle) * attn).to(torch.float32)
 
 
-def _device_rows(tables: list, ids: torch.Tensor, use: Optional[torch.Tensor] = None):
+def _device_rows(tables: list, ids: torch.Tensor, where: str, use: Optional[torch.Tensor] = None):
     """Rows for device ids: table rows for ids inside a table, rows computed on the device past it (no host read).
-    tables: one table, or LongRoPE's (short, long) with `use` (a device bool: the long ones)."""
+    tables: one table, or LongRoPE's (short, long) with `use` (a device bool: the long ones). The device assertion
+    names the entry point `where`."""
     torch._assert_async(((ids >= 0) & (ids <= _MAX_POSITION)).all(),
-                        "[rotary] a position is outside [0, 2^31) (positions must be >= 0 and < 2^31)")
+                        _OUTSIDE_POSITIONS[where])
     rows, c, s, inv, attn = tables[0]
     if rows == 0:  # no table (dynamic NTK: LongRoPE always has both)
         return _computed(ids, inv, attn)
@@ -160,7 +164,7 @@ def offset_with_ids_error(offset: int) -> ValueError:
                       f"the offset to them), got {offset}")
 
 
-def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device) -> torch.Tensor:
+def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, device, where: str) -> torch.Tensor:
     if positions is None:
         if offset < 0:  # known on the host: the CPU kernel's error (indexing would wrap to the table's end)
             raise ValueError(f"[rotary_apply] positions.offset must be >= 0, got {offset}")
@@ -168,28 +172,29 @@ def _token_ids(positions: Optional[torch.Tensor], offset: int, n_tok: int, devic
     if offset:
         raise offset_with_ids_error(offset)
     if positions.is_floating_point():
-        raise NotImplementedError("[rotary] fractional positions on device tensors are not supported "
+        raise NotImplementedError(f"[{where}] fractional positions on device tensors are not supported "
                                   "(rotary's CPU kernels compute them)")
     return positions.to(device=device, dtype=torch.long)
 
 
-def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_len: Optional[int]):
+def _spec_rows(spec, key: str, ids: torch.Tensor, host_end: Optional[int], seq_len: Optional[int], where: str):
     """f32 rows for integer ids of any shape: ids.shape + (R/2,). host_end: the ids' end (offset + tokens) when the
-    host knows it (offset positions: the table's exact rows cover them), else None (device ids: _device_rows)."""
+    host knows it (offset positions: the table's exact rows cover them), else None (device ids: _device_rows, whose
+    assertion names the entry point `where`)."""
     from_offset = host_end is not None
     need = host_end or 0
     if seq_len is None and spec.rope_type == "longrope" and not from_offset:
         orig = spec.original_max_position_embeddings or spec.max_position_embeddings
         tables = [_table(spec, key, ids.device, need, orig), _table(spec, key, ids.device, need, orig + 1)]
         use_long = ids.max() + 1 > orig if ids.numel() else torch.zeros((), dtype=torch.bool, device=ids.device)
-        return _device_rows(tables, ids, use_long)
+        return _device_rows(tables, ids, where, use_long)
     if seq_len is None and spec.length_dependent:
         # dynamic (and longrope with host-known positions): the length is max(position) + 1
         seq_len = host_end if from_offset else (int(ids.max()) + 1 if ids.numel() else 1)
     table = _table(spec, key, ids.device, need, seq_len)
     if from_offset and host_end <= table[0]:  # the host knows every offset position is inside: exact rows
         return _gather(table, ids, False)
-    return _device_rows([table], ids)
+    return _device_rows([table], ids, where)
 
 
 def _shape(dims) -> str:
@@ -221,12 +226,12 @@ def _mrope_text_only(ids: torch.Tensor, layout: str, b: int, n: int) -> bool:
                      f"positions (the same on every axis), got {_shape(shape)}")
 
 
-def _mrope_rows(spec, key: str, ids: torch.Tensor, seq_len: Optional[int]):
+def _mrope_rows(spec, key: str, ids: torch.Tensor, seq_len: Optional[int], where: str):
     """M-RoPE: ids [3, ...] -> rows ids.shape[1:] + (R/2,), frequency j from axis axis_of_freq[j]."""
     from ._torch_ops import mrope_parts
 
     base_key, axis = mrope_parts(spec)
-    c, s = _spec_rows(_spec_from_key(base_key), base_key, ids, None, seq_len)  # [3, ..., h]
+    c, s = _spec_rows(_spec_from_key(base_key, where), base_key, ids, None, seq_len, where)  # [3, ..., h]
     dev_key = (key, str(ids.device))  # the spec's own key: its sections and interleaving decide the axes
     if dev_key not in _AXES:  # copied once per device (a copy would break CUDA-graph capture)
         _AXES[dev_key] = axis.to(ids.device)
@@ -280,19 +285,21 @@ def rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, pairing: str, inve
 
 
 def _rows_for_spec(x, positions, offset, key, layout, seq_len):
-    spec = _spec_from_key(key)
+    where = "rotary_apply"
+    spec = _spec_from_key(key, where)
     b, n = _grid(x, layout)
-    ids = _token_ids(positions, offset, n, x.device)
+    ids = _token_ids(positions, offset, n, x.device, where)
     if spec.mrope_section and (positions is None or _mrope_text_only(ids, layout, b, n)):
         # text-only: the same position on every axis, i.e. the rows of the spec without its sections
         from ._torch_ops import mrope_parts
 
         base_key = mrope_parts(spec)[0]
-        c, s = _spec_rows(_spec_from_key(base_key), base_key, ids, offset + n if positions is None else None, seq_len)
+        c, s = _spec_rows(_spec_from_key(base_key, where), base_key, ids, offset + n if positions is None else None,
+                          seq_len, where)
     elif spec.mrope_section:
-        c, s = _mrope_rows(spec, key, ids, seq_len)
+        c, s = _mrope_rows(spec, key, ids, seq_len, where)
     else:
-        c, s = _spec_rows(spec, key, ids, offset + n if positions is None else None, seq_len)
+        c, s = _spec_rows(spec, key, ids, offset + n if positions is None else None, seq_len, where)
     return spec, c, s
 
 
@@ -300,7 +307,7 @@ def _rows_for_tables(x, cos, sin, positions, offset, layout):
     if cos.dim() == 3:
         return cos.to(x.device), sin.to(x.device)
     b, n = _grid(x, layout)
-    ids = _token_ids(positions, offset, n, x.device)
+    ids = _token_ids(positions, offset, n, x.device, "rotary_apply")
     rows = cos.shape[0]
     if positions is None:
         if offset + n > rows:
@@ -389,14 +396,15 @@ def _apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bshd", 
 
 
 def _cos_sin(positions, spec, seq_len=None):
-    s = _spec_from_key(spec)
-    ids = _token_ids(positions, 0, 0, positions.device)
+    where = "rotary_cos_sin"
+    s = _spec_from_key(spec, where)
+    ids = _token_ids(positions, 0, 0, positions.device, where)
     if s.mrope_section:
         if ids.dim() < 1 or ids.shape[0] != 3:  # the CPU kernel's error (text-only ids are not taken here)
             raise ValueError(f"[rotary_cos_sin] M-RoPE positions must be [3, ...] (t, h, w), got shape {tuple(ids.shape)}")
-        c, sn = _mrope_rows(s, spec, ids, seq_len)
+        c, sn = _mrope_rows(s, spec, ids, seq_len, where)
     else:
-        c, sn = _spec_rows(s, spec, ids, None, seq_len)
+        c, sn = _spec_rows(s, spec, ids, None, seq_len, where)
     return c.contiguous(), sn.contiguous()  # contiguous rows, as the CPU kernel and the fake kernel return
 
 

@@ -71,11 +71,17 @@ _DEFAULTS: Dict[int, dict] = {}  # head_dim -> Spec(head_dim).to_dict()
 
 def spec_key(spec: Spec) -> str:
     """The operators' encoding of a Spec: compact canonical JSON of its non-default fields (name left out)."""
+    return key_of(spec, "rotary.spec_key")
+
+
+def key_of(spec: Spec, where: str) -> str:
+    """spec_key(spec), a spec that is no Spec refused in the words of the entry point `where` (rotary.torch's
+    functions: theirs)."""
     hit = _KEY_BY_ID.get(id(spec))
     if hit is not None:
         return hit[1]
     if not isinstance(spec, Spec):
-        raise TypeError(f"[rotary] spec must be a rotary.Spec, got {type(spec).__name__}")
+        raise TypeError(f"[{where}] spec must be a rotary.Spec, got {type(spec).__name__}")
     d = spec.to_dict()
     d.pop("name", None)
     head_dim = d["head_dim"]
@@ -93,6 +99,12 @@ def spec_key(spec: Spec) -> str:
 
 def spec_from_key(key: str) -> Spec:
     """The Spec of a key (the first Spec registered with it, or rebuilt from the JSON)."""
+    return spec_of_key(key, "rotary.spec_from_key")
+
+
+def spec_of_key(key: str, where: str) -> Spec:
+    """spec_from_key(key), a string that is no spec key refused in the words of the entry point `where` (the
+    operators: the function of rotary.torch they serve, rotary_apply or rotary_cos_sin)."""
     spec = _SPEC_BY_KEY.get(key)
     if spec is None:
         try:
@@ -101,7 +113,7 @@ def spec_from_key(key: str) -> Spec:
         except (ValueError, TypeError) as e:
             if isinstance(e, ValueError) and str(e).startswith("[rotary"):
                 raise
-            raise ValueError(f"[rotary] spec must be a key made by rotary.torch.spec_key, got {key[:60]!r}") from None
+            raise ValueError(f"[{where}] spec must be a key made by rotary.torch.spec_key, got {key[:60]!r}") from None
         _SPEC_BY_KEY[key] = spec
     return spec
 
@@ -184,8 +196,8 @@ def _apply_cpu(x, positions, offset, spec, layout="bshd", pairing="", inverse=Fa
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply"](x, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
     out = torch.empty_like(x)
-    _run(spec_from_key(spec), None, None, x, out, None, None, positions, offset, layout, pairing, inverse, seq_len,
-         threads)
+    _run(spec_of_key(spec, "rotary_apply"), None, None, x, out, None, None, positions, offset, layout, pairing, inverse,
+         seq_len, threads)
     return out
 
 
@@ -194,16 +206,16 @@ def _apply__cpu(x, positions, offset, spec, layout="bshd", pairing="", inverse=F
         check_writable(x)
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_"](x, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
-    _run(spec_from_key(spec), None, None, x, None, None, None, positions, offset, layout, pairing, inverse, seq_len,
-         threads)
+    _run(spec_of_key(spec, "rotary_apply"), None, None, x, None, None, None, positions, offset, layout, pairing, inverse,
+         seq_len, threads)
 
 
 def _apply_qk_cpu(q, k, positions, offset, spec, layout="bshd", pairing="", inverse=False, seq_len=None, threads=0):
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_qk"](q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-    _run(spec_from_key(spec), None, None, q, q_out, k, k_out, positions, offset, layout, pairing, inverse, seq_len,
-         threads)
+    _run(spec_of_key(spec, "rotary_apply"), None, None, q, q_out, k, k_out, positions, offset, layout, pairing, inverse,
+         seq_len, threads)
     return q_out, k_out
 
 
@@ -212,8 +224,8 @@ def _apply_qk__cpu(q, k, positions, offset, spec, layout="bshd", pairing="", inv
         check_writable(q, k, "q")
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["apply_qk_"](q, k, positions, offset, spec, layout, pairing, inverse, seq_len, threads)
-    _run(spec_from_key(spec), None, None, q, None, k, None, positions, offset, layout, pairing, inverse, seq_len,
-         threads)
+    _run(spec_of_key(spec, "rotary_apply"), None, None, q, None, k, None, positions, offset, layout, pairing, inverse,
+         seq_len, threads)
 
 
 def _f64_tables(cos, sin, *xs) -> bool:
@@ -279,7 +291,7 @@ def _rotary_half(spec: Spec) -> int:
 def _cos_sin_cpu(positions, spec, seq_len=None):
     if _composite.FORCED[0]:
         return _composite.COMPOSITE["cos_sin"](positions, spec, seq_len)
-    s = spec_from_key(spec)
+    s = spec_of_key(spec, "rotary_cos_sin")
     if s.mrope_section:
         return _mrope_cos_sin_cpu(s, positions, seq_len)
     h = _rotary_half(s)
@@ -375,7 +387,7 @@ def _fake_apply_qk_cos_sin_(q, k, cos, sin, positions=None, offset=0, layout="bs
 
 
 def _fake_cos_sin(positions, spec, seq_len=None):
-    s = spec_from_key(spec)
+    s = spec_of_key(spec, "rotary_cos_sin")
     h = _rotary_half(s)
     shape = tuple(positions.shape[1:] if s.mrope_section else positions.shape) + (h,)
     return (positions.new_empty(shape, dtype=torch.float32), positions.new_empty(shape, dtype=torch.float32))
@@ -447,7 +459,7 @@ def _backend_kernel(name: str) -> Optional[Callable]:
         else:
             cos = sin = None
             positions, offset, key, layout, pairing, inverse, seq_len, threads = args[n:]
-            spec = spec_from_key(key)
+            spec = spec_of_key(key, "rotary_apply")
         device = ts[0].device
         if offset and positions is not None:
             raise offset_with_ids_error(offset)

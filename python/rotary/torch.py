@@ -36,7 +36,7 @@ from rotary._arrays import _check_rank
 from rotary._torch_composite import rotate as _rotate_with_tables  # noqa: F401  (plain-torch formula, for tests)
 from rotary._torch_autograd import has_tangent as _has_tangent
 from rotary._torch_checks import AS_K, AS_Q, AS_X, FLASH, check_k_like_q, dims, named, raise_named
-from rotary._torch_ops import spec_from_key, spec_key
+from rotary._torch_ops import key_of, spec_from_key, spec_key
 from rotary._torch_positions import _functorch_active, _peek_functorch, _positions, raise_offsets_error
 
 __all__ = ["apply", "apply_qk", "apply_cos_sin", "apply_rotary_emb", "apply_rotary_emb_qkv_", "apply_rotary_emb_kv_", "RoPE", "apply_rotary_pos_emb", "cos_sin", "spec_key",
@@ -68,9 +68,10 @@ def _eager(*tensors: Any) -> bool:
 
 
 @torch.compiler.assume_constant_result
-def _key(spec: Any) -> str:
-    """spec_key(spec), a constant for torch.compile (the Spec is guarded on, never traced)."""
-    return spec_key(spec)
+def _key(spec: Any, where: str) -> str:
+    """spec_key(spec) (a non-Spec refused in the words of the entry point `where`), a constant for torch.compile
+    (the Spec is guarded on, never traced)."""
+    return key_of(spec, where)
 
 
 def _check_backend(backend: str) -> None:
@@ -191,9 +192,9 @@ def apply(x: torch.Tensor, positions: Any, spec: "_rotary.Spec", *, layout: str 
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"[rotary_apply] x must be a torch.Tensor, got {type(x).__name__}")
-    _check_rank(x, "x", "rotary_apply")  # (the extension's conversion would say "[rotary]")
+    _check_rank(x, "x", "rotary_apply")  # (with the shape, which the extension's conversion omits)
     _check_backend(backend)
-    key = _key(spec)
+    key = _key(spec, "rotary_apply")
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""
     try:  # the kernel's errors name x as q
@@ -224,7 +225,7 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
     call does before either is written."""
     if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
         raise TypeError(f"[rotary_apply] q and k must be torch.Tensors, got {type(q).__name__} and {type(k).__name__}")
-    _check_rank(q, "q", "rotary_apply")  # (the extension's conversion would say "[rotary] x")
+    _check_rank(q, "q", "rotary_apply")  # (the extension's conversion would call q x)
     _check_rank(k, "k", "rotary_apply")
     _check_backend(backend)
     if q.dtype != k.dtype:  # two calls, k checked against q and validated before either is written
@@ -242,7 +243,7 @@ def apply_qk(q: torch.Tensor, k: torch.Tensor, positions: Any, spec: "_rotary.Sp
         ky = named(AS_K, apply, k, positions, spec, **kw)
         named(AS_Q, apply, q, positions, spec, inplace=True, **kw)
         return q, k.copy_(ky)
-    key = _key(spec)
+    key = _key(spec, "rotary_apply")
     pos, offset = _positions(positions, q, layout, cu_seqlens, seq_offsets, batch_offsets)
     p = pairing or ""
     if _functorch_active():
@@ -280,7 +281,7 @@ def apply_cos_sin(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positio
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"[rotary_apply] x must be a torch.Tensor, got {type(x).__name__}")
     for t, what in ((x, "x"), (cos, "cos"), (sin, "sin")):
-        _check_rank(t, what, "rotary_apply")  # (the extension's conversion would say "[rotary]")
+        _check_rank(t, what, "rotary_apply")  # (with the shape, which the extension's conversion omits)
     _check_backend(backend)
     pos, offset = _positions(positions, x, layout, cu_seqlens, seq_offsets, batch_offsets)
     try:  # the kernel's errors name x as q
@@ -372,8 +373,8 @@ def cos_sin(positions: Any, spec: "_rotary.Spec", *, seq_len: Optional[int] = No
     elif not isinstance(positions, torch.Tensor):
         positions = torch.as_tensor(np.asarray(positions))
     if _eager(positions):
-        return _kernel["cos_sin"](positions, _key(spec), seq_len)
-    return ops.cos_sin(positions, _key(spec), seq_len)
+        return _kernel["cos_sin"](positions, _key(spec, "rotary_cos_sin"), seq_len)
+    return ops.cos_sin(positions, _key(spec, "rotary_cos_sin"), seq_len)
 
 
 class RoPE(torch.nn.Module):
@@ -393,7 +394,7 @@ class RoPE(torch.nn.Module):
         except (TypeError, ValueError, OverflowError):
             even = False
         if not even:
-            raise ValueError(f"[rotary] n_embed must be a positive even int (channel pairs), got {n_embed!r}")
+            raise ValueError(f"[rotary.RoPE] n_embed must be a positive even int (channel pairs), got {n_embed!r}")
         self.base = base
         self.n_embed = n_embed
         self.spec = _rotary.Spec(int(n_embed), base=float(base), name="RoPE")
@@ -401,10 +402,10 @@ class RoPE(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() < 2:
-            raise ValueError(f"[rotary] x must have shape (..., T, C) for RoPE, got shape {dims(x.shape)}")
+            raise ValueError(f"[rotary.RoPE] x must have shape (..., T, C) for RoPE, got shape {dims(x.shape)}")
         T, C = x.shape[-2], x.shape[-1]
         if C != self.n_embed:
-            raise ValueError(f"[rotary] x must have last dimension C = n_embed = {self.n_embed}, got {C} "
+            raise ValueError(f"[rotary.RoPE] x must have last dimension C = n_embed = {self.n_embed}, got {C} "
                              f"(shape {dims(x.shape)})")
         out_dtype = torch.promote_types(x.dtype, torch.float32)
         xx = x if x.dtype == out_dtype else x.to(out_dtype)

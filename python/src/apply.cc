@@ -25,16 +25,17 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
                       bool bf16_bits) {
   CallArrays c;
   rotary::ApplyArgs& a = c.args;
-  a.q = to_view(q, "x", bf16_bits);
-  if (q_out) a.q_out = to_view(*q_out, "out", bf16_bits);
-  if (k) a.k = to_view(*k, "k", bf16_bits);
-  if (k_out) a.k_out = to_view(*k_out, "k_out", bf16_bits);
-  a.layout = parse_layout("rotary_apply", layout);
-  if (pairing) a.pairing = parse_pairing("rotary_apply", *pairing);
+  constexpr const char* where = "rotary_apply";
+  a.q = to_view(q, where, "x", bf16_bits);
+  if (q_out) a.q_out = to_view(*q_out, where, "out", bf16_bits);
+  if (k) a.k = to_view(*k, where, "k", bf16_bits);
+  if (k_out) a.k_out = to_view(*k_out, where, "k_out", bf16_bits);
+  a.layout = parse_layout(where, layout);
+  if (pairing) a.pairing = parse_pairing(where, *pairing);
   a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
   a.seq_len = seq_len;
   a.threads = threads;
-  a.backend = parse_backend("rotary_apply", backend);
+  a.backend = parse_backend(where, backend);
   return c;
 }
 
@@ -70,6 +71,10 @@ rotary::Backend parse_backend(const char* where, std::string_view name, const ch
   return parsed_in(where, &rotary::parse_backend, name, what);
 }
 
+rotary::CacheLayout parse_cache_layout(const char* where, std::string_view name, const char* what) {
+  return parsed_in(where, &rotary::parse_cache_layout, name, what);
+}
+
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,
                                const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
                                const char* where, std::vector<int64_t>* storage) {
@@ -84,8 +89,8 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
     if (offset != 0 && seq_offsets)
       refuse("give the packed sequences' starts either as an int positions or as seq_offsets, not both, got positions " +
              std::to_string(offset) + " and seq_offsets");
-    const rotary::TensorView cu = to_view(*cu_seqlens, "cu_seqlens");
-    rotary::TensorView so = seq_offsets ? to_view(*seq_offsets, "seq_offsets") : rotary::TensorView{};
+    const rotary::TensorView cu = to_view(*cu_seqlens, where, "cu_seqlens");
+    rotary::TensorView so = seq_offsets ? to_view(*seq_offsets, where, "seq_offsets") : rotary::TensorView{};
     if (offset != 0 && cu.rank == 1 && cu.shape[0] >= 1) {  // other shapes: the core names cu_seqlens
       storage->assign(static_cast<size_t>(cu.shape[0] - 1), offset);
       so = rotary::TensorView::contiguous(storage->data(), rotary::DType::kI64, {cu.shape[0] - 1});
@@ -96,10 +101,10 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
   if (ids) {
     if (batch_offsets)
       refuse("positions ids cannot be combined with batch_offsets (ids are each token's position), got both");
-    return rotary::Positions::from_ids(to_view(*ids, "positions"));
+    return rotary::Positions::from_ids(to_view(*ids, where, "positions"));
   }
   rotary::Positions p = rotary::Positions::contiguous(offset);
-  if (batch_offsets) p.batch_offsets = to_view(*batch_offsets, "batch_offsets");
+  if (batch_offsets) p.batch_offsets = to_view(*batch_offsets, where, "batch_offsets");
   return p;
 }
 
@@ -138,8 +143,8 @@ void bind_apply(nb::module_& m) {
             build_args(q, q_out, k, k_out, layout, pairing, inverse, std::nullopt, threads, backend, bf16_bits);
         std::vector<int64_t> starts;
         c.args.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
-        rotary::TensorView cv = to_view(cos, "cos", table_bf16_bits);
-        rotary::TensorView sv = to_view(sin, "sin", table_bf16_bits);
+        rotary::TensorView cv = to_view(cos, "rotary_apply", "cos", table_bf16_bits);
+        rotary::TensorView sv = to_view(sin, "rotary_apply", "sin", table_bf16_bits);
         nb::gil_scoped_release release;
         rotary::apply_cos_sin(cv, sv, c.args);
       },
@@ -159,17 +164,18 @@ void bind_apply(nb::module_& m) {
          int64_t rotary_embedding_dim, int64_t num_heads, bool inverse, int threads, const std::string& backend,
          bool bf16_bits, bool table_bf16_bits) {
         rotary::OnnxRotaryArgs a;
-        a.x = to_view(x, "X", bf16_bits);
-        a.cos_cache = to_view(cos, "cos_cache", table_bf16_bits);
-        a.sin_cache = to_view(sin, "sin_cache", table_bf16_bits);
-        if (position_ids) a.position_ids = to_view(*position_ids, "position_ids");
-        a.y = to_view(y, "Y", bf16_bits);
+        constexpr const char* where = "onnx_rotary_embedding";
+        a.x = to_view(x, where, "X", bf16_bits);
+        a.cos_cache = to_view(cos, where, "cos_cache", table_bf16_bits);
+        a.sin_cache = to_view(sin, where, "sin_cache", table_bf16_bits);
+        if (position_ids) a.position_ids = to_view(*position_ids, where, "position_ids");
+        a.y = to_view(y, where, "Y", bf16_bits);
         a.interleaved = interleaved;
         a.rotary_embedding_dim = rotary_embedding_dim;
         a.num_heads = num_heads;
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
-        a.backend = parse_backend("onnx_rotary_embedding", backend);
+        a.backend = parse_backend(where, backend);
         nb::gil_scoped_release release;
         rotary::onnx_rotary_embedding(a);
       },
@@ -182,7 +188,7 @@ void bind_apply(nb::module_& m) {
   m.def(
       "_cos_sin",
       [](const PySpec& spec, InArray positions, std::optional<int64_t> seq_len) {
-        const rotary::TensorView pv = to_view(positions, "positions");
+        const rotary::TensorView pv = to_view(positions, "rotary_cos_sin", "positions");
         const int64_t n = pv.rank == 1 ? pv.shape[0] : 0;
         const int64_t half = spec.spec().effective_rotary_dim() / 2;
         float* cos_data = new float[static_cast<size_t>(std::max<int64_t>(1, n * half))];

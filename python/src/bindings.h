@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "rotary/onnx.h"
+#include "rotary/prologue.h"
 #include "rotary/rotary.h"
 
 namespace rotary_py {
@@ -49,14 +50,15 @@ class PySpec {
 
 /// Describes an array to the core. `bf16_bits`: the array holds raw bfloat16 bits as uint16
 /// (how rotary/__init__.py passes ml_dtypes.bfloat16 numpy arrays, which DLPack cannot carry).
-/// Throws nb::type_error for an unsupported dtype and ValueError for rank > 4, naming `what`.
-rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits = false);
-rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits = false);
+/// Throws nb::type_error for an unsupported dtype and ValueError for rank > 4, naming `what` in the words of the
+/// Python entry point `where` ("[rotary_apply] x has an unsupported dtype ...").
+rotary::TensorView to_view(const InArray& a, const char* where, const char* what, bool bf16_bits = false);
+rotary::TensorView to_view(const OutArray& a, const char* where, const char* what, bool bf16_bits = false);
 
 /// The same for arrays whose elements are the raw bits of another rotary dtype (`bits_as`, a rotary::DType
 /// value, or -1): ml_dtypes bfloat16 / float8 numpy arrays and torch float8 tensors arrive as uint16 / uint8.
-rotary::TensorView to_view_as(const InArray& a, const char* what, int bits_as);
-rotary::TensorView to_view_as(const OutArray& a, const char* what, int bits_as);
+rotary::TensorView to_view_as(const InArray& a, const char* where, const char* what, int bits_as);
+rotary::TensorView to_view_as(const OutArray& a, const char* where, const char* what, int bits_as);
 /// Positions of a call from the Python arguments: packed (cu_seqlens [+ seq_offsets]; a nonzero int `offset`
 /// with cu_seqlens is every sequence's start, its [N] array kept in `storage`), ids, or an offset
 /// (+ batch_offsets). Arguments of two schemes at once are an error of `where` naming them, never ignored
@@ -65,11 +67,13 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
                                const std::optional<InArray>& seq_offsets, const std::optional<InArray>& batch_offsets,
                                const char* where, std::vector<int64_t>* storage);
 
-// Layout, pairing and backend names: the core's one set of spellings (ValueError naming the argument), refused in the
-// words of the Python entry point `where` (the core's parsers say "[rotary]": they serve every adapter; apply.cc).
+// Layout, pairing, backend and cache layout names: the core's one set of spellings (ValueError naming the argument),
+// refused in the words of the Python entry point `where` (the core's parsers say "[rotary]": they serve every
+// adapter; apply.cc).
 rotary::Layout parse_layout(const char* where, std::string_view name, const char* what = "layout");
 rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what = "pairing");
 rotary::Backend parse_backend(const char* where, std::string_view name, const char* what = "backend");
+rotary::CacheLayout parse_cache_layout(const char* where, std::string_view name, const char* what = "cache_layout");
 
 void register_errors();
 void bind_spec(nb::module_& m);

@@ -1,4 +1,5 @@
 // The rotary._rotary extension module: error translation, array conversion and module definition.
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -25,8 +26,16 @@ void register_errors() {
       // A message may quote bytes that are not UTF-8 (a file name from a non-UTF-8 file system): shown escaped.
       const char* what = e.what();
       PyObject* text = PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
-      if (text == nullptr) {
-        PyErr_SetString(type, "[rotary] (message not decodable)");
+      if (text == nullptr) {  // (out of memory): the message's own "[entry point]" prefix, if it has one
+        char shown[160];
+        std::size_t n = 0;
+        if (what[0] == '[')
+          while (n < 100 && what[n] != '\0' && what[n] != ']' && static_cast<unsigned char>(what[n]) < 0x80) ++n;
+        if (n > 1 && what[n] == ']')
+          std::snprintf(shown, sizeof shown, "%.*s] (message not decodable)", static_cast<int>(n), what);
+        else
+          std::snprintf(shown, sizeof shown, "(message not decodable)");
+        PyErr_SetString(type, shown);
         return;
       }
       PyErr_SetObject(type, text);
@@ -38,7 +47,7 @@ void register_errors() {
 namespace {
 
 template <class Array>
-rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
+rotary::TensorView view_impl(const Array& a, const char* where, const char* what, int bits_as) {
   rotary::TensorView v;
   const auto dt = a.dtype();
   const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
@@ -57,7 +66,7 @@ rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
     else ok = false;
   }
   if (!ok) {
-    throw nb::type_error((std::string("[rotary] ") + what +
+    throw nb::type_error((std::string("[") + where + "] " + what +
                           " has an unsupported dtype (code " + std::to_string(int(dt.code)) + ", " +
                           std::to_string(int(dt.bits)) + " bits); expected float32, float16, bfloat16, float64 "
                           "(int32/int64 for positions; int8, float8_e4m3fn, float8_e5m2 for caches and fp8 outputs)" +
@@ -70,7 +79,7 @@ rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
                              .c_str());
   }
   if (a.ndim() > static_cast<size_t>(rotary::kMaxRank)) {
-    throw nb::value_error((std::string("[rotary] ") + what + " must have rank <= " +
+    throw nb::value_error((std::string("[") + where + "] " + what + " must have rank <= " +
                            std::to_string(rotary::kMaxRank) + ", got rank " + std::to_string(a.ndim())).c_str());
   }
   v.data = const_cast<void*>(static_cast<const void*>(a.data()));
@@ -84,10 +93,18 @@ rotary::TensorView view_impl(const Array& a, const char* what, int bits_as) {
 
 }  // namespace
 
-rotary::TensorView to_view(const InArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits ? 2 : -1); }
-rotary::TensorView to_view(const OutArray& a, const char* what, bool bf16_bits) { return view_impl(a, what, bf16_bits ? 2 : -1); }
-rotary::TensorView to_view_as(const InArray& a, const char* what, int bits_as) { return view_impl(a, what, bits_as); }
-rotary::TensorView to_view_as(const OutArray& a, const char* what, int bits_as) { return view_impl(a, what, bits_as); }
+rotary::TensorView to_view(const InArray& a, const char* where, const char* what, bool bf16_bits) {
+  return view_impl(a, where, what, bf16_bits ? 2 : -1);
+}
+rotary::TensorView to_view(const OutArray& a, const char* where, const char* what, bool bf16_bits) {
+  return view_impl(a, where, what, bf16_bits ? 2 : -1);
+}
+rotary::TensorView to_view_as(const InArray& a, const char* where, const char* what, int bits_as) {
+  return view_impl(a, where, what, bits_as);
+}
+rotary::TensorView to_view_as(const OutArray& a, const char* where, const char* what, int bits_as) {
+  return view_impl(a, where, what, bits_as);
+}
 
 }  // namespace rotary_py
 

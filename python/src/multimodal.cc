@@ -111,16 +111,17 @@ void bind_multimodal(nb::module_& m) {
         const rotary::AxisFrequencies af =
             from_parts(inv_freq, axis, n_axes, default_pairing, attention_factor, signed_positions);
         rotary::ApplyArgs a;
-        a.q = to_view(q, "x", bf16_bits);
-        if (q_out) a.q_out = to_view(*q_out, "out", bf16_bits);
-        if (k) a.k = to_view(*k, "k", bf16_bits);
-        if (k_out) a.k_out = to_view(*k_out, "k_out", bf16_bits);
-        a.positions = rotary::Positions::from_ids(to_view(ids, "positions"));
-        a.layout = parse_layout("rotary_apply_axes", layout);
-        if (pairing) a.pairing = parse_pairing("rotary_apply_axes", *pairing);
+        constexpr const char* where = "rotary_apply_axes";
+        a.q = to_view(q, where, "x", bf16_bits);
+        if (q_out) a.q_out = to_view(*q_out, where, "out", bf16_bits);
+        if (k) a.k = to_view(*k, where, "k", bf16_bits);
+        if (k_out) a.k_out = to_view(*k_out, where, "k_out", bf16_bits);
+        a.positions = rotary::Positions::from_ids(to_view(ids, where, "positions"));
+        a.layout = parse_layout(where, layout);
+        if (pairing) a.pairing = parse_pairing(where, *pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.threads = threads;
-        a.backend = parse_backend("rotary_apply_axes", backend);
+        a.backend = parse_backend(where, backend);
         nb::gil_scoped_release release;
         rotary::apply_axes(af, a);
       },
@@ -193,7 +194,8 @@ void bind_multimodal(nb::module_& m) {
         p.rotary_dim = rotary_dim;
         p.from = parse_pairing("rotary_permute_qk", src, "src");
         p.to = parse_pairing("rotary_permute_qk", dst, "dst");
-        rotary::permute_qk_weight(to_view(w, "w", bf16_bits), to_view(out, "out", bf16_bits), p);
+        const rotary::TensorView wv = to_view(w, "rotary_permute_qk", "w", bf16_bits);  // w's errors first
+        rotary::permute_qk_weight(wv, to_view(out, "rotary_permute_qk", "out", bf16_bits), p);
       },
       nb::arg("w"), nb::arg("out"), nb::kw_only(), nb::arg("n_heads"), nb::arg("head_dim"), nb::arg("rotary_dim"),
       nb::arg("src"), nb::arg("dst"), nb::arg("bf16_bits") = false, "Private: rotary::permute_qk_weight.");

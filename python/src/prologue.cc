@@ -15,8 +15,8 @@ namespace rotary_py {
 namespace {
 
 template <class A>
-rotary::TensorView opt_view(const std::optional<A>& a, const char* what, int bits_as = -1) {
-  return a ? to_view_as(*a, what, bits_as) : rotary::TensorView{};
+rotary::TensorView opt_view(const std::optional<A>& a, const char* where, const char* what, int bits_as = -1) {
+  return a ? to_view_as(*a, where, what, bits_as) : rotary::TensorView{};
 }
 
 /// Frequency sources from Specs (each's shared Rope) and per-source lengths.
@@ -46,29 +46,30 @@ void bind_prologue(nb::module_& m) {
          std::optional<InArray> q_norm_weight, std::optional<InArray> k_norm_weight, double norm_eps, double norm_offset,
          const std::string& layout, int threads, const std::string& backend, int act_bits, int cache_bits, int weight_bits) {
         rotary::PrologueArgs a;
-        a.q = opt_view(q, "q", act_bits);
-        a.k = to_view_as(k, "k", act_bits);
-        a.v = opt_view(v, "v", act_bits);
-        a.q_out = opt_view(q_out, "q_out", act_bits);
-        a.k_out = opt_view(k_out, "k_out", act_bits);
+        constexpr const char* where = "rotary_prologue";
+        a.q = opt_view(q, where, "q", act_bits);
+        a.k = to_view_as(k, where, "k", act_bits);
+        a.v = opt_view(v, where, "v", act_bits);
+        a.q_out = opt_view(q_out, where, "q_out", act_bits);
+        a.k_out = opt_view(k_out, where, "k_out", act_bits);
         std::vector<int64_t> starts;
-        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_prologue", &starts);
-        a.layout = parse_layout("rotary_prologue", layout);
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, where, &starts);
+        a.layout = parse_layout(where, layout);
         a.sources = sources_of(specs, seq_lens);
-        a.source_index = opt_view(source_index, "spec_index");
-        a.cache_layout = rotary::parse_cache_layout(cache_layout);
-        a.k_cache = opt_view(k_cache, "k_cache", cache_bits);
-        a.v_cache = opt_view(v_cache, "v_cache", cache_bits);
-        a.slot_mapping = opt_view(slot_mapping, "slot_mapping");
-        a.cache_positions = opt_view(cache_positions, "cache_positions");
-        a.k_scale = opt_view(k_scale, "k_scale");
-        a.v_scale = opt_view(v_scale, "v_scale");
-        a.q_norm_weight = opt_view(q_norm_weight, "q_norm_weight", weight_bits);
-        a.k_norm_weight = opt_view(k_norm_weight, "k_norm_weight", weight_bits);
+        a.source_index = opt_view(source_index, where, "spec_index");
+        a.cache_layout = parse_cache_layout(where, cache_layout);
+        a.k_cache = opt_view(k_cache, where, "k_cache", cache_bits);
+        a.v_cache = opt_view(v_cache, where, "v_cache", cache_bits);
+        a.slot_mapping = opt_view(slot_mapping, where, "slot_mapping");
+        a.cache_positions = opt_view(cache_positions, where, "cache_positions");
+        a.k_scale = opt_view(k_scale, where, "k_scale");
+        a.v_scale = opt_view(v_scale, where, "v_scale");
+        a.q_norm_weight = opt_view(q_norm_weight, where, "q_norm_weight", weight_bits);
+        a.k_norm_weight = opt_view(k_norm_weight, where, "k_norm_weight", weight_bits);
         a.norm_eps = norm_eps;
         a.norm_offset = norm_offset;
         a.threads = threads;
-        a.backend = parse_backend("rotary_prologue", backend);
+        a.backend = parse_backend(where, backend);
         nb::gil_scoped_release release;
         rotary::prologue(a);
       },
@@ -92,16 +93,17 @@ void bind_prologue(nb::module_& m) {
          std::optional<int64_t> to_seq_len, const std::string& cache_layout, std::optional<OutArray> k_scale, int threads,
          const std::string& backend, int cache_bits) {
         rotary::RerotateArgs r;
-        r.k_cache = to_view_as(k_cache, "k_cache", cache_bits);
-        r.cache_layout = rotary::parse_cache_layout(cache_layout);
-        r.k_scale = opt_view(k_scale, "k_scale");
-        r.slots = to_view(slots, "slots");
-        r.from_positions = to_view(from_positions, "from_positions");
-        r.to_positions = to_view(to_positions, "to_positions");
+        constexpr const char* where = "rotary_rerotate_cache";
+        r.k_cache = to_view_as(k_cache, where, "k_cache", cache_bits);
+        r.cache_layout = parse_cache_layout(where, cache_layout);
+        r.k_scale = opt_view(k_scale, where, "k_scale");
+        r.slots = to_view(slots, where, "slots");
+        r.from_positions = to_view(from_positions, where, "from_positions");
+        r.to_positions = to_view(to_positions, where, "to_positions");
         r.from = {&spec.rope(), from_seq_len};
         r.to = {to_spec.is_none() ? nullptr : &nb::cast<const PySpec&>(to_spec).rope(), to_seq_len};
         r.threads = threads;
-        r.backend = parse_backend("rotary_rerotate_cache", backend);
+        r.backend = parse_backend(where, backend);
         nb::gil_scoped_release release;
         rotary::rerotate_cache(r);
       },
@@ -120,22 +122,24 @@ void bind_prologue(nb::module_& m) {
          const std::string& backend, int act_bits, int q_out_bits, int k_out_bits, double q_out_scale,
          double k_out_scale, std::optional<InArray> cos, std::optional<InArray> sin, bool table_bf16_bits) {
         rotary::ApplyArgs a;
-        a.q = to_view_as(q, "x", act_bits);
-        a.q_out = opt_view(q_out, "out", q_out_bits);
-        a.k = opt_view(k, "k", act_bits);
-        a.k_out = opt_view(k_out, "k_out", k_out_bits);
+        constexpr const char* where = "rotary_apply";
+        a.q = to_view_as(q, where, "x", act_bits);
+        a.q_out = opt_view(q_out, where, "out", q_out_bits);
+        a.k = opt_view(k, where, "k", act_bits);
+        a.k_out = opt_view(k_out, where, "k_out", k_out_bits);
         std::vector<int64_t> starts;
-        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply", &starts);
-        a.layout = parse_layout("rotary_apply", layout);
-        if (pairing) a.pairing = parse_pairing("rotary_apply", *pairing);
+        a.positions = positions_of(offset, ids, cu_seqlens, seq_offsets, batch_offsets, where, &starts);
+        a.layout = parse_layout(where, layout);
+        if (pairing) a.pairing = parse_pairing(where, *pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.seq_len = seq_len;
         a.threads = threads;
-        a.backend = parse_backend("rotary_apply", backend);
+        a.backend = parse_backend(where, backend);
         a.q_out_scale = static_cast<float>(q_out_scale);
         a.k_out_scale = static_cast<float>(k_out_scale);
         if (spec.is_none()) {  // the caller's cos/sin tables (rotary.apply_cos_sin / apply_qk_cos_sin)
-          const rotary::TensorView cv = to_view(*cos, "cos", table_bf16_bits), sv = to_view(*sin, "sin", table_bf16_bits);
+          const rotary::TensorView cv = to_view(*cos, where, "cos", table_bf16_bits);
+          const rotary::TensorView sv = to_view(*sin, where, "sin", table_bf16_bits);
           nb::gil_scoped_release release;
           rotary::apply_cos_sin(cv, sv, a);
           return;

@@ -149,7 +149,7 @@ nb::object getattr(nb::handle t, PyObject* name) {
   return nb::steal(r);
 }
 
-rotary::DType torch_dtype(nb::handle t, const char* what) {
+rotary::DType torch_dtype(nb::handle t, const char* where, const char* what) {
   const TorchNames& n = names();
   nb::object d = getattr(t, n.dtype);
   PyObject* p = d.ptr();
@@ -159,7 +159,7 @@ rotary::DType torch_dtype(nb::handle t, const char* what) {
   if (p == n.f64) return rotary::DType::kF64;
   if (p == n.i64) return rotary::DType::kI64;
   if (p == n.i32) return rotary::DType::kI32;
-  throw nb::type_error((std::string("[rotary] ") + what + " has dtype " + nb::cast<std::string>(nb::str(d)) +
+  throw nb::type_error((std::string("[") + where + "] " + what + " has dtype " + nb::cast<std::string>(nb::str(d)) +
                         "; expected torch.float32, float16, bfloat16 or float64 (int32/int64 for positions)")
                            .c_str());
 }
@@ -202,20 +202,21 @@ bool dlpack_view(nb::handle t, rotary::TensorView& v) {
   return true;
 }
 
-/// The view of `t` read attribute by attribute: dtype, is_cpu (unless `device`), shape, stride(), data_ptr().
-rotary::TensorView attribute_view(nb::handle t, const char* what, bool device) {
+/// The view of `t` read attribute by attribute: dtype, is_cpu (unless `device`), shape, stride(), data_ptr(); errors
+/// name `what` in the words of the entry point `where`.
+rotary::TensorView attribute_view(nb::handle t, const char* where, const char* what, bool device) {
   const TorchNames& n = names();
   rotary::TensorView v;
-  v.dtype = torch_dtype(t, what);
+  v.dtype = torch_dtype(t, where, what);
   if (!device && !PyObject_IsTrue(getattr(t, n.is_cpu).ptr()))
-    throw nb::value_error((std::string("[rotary] ") + what + " is not a CPU tensor (the other tensors of this call are)")
-                              .c_str());
+    throw nb::value_error(
+        (std::string("[") + where + "] " + what + " is not a CPU tensor (the other tensors of this call are)").c_str());
   nb::object shape = getattr(t, n.shape);
   nb::object stride = call0(t, n.stride);
   const Py_ssize_t rank = PyTuple_GET_SIZE(shape.ptr());
   if (rank > rotary::kMaxRank)
-    throw nb::value_error((std::string("[rotary] ") + what + " must have rank <= " + std::to_string(rotary::kMaxRank) +
-                           ", got rank " + std::to_string(rank))
+    throw nb::value_error((std::string("[") + where + "] " + what + " must have rank <= " +
+                           std::to_string(rotary::kMaxRank) + ", got rank " + std::to_string(rank))
                               .c_str());
   v.rank = static_cast<int>(rank);
   for (Py_ssize_t i = 0; i < rank; ++i) {
@@ -230,9 +231,10 @@ rotary::TensorView attribute_view(nb::handle t, const char* what, bool device) {
 /// A TensorView of a torch tensor (through the exchange table, else attribute by attribute). `needs_copy` is set
 /// when the core cannot read the memory as the tensor's value: an axis longer than 1 with a zero stride (inputs
 /// only; outputs are never copied) or a negative-bit view, which both ways of reading give as its raw memory.
-rotary::TensorView torch_view(nb::handle t, const char* what, bool device, bool& needs_copy) {
+/// Errors name `what` in the words of the entry point `where` (a constant: nothing is formatted unless it fails).
+rotary::TensorView torch_view(nb::handle t, const char* where, const char* what, bool device, bool& needs_copy) {
   rotary::TensorView v;
-  if (!dlpack_view(t, v)) v = attribute_view(t, what, device);
+  if (!dlpack_view(t, v)) v = attribute_view(t, where, what, device);
   for (int i = 0; i < v.rank; ++i)
     if (v.strides[i] == 0 && v.shape[i] > 1) needs_copy = true;
   if (PyObject_IsTrue(call0(t, names().is_neg).ptr())) needs_copy = true;
@@ -259,23 +261,24 @@ void bind_torch_entry(nb::module_& m) {
          nb::handle k_out, nb::handle positions, int64_t offset, const std::string& layout, const std::string& pairing,
          bool inverse, std::optional<int64_t> seq_len, int threads, bool cuda, uintptr_t stream) -> int {
         rotary::ApplyArgs a;
+        constexpr const char* where = "rotary_apply";
         int copy = 0;
         bool unused = false;
         const bool in_place = q_out.is_none();
         bool need = false;
-        a.q = torch_view(q, "x", cuda, need);
+        a.q = torch_view(q, where, "x", cuda, need);
         // In place, a negative-bit view rotates correctly as raw memory (the rotation is linear: R(-m) = -R(m)).
         if (need && !in_place) copy |= kCopyQ;
-        if (!in_place) a.q_out = torch_view(q_out, "out", cuda, unused);
+        if (!in_place) a.q_out = torch_view(q_out, where, "out", cuda, unused);
         if (!k.is_none()) {
           need = false;
-          a.k = torch_view(k, "k", cuda, need);
+          a.k = torch_view(k, where, "k", cuda, need);
           if (need && !in_place) copy |= kCopyK;
-          if (!in_place) a.k_out = torch_view(k_out, "k_out", cuda, unused);
+          if (!in_place) a.k_out = torch_view(k_out, where, "k_out", cuda, unused);
         }
         if (!positions.is_none()) {
           need = false;
-          a.positions = rotary::Positions::from_ids(torch_view(positions, "positions", cuda, need));
+          a.positions = rotary::Positions::from_ids(torch_view(positions, where, "positions", cuda, need));
           if (need) copy |= kCopyPositions;
         } else {
           a.positions = rotary::Positions::contiguous(offset);
@@ -283,15 +286,15 @@ void bind_torch_entry(nb::module_& m) {
         rotary::TensorView cv, sv;
         if (!cos.is_none()) {
           need = false;
-          cv = torch_view(cos, "cos", cuda, need);
+          cv = torch_view(cos, where, "cos", cuda, need);
           if (need) copy |= kCopyCos;
           need = false;
-          sv = torch_view(sin, "sin", cuda, need);
+          sv = torch_view(sin, where, "sin", cuda, need);
           if (need) copy |= kCopySin;
         }
         if (copy) return copy;
-        a.layout = parse_layout("rotary_apply", layout);
-        if (!pairing.empty()) a.pairing = parse_pairing("rotary_apply", pairing);
+        a.layout = parse_layout(where, layout);
+        if (!pairing.empty()) a.pairing = parse_pairing(where, pairing);
         a.direction = inverse ? rotary::Direction::kInverse : rotary::Direction::kForward;
         a.seq_len = seq_len;
         a.threads = threads;
@@ -330,6 +333,7 @@ void bind_torch_entry(nb::module_& m) {
          nb::handle cache_positions, nb::handle q_norm_weight, nb::handle k_norm_weight, double norm_eps,
          double norm_offset, const std::string& layout, int threads) -> int {
         rotary::PrologueArgs a;
+        constexpr const char* where = "rotary_prologue";
         // Only calls of torch tensors with q, k, v and both caches, one dtype for the activations (q_out
         // too) and one for the caches; the generic path takes every other call and reports its errors in
         // its own words. Any tensor this entry cannot read as it is (a dtype the core takes only as raw
@@ -348,7 +352,7 @@ void bind_torch_entry(nb::module_& m) {
               if (!t.is_none() && requires_grad(t)) return 1;
           bool need = false;
           auto view = [&](nb::handle t, const char* what) {
-            return t.is_none() ? rotary::TensorView{} : torch_view(t, what, false, need);
+            return t.is_none() ? rotary::TensorView{} : torch_view(t, where, what, false, need);
           };
           a.q = view(q, "q");
           a.k = view(k, "k");
@@ -372,7 +376,7 @@ void bind_torch_entry(nb::module_& m) {
             a.positions = rotary::Positions::contiguous(offset);
           } else {
             if (!PyObject_TypeCheck(positions.ptr(), type)) return 1;
-            const rotary::TensorView ids = torch_view(positions, "positions", false, need);
+            const rotary::TensorView ids = torch_view(positions, where, "positions", false, need);
             // The core's id dtypes only (the generic path converts f16/bf16 ids to f64).
             const rotary::DType pd = ids.dtype;
             if (ids.rank == 0 || (pd != rotary::DType::kI64 && pd != rotary::DType::kI32 && pd != rotary::DType::kF32 &&
@@ -391,8 +395,8 @@ void bind_torch_entry(nb::module_& m) {
           return 1;
         }
         a.sources = {{&spec.rope(), std::nullopt}};
-        a.layout = parse_layout("rotary_prologue", layout);
-        a.cache_layout = rotary::parse_cache_layout(cache_layout);
+        a.layout = parse_layout(where, layout);
+        a.cache_layout = parse_cache_layout(where, cache_layout);
         a.norm_eps = norm_eps;
         a.norm_offset = norm_offset;
         a.threads = threads;
@@ -444,11 +448,12 @@ void bind_torch_entry(nb::module_& m) {
       "_torch_cos_sin",
       [](const PySpec& spec, nb::handle positions, nb::handle cos_out, nb::handle sin_out,
          std::optional<int64_t> seq_len) -> int {
+        constexpr const char* where = "rotary_cos_sin";
         bool need = false, unused = false;
-        const rotary::TensorView pv = torch_view(positions, "positions", false, need);
+        const rotary::TensorView pv = torch_view(positions, where, "positions", false, need);
         if (need) return kCopyPositions;
-        const rotary::TensorView cv = torch_view(cos_out, "cos", false, unused);
-        const rotary::TensorView sv = torch_view(sin_out, "sin", false, unused);
+        const rotary::TensorView cv = torch_view(cos_out, where, "cos", false, unused);
+        const rotary::TensorView sv = torch_view(sin_out, where, "sin", false, unused);
         rotary::Rope& rope = spec.rope();
         const bool release = bytes_of(cv) >= kReleaseGilBytes;
         auto run = [&] { rope.cos_sin(pv, seq_len, static_cast<float*>(cv.data), static_cast<float*>(sv.data)); };

@@ -79,13 +79,18 @@ def test_composite_device_path_refuses_positions_outside_the_table():
         with pytest.raises(ValueError, match=r"position 20 is out of range for cos/sin with 20 rows"):
             ops.apply_cos_sin(x, cos, sin, None, 17, "bshd")
         for bad in (-1, 20):
-            with pytest.raises(RuntimeError, match=r"a position is outside the cos/sin rows \[0, 20\)"):
+            with pytest.raises(RuntimeError, match=r"\[rotary_apply\] a position is outside the cos/sin rows \[0, 20\)"):
                 ops.apply_cos_sin(x, cos, sin, torch.tensor([0, 1, bad, 2]), 0, "bshd")
         for bad in (-1, 2**31):  # the CPU kernel refuses them; other positions past the table are computed
-            with pytest.raises(RuntimeError, match=r"a position is outside \[0, 2\^31\)"):
+            with pytest.raises(RuntimeError, match=r"\[rotary_apply\] a position is outside \[0, 2\^31\)"):
                 ops.apply(x, torch.tensor([0, 1, bad, 2]), 0, key, "bshd")
-            with pytest.raises(RuntimeError, match=r"a position is outside \[0, 2\^31\)"):
+            with pytest.raises(RuntimeError, match=r"\[rotary_cos_sin\] a position is outside \[0, 2\^31\)"):
                 ops.cos_sin(torch.tensor([bad]), key)
+        # fractional positions: the CPU kernels compute them, the device path refuses them naming the entry point
+        with pytest.raises(NotImplementedError, match=r"^\[rotary_apply\] fractional positions on device tensors"):
+            ops.apply(x, torch.tensor([0.0, 1.5, 2.0, 3.0]), 0, key, "bshd")
+        with pytest.raises(NotImplementedError, match=r"^\[rotary_cos_sin\] fractional positions on device tensors"):
+            ops.cos_sin(torch.tensor([0.5]), key)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -225,8 +225,10 @@ def test_errors_name_the_arguments_of_the_function_called():
               r"^\[rotary_apply\] x stride of dim 2 is 0"),
              (lambda: rt.cos_sin(-3, spec), ValueError, r"^\[rotary_cos_sin\] positions must be an int n >= 0 .* got -3"),
              (lambda: rt.RoPE(64)(torch.randn(2, 3, 32)), ValueError,
-              r"^\[rotary\] x must have last dimension C = n_embed = 64, got 32 \(shape \[2,3,32\]\)"),
-             (lambda: rt.RoPE(7), ValueError, r"^\[rotary\] n_embed must be a positive even int .*got 7"),
+              r"^\[rotary\.RoPE\] x must have last dimension C = n_embed = 64, got 32 \(shape \[2,3,32\]\)"),
+             (lambda: rt.RoPE(7), ValueError, r"^\[rotary\.RoPE\] n_embed must be a positive even int .*got 7"),
+             (lambda: rt.RoPE(64)(torch.randn(64)), ValueError,
+              r"^\[rotary\.RoPE\] x must have shape \(\.\.\., T, C\) for RoPE, got shape \[64\]"),
              # apply_qk of two dtypes: q's call named it x
              (lambda: rt.apply_qk(torch.randn(4, 2, 16, dtype=torch.bfloat16), torch.randn(1, 4, 1, 16), 0, spec),
               ValueError, r"^\[rotary_apply\] q must have rank 4"),

@@ -70,8 +70,11 @@ def test_spec_key_round_trip():
         assert "name" not in key and len(key) < 200
         rotary._torch_ops._SPEC_BY_KEY.pop(key)  # as in a process that never saw the Spec
         assert rt.spec_from_key(key) == spec.replace(name="")
-    with pytest.raises(ValueError, match=r"\[rotary\] spec must be a key"):
+    with pytest.raises(ValueError, match=r"^\[rotary\.spec_from_key\] spec must be a key made by rotary\.torch\.spec_key, "
+                                         r"got 'not json'$"):
         rt.spec_from_key("not json")
+    with pytest.raises(TypeError, match=r"^\[rotary\.spec_key\] spec must be a rotary\.Spec, got str$"):
+        rt.spec_key("not a spec")
 
 
 # ----------------------------------------------------------------------------------------------- opcheck

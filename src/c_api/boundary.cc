@@ -2,6 +2,7 @@
 #include "c_api/boundary.h"
 
 #include <cstddef>
+#include <cstdio>
 
 namespace rotary::c_api {
 namespace {
@@ -28,6 +29,12 @@ rotary_status_t record_error(rotary_status_t status, const char* message) noexce
     g_last_error.clear();  // out of memory while recording the message; clear() cannot throw
   }
   return status;
+}
+
+rotary_status_t record_error(rotary_status_t status, const char* where, const char* what) noexcept {
+  char message[256];
+  std::snprintf(message, sizeof message, "[%s] %s", where, what);
+  return record_error(status, message);
 }
 
 void check_struct_size(size_t got, size_t expected, const char* where, const char* name, const char* type,

@@ -44,7 +44,10 @@ rotary_status_t record_error(rotary_status_t status, const char* message) noexce
 /// The C status of an Error kind.
 rotary_status_t status_of(Error::Kind kind);
 
-/// Runs `body`, mapping every exception to a status + last error. Never throws.
+/// Records "[where] what" (formatted without allocating: out of memory included) and returns `status`. Never throws.
+rotary_status_t record_error(rotary_status_t status, const char* where, const char* what) noexcept;
+
+/// Runs `body`, mapping every exception to a status + last error naming the entry point `where`. Never throws.
 template <class F>
 rotary_status_t guarded(const char* where, F&& body) noexcept {
   try {
@@ -53,16 +56,16 @@ rotary_status_t guarded(const char* where, F&& body) noexcept {
   } catch (const Error& e) {
     return record_error(status_of(e.kind()), e.what());
   } catch (const std::bad_alloc&) {
-    return record_error(ROTARY_ERROR_INTERNAL, "[rotary] out of memory");
+    return record_error(ROTARY_ERROR_INTERNAL, where, "out of memory");
   } catch (const std::exception& e) {
     try {
       std::string msg = std::string("[") + where + "] internal error: " + e.what();
       return record_error(ROTARY_ERROR_INTERNAL, msg.c_str());
     } catch (...) {
-      return record_error(ROTARY_ERROR_INTERNAL, "[rotary] internal error");
+      return record_error(ROTARY_ERROR_INTERNAL, where, "internal error");
     }
   } catch (...) {
-    return record_error(ROTARY_ERROR_INTERNAL, "[rotary] internal error (unknown exception)");
+    return record_error(ROTARY_ERROR_INTERNAL, where, "internal error (unknown exception)");
   }
 }
 

@@ -7,10 +7,13 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "c_api/boundary.h"
 #include "rotary/rotary_c.h"
 #include "testing/shared.h"
 
@@ -197,6 +200,18 @@ TEST(CApiErrors, LastErrorIsPerThread) {
   // A successful call does not clear it.
   SpecPtr ok = make_spec(8);
   EXPECT_NE(std::string(rotary_last_error()).find("first-unknown-name"), std::string::npos);
+}
+
+// Failures that are no rotary::Error (out of memory, another exception) said "[rotary] ..." where every other
+// message names the entry point: now theirs too.
+TEST(CApiErrors, InternalFailuresNameTheEntryPoint) {
+  using rotary::c_api::guarded;
+  EXPECT_EQ(guarded("rotary_rope_apply", [] { throw std::bad_alloc(); }), ROTARY_ERROR_INTERNAL);
+  EXPECT_STREQ(rotary_last_error(), "[rotary_rope_apply] out of memory");
+  EXPECT_EQ(guarded("rotary_prologue", [] { throw 7; }), ROTARY_ERROR_INTERNAL);
+  EXPECT_STREQ(rotary_last_error(), "[rotary_prologue] internal error (unknown exception)");
+  EXPECT_EQ(guarded("rotary_spec_create", [] { throw std::logic_error("bad state"); }), ROTARY_ERROR_INTERNAL);
+  EXPECT_STREQ(rotary_last_error(), "[rotary_spec_create] internal error: bad state");
 }
 
 TEST(CApiErrors, SpecDescriptionRoundTripsThroughCreate) {
