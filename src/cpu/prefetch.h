@@ -14,7 +14,8 @@ namespace rotary::detail::cpu {
 /// On x86 the line goes into L2 only (PREFETCHT2), not into L1 as hwy::Prefetch's PREFETCHT0 does: on the Intel
 /// guest of docs/performance.md ("Prefetching into L2") large calls measured faster so (prologue prefill medians
 /// 1.05-1.09x, apply 1.05x; a few configurations within the noise slower), and the limit loops, which prefetch the
-/// same way, took 14-18 % less time. Elsewhere it is hwy::Prefetch. The cache rows prefetched just before they are
+/// same way, took 14-18 % less time; on an AMD Zen 4 guest both got faster too (docs/performance.md, "The prefetch
+/// hint and huge pages on AMD Zen 4"). Elsewhere it is hwy::Prefetch. The cache rows prefetched just before they are
 /// written (PrefetchSlotRows) keep hwy::Prefetch. HWY_DISABLE_CACHE_CONTROL turns it off, as it does hwy::Prefetch.
 /// Inline: GCC deletes out-of-line functions made only of prefetches.
 HWY_INLINE void PrefetchStream(const void* p) {
