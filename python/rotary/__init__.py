@@ -109,7 +109,7 @@ def apply(
         return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
                                   seq_len=seq_len, threads=threads, backend=backend)
     if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
-        _prologue._apply_fp8(spec, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
+        _prologue._fp8_rotation(spec, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
                              inverse=inverse, seq_len=seq_len, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                              seq_offsets=seq_offsets, batch_offsets=batch_offsets)
         return out
@@ -281,8 +281,14 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
         ids, seq_len = _rotary._cp_shard(rank, cp_size, local_len, offset)
     if _is_torch(x):
         ids = _torch_module().from_numpy(ids)
-    return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
-                 backend=backend)
+    try:
+        return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
+                     backend=backend)
+    except (TypeError, ValueError, NotImplementedError) as e:  # rotary.apply's errors in this function's words
+        msg = str(e)
+        if not msg.startswith("[rotary_apply] "):
+            raise
+        raise type(e)("[rotary_apply_context_parallel] " + msg[len("[rotary_apply] "):]) from None
 
 
 def _torch_tables(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any]:
@@ -341,7 +347,7 @@ def apply_cos_sin(
     if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
         if out is None:
             raise ValueError("[rotary_apply] out_scale is for an fp8 out, got no out")
-        _prologue._apply_fp8(None, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
+        _prologue._fp8_rotation(None, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
                              inverse=inverse, seq_len=None, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                              seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
         return out

@@ -427,14 +427,6 @@ def _fp8_code(x: Any) -> Optional[int]:
     return None
 
 
-def _apply_fp8(*args: Any, **kw: Any) -> None:
-    """_fp8_rotation, the core's errors of its frequency arguments in rotary.apply's words."""
-    try:
-        _fp8_rotation(*args, **kw)
-    except (TypeError, ValueError) as e:
-        raise _in_words_of(e, "rotary_apply") from None
-
-
 def _fp8_rotation(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale: Optional[float], k: Optional[ArrayLike],
                k_out: Optional[ArrayLike], k_scale: Optional[float], positions: Any, *, layout: str, pairing: Optional[str],
                inverse: bool, seq_len: Optional[int], threads: int, backend: str, cu_seqlens: Any, seq_offsets: Any,
@@ -487,5 +479,5 @@ def _apply_qk_fp8(spec: Optional[Spec], q: ArrayLike, k: ArrayLike, q_out: Optio
         raise ValueError("[rotary_apply] inplace=True cannot write fp8 outputs")
     q_out = _empty_like(q) if q_out is None else q_out
     k_out = _empty_like(k) if k_out is None else k_out
-    _apply_fp8(spec, q, q_out, q_scale, k, k_out, k_scale, positions, **kw)
+    _fp8_rotation(spec, q, q_out, q_scale, k, k_out, k_scale, positions, **kw)
     return q_out, k_out

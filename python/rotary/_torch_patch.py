@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 
 import rotary as _rotary
-from rotary._torch_ops import spec_key
+from rotary._torch_ops import key_of
 
 ops = torch.ops.rotary
 
@@ -321,11 +321,11 @@ def patch(model: torch.nn.Module, spec: Optional[_rotary.Spec] = None, *, verify
         config = mod.config
         if fam.forward == "layer_type":
             specs = {t: spec for t in _layer_type_specs(config)} if spec is not None else _layer_type_specs(config)
-            fwd = functools.partial(_layer_type_forward, {t: spec_key(s) for t, s in specs.items()})
+            fwd = functools.partial(_layer_type_forward, {t: key_of(s, "rotary.patch") for t, s in specs.items()})
             mod_spec = specs
         else:
             mod_spec = spec if spec is not None else spec_of_module(mod, config)
-            key = spec_key(mod_spec)
+            key = key_of(mod_spec, "rotary.patch")
             fwd = functools.partial({"dup": _dup_forward, "halves": _halves_forward, "mrope": _mrope_forward}[fam.forward], key)
         state["forwards"].append((mod, "forward" in mod.__dict__, mod.__dict__.get("forward")))
         mod.forward = fwd

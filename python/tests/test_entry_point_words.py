@@ -17,7 +17,8 @@ def _check(cases):
 
 def test_the_array_conversion_names_the_function_called():
     # The extension's numpy/DLPack conversion said "[rotary] x has an unsupported dtype (code 0, 16 bits)" for an
-    # array of a dtype it has no view of, whichever function it served.
+    # array of a dtype it has no view of, whichever function it served (rotary.prologue and rotary.rerotate_cache
+    # already reworded it: their cases guard against a regression).
     x = np.ones((1, 3, 2, 8), np.float32)
     i16 = x.astype(np.int16)
     cos, sin = rotary.cos_sin(SPEC, 4)
@@ -98,3 +99,15 @@ def test_an_in_place_operator_under_vmap_names_rotary_apply():
     with pytest.raises(ValueError, match=r"^\[rotary_apply\] vmap: an in-place rotation needs its tensors batched$"):
         torch.func.vmap(lambda p: torch.ops.rotary.apply_(x, p, 0, key, "bshd"))(torch.arange(6).reshape(2, 1, 3))
     assert not x.any()
+
+
+def test_context_parallel_reports_what_it_delegates_in_its_own_words():
+    # rotary.apply_context_parallel calls rotary.apply with the shard's positions; its errors said "[rotary_apply] ..."
+    # (an int16 x: "[rotary] x ..." before the converters named their caller).
+    x = np.ones((1, 4, 2, 8), np.float32)
+    _check([
+        (lambda: rotary.apply_context_parallel(x.astype(np.int16), SPEC, 0, 2), TypeError,
+         r"^\[rotary_apply_context_parallel\] x has an unsupported dtype \(code \d+, \d+ bits\); expected float32"),
+        (lambda: rotary.apply_context_parallel(x, SPEC, 0, 2, threads=1.5), TypeError,
+         r"^\[rotary_apply_context_parallel\] threads must be an int, got float$"),
+    ])

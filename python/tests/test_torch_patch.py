@@ -399,3 +399,11 @@ def test_patched_model_on_the_device_path_generates_past_max_position_embeddings
         finally:
             rt.unpatch(model)
     assert torch.equal(got, want)
+
+
+def test_a_spec_that_is_no_spec_is_refused_in_patchs_words():
+    """rt.patch(spec="...") said "[rotary.spec_key] ..." (the helper it called), and "[rotary] ..." before that."""
+    model = build("llama-default")
+    with pytest.raises(TypeError, match=r"^\[rotary\.patch\] spec must be a rotary\.Spec, got str$"):
+        rt.patch(model, spec="llama", verify=False)
+    assert not rt.is_patched(model)

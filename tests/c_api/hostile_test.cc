@@ -104,7 +104,8 @@ std::vector<CCase> c_cases() {
       {"inv_freq out NULL with capacity", [](CCall& c) { int64_t n = 0; return rotary_spec_inv_freq(c.spec, -1, nullptr, 4, &n); }, ROTARY_ERROR_INVALID_ARGUMENT, {"out must not be NULL when capacity = 4"}},
       {"tensor_contiguous shape NULL", [](CCall& c) { rotary_tensor_t t; return rotary_tensor_contiguous(&t, c.q.data(), ROTARY_DTYPE_F32, 2, nullptr); }, ROTARY_ERROR_INVALID_ARGUMENT, {"shape must not be NULL"}},
       {"rope_create spec NULL", [](CCall& c) { return rotary_rope_create(nullptr, nullptr, &c.rope); }, ROTARY_ERROR_INVALID_ARGUMENT, {"spec must not be NULL"}},
-      {"layout name unknown", [](CCall&) { rotary_layout_t l = 0; return rotary_layout_from_name("bsdh", &l); }, ROTARY_ERROR_INVALID_ARGUMENT, {"layout", "bshd, bhsd or thd", "\"bsdh\""}},
+      {"layout name unknown", [](CCall&) { rotary_layout_t l = 0; return rotary_layout_from_name("bsdh", &l); }, ROTARY_ERROR_INVALID_ARGUMENT, {"[rotary_layout_from_name] layout must be bshd, bhsd or thd, got \"bsdh\""}},
+      {"backend name unknown", [](CCall&) { rotary_backend_t b = 0; return rotary_backend_from_name("gpu", &b); }, ROTARY_ERROR_INVALID_ARGUMENT, {"[rotary_backend_from_name] backend must be auto, cpu, reference or cuda, got \"gpu\""}},
       {"pairing name NULL", [](CCall&) { rotary_pairing_t p = 0; return rotary_pairing_from_name(nullptr, &p); }, ROTARY_ERROR_INVALID_ARGUMENT, {"[rotary_pairing_from_name]", "name must not be NULL"}},
       // struct sizes and enums
       {"args struct_size 0", [](CCall& c) { c.a.struct_size = 0; return rotary_rope_apply(c.rope, &c.a); }, ROTARY_ERROR_INVALID_ARGUMENT, {"args->struct_size", "got 0"}},
