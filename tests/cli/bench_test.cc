@@ -78,6 +78,19 @@ TEST(CliBench, PrologueJsonLinesCarryTheIssuesFieldsForEveryConfiguration) {
     EXPECT_EQ(j.contains("us"), phase == "decode") << line;
     EXPECT_EQ(j.contains("cold_us"), phase == "decode") << line;
     if (phase == "decode") EXPECT_GT(j["cold_us"].get<double>(), 0.0) << line;
+    // Prefill at one thread: the in-cache time (scaled to T) and the ceiling it puts on the ratio.
+    const bool one_thread_prefill = phase == "prefill" && j["threads"] == 1;
+    for (const char* key : {"in_cache_ms", "in_cache_tokens", "ceiling"})
+      EXPECT_EQ(j.contains(key), one_thread_prefill) << key << " in " << line;
+    if (one_thread_prefill) {
+      const int64_t hot = j["in_cache_tokens"];
+      EXPECT_GE(hot, 1) << line;
+      EXPECT_LE(hot, 64) << "a few tokens, whose rows stay in cache: " << line;
+      EXPECT_GT(j["in_cache_ms"].get<double>(), 0.0) << line;
+      const double ceiling = j["ceiling"];
+      const double limit_sec = j["bytes"].get<double>() / (j["limit_gbps"].get<double>() * 1e9);
+      EXPECT_NEAR(ceiling, limit_sec / (j["in_cache_ms"].get<double>() * 1e-3), 1e-9 * ceiling) << line;
+    }
     EXPECT_NEAR(j["speedup"].get<double>(), j["unfused_ms"].get<double>() / j["fused_again_ms"].get<double>(),
                 1e-9 * j["speedup"].get<double>()) << line;
     const double ms = j["ms"], gbps = j["gbps"], lg = j["limit_gbps"], ratio = j["ratio"], unfused = j["unfused_ms"];
