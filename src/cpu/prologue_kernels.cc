@@ -2,8 +2,9 @@
 //
 // foreach_target.h re-includes this file once per target, and with it cache_rows-inl.h (StoreRow, CacheRows: a
 // row through norm and rotation into a cache's storage), prologue_rows-inl.h (load, norm, rotate, store of one
-// head row) and quantize-inl.h (int8 / fp8 rows). The switch over the input dtype and
-// pairing is RunPrologue; each row's output storage (q's dtype, a cache's dtype) is chosen by StoreRow.
+// head row), norm_block_rows-inl.h (bf16 rows with norm in block order) and quantize-inl.h (int8 / fp8 rows). The
+// switch over the input dtype and pairing is RunPrologue; each row's output storage (q's dtype, a cache's dtype) is
+// chosen by StoreRow.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/prologue_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -18,6 +19,7 @@
 #include "cpu/cache_rows-inl.h"
 #include "cpu/elements-inl.h"
 #include "cpu/kernels.h"
+#include "cpu/norm_block_rows-inl.h"
 #include "cpu/prologue_kernels.h"
 #include "cpu/prologue_rows-inl.h"
 #include "cpu/quantize-inl.h"

@@ -3,7 +3,7 @@
 // A Highway "-inl.h" piece, re-included per target by kernels.cc. These loops take any rotated width
 // (tails use narrower capped tags of the same steps) and any alignment; rows whose halves are 1-16
 // whole vectors take rows_in_registers-inl.h instead, built from the same HalfStep/InterleavedStep
-// (RegisterVectors, at the end of this file, says when; prologue_rows-inl.h asks it too).
+// (RegisterVectors, at the end of this file, says when; norm_block_rows-inl.h asks it too).
 #if defined(ROTARY_CPU_ROWS_GENERAL_INL_H_) == defined(HWY_TARGET_TOGGLE)  // per-target include guard
 #ifdef ROTARY_CPU_ROWS_GENERAL_INL_H_
 #undef ROTARY_CPU_ROWS_GENERAL_INL_H_

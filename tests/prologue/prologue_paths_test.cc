@@ -101,8 +101,8 @@ PrologueArgs paged_call(Buf& q, Buf& k, Buf& v, Buf& kc, Buf& vc, int64_t T, int
 
 TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
   // bf16 and f16 rows with a norm take, by target and shape, the rows in registers (half-split, fully
-  // rotated, K = h / lanes of 1, 2 or 4: HalfNormRowsInRegisters, two rows at a time, so odd head counts
-  // end on one row), the block-order path (bf16: two vectors narrowed per pack), AVX512-BF16 narrowing,
+  // rotated, K = h / lanes of 1, 2 or 4: HalfNormRowsInRegisters, two rows in flight, three on AVX-512; head
+  // counts 1 to 7 end the rows each way), the block-order path (bf16: two vectors narrowed per pack), AVX512-BF16 narrowing,
   // or the generic row path; into an f32 cache the same rows take the generic row path and keep the f32
   // result. Rows of q are also given as k (Hkv = Hq), so q's in-place 16-bit output and k's 16-bit cache
   // rows must both equal the f32 cache's values rounded to nearest even, bit for bit. Weights of f32
@@ -114,7 +114,7 @@ TEST(Prologue, NormedHalfPrecisionRowsAreTheF32ResultRoundedOnceOnEveryPath) {
     SCOPED_TRACE(target);
     for (int64_t T : {3, 1})
     for (DType dt : {DType::kBF16, DType::kF16})
-    for (int64_t H : {4, 3, 1})
+    for (int64_t H : {7, 5, 4, 3, 2, 1})
     for (auto [D, R] : {std::pair<int64_t, int64_t>{128, 128}, {64, 64}, {32, 32}, {16, 16}, {96, 64}, {48, 48}})
       for (Pairing pairing : {Pairing::kHalfSplit, Pairing::kInterleaved})
         for (double offset : {0.0, 1.0})
@@ -173,7 +173,7 @@ TEST(Prologue, ARowsNormFactorDoesNotDependOnTheRowsBesideIt) {
     SCOPED_TRACE(target);
     for (int64_t T : {1, 5})
     for (DType dt : {DType::kBF16, DType::kF16, DType::kF32})
-    for (int64_t H : {8, 6})
+    for (int64_t H : {8, 7, 6, 5, 2})
     for (int64_t D : {128, 64, 40, 36}) {
       SCOPED_TRACE("T" + std::to_string(T) + " " + std::string(dtype_name(dt)) + " H" + std::to_string(H) + " D" +
                    std::to_string(D));
