@@ -19,8 +19,10 @@ namespace rotary {
 ///   kBHSD  contiguous  [B, Hkv, S_max, D]                 (Hugging Face StaticCache)
 enum class CacheLayout : int { kNHD = 0, kHND = 1, kBSHD = 2, kBHSD = 3 };
 ROTARY_API const char* cache_layout_name(CacheLayout l);  ///< "nhd", "hnd", "bshd", "bhsd"
-/// Parses nhd | hnd | bshd | bhsd; anything else throws Error(kInvalidArgument) naming `what`.
-ROTARY_API CacheLayout parse_cache_layout(std::string_view name, const char* what = "cache_layout");
+/// Parses nhd | hnd | bshd | bhsd; anything else throws Error(kInvalidArgument) naming `what` in the words of the
+/// entry point `where` (`[rotary] cache_layout must be nhd, hnd, bshd or bhsd, got "x"` by default).
+ROTARY_API CacheLayout parse_cache_layout(std::string_view name, const char* what = "cache_layout",
+                                          const char* where = "rotary");
 inline bool is_paged(CacheLayout l) { return l == CacheLayout::kNHD || l == CacheLayout::kHND; }
 
 /// One frequency source: a Rope (spec and cos/sin tables, shared and thread-safe) and the length that

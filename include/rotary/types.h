@@ -83,12 +83,14 @@ ROTARY_API const char* backend_name(Backend b);     ///< "auto" / "cpu" / "refer
 ///   pairing    half (also half_split, neox) | interleaved (also gptj)
 ///   direction  forward | inverse
 ///   backend    auto | cpu | reference | cuda
-/// Anything else throws Error(kInvalidArgument) naming `what`: `[rotary] pairing must be half or
-/// interleaved, got "zigzag"`.
-ROTARY_API Layout parse_layout(std::string_view name, const char* what = "layout");
-ROTARY_API Pairing parse_pairing(std::string_view name, const char* what = "pairing");
-ROTARY_API Direction parse_direction(std::string_view name, const char* what = "direction");
-ROTARY_API Backend parse_backend(std::string_view name, const char* what = "backend");
+/// Anything else throws Error(kInvalidArgument) naming the argument `what` in the words of the entry point
+/// `where`: parse_pairing("zigzag") says `[rotary] pairing must be half or interleaved, got "zigzag"`, and
+/// parse_pairing("zigzag", "pairing", "rotary_pairing_from_name") `[rotary_pairing_from_name] pairing must be ...`.
+ROTARY_API Layout parse_layout(std::string_view name, const char* what = "layout", const char* where = "rotary");
+ROTARY_API Pairing parse_pairing(std::string_view name, const char* what = "pairing", const char* where = "rotary");
+ROTARY_API Direction parse_direction(std::string_view name, const char* what = "direction",
+                                     const char* where = "rotary");
+ROTARY_API Backend parse_backend(std::string_view name, const char* what = "backend", const char* where = "rotary");
 
 inline constexpr int kMaxRank = 4;
 

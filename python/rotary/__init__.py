@@ -19,10 +19,10 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _rotary
-from ._arrays import (ArrayLike, _as_core_array, _check_out, _check_rank, _check_torch_write, _empty_like,
-                      _index_array, _inference_write_error, _input_and_out, _int64_checked, _is_torch, _needs_grad,
-                      _offset_arg, _refuse_position_derivative, _routes_positions, _same_array_type, _seq_len_arg,
-                      _threads_arg, _table_arrays, _torch_module, empty, empty_like)
+from ._arrays import (_AS_X, ArrayLike, _as_core_array, _check_out, _check_rank, _check_torch_write, _empty_like,
+                      _in_words, _index_array, _inference_write_error, _input_and_out, _int64_checked, _is_torch,
+                      _needs_grad, _offset_arg, _refuse_position_derivative, _routes_positions, _same_array_type,
+                      _seq_len_arg, _threads_arg, _table_arrays, _torch_module, empty, empty_like)
 from ._positions import PositionsLike, _offset_arrays, _split_positions, _table_positions
 from ._rotary import Spec, default_inv_freq, preset_config_json, preset_description, presets
 
@@ -91,36 +91,42 @@ def apply(
     A torch tensor requiring grad, carrying a forward-mode tangent or wrapped by torch.func is routed through
     rotary.torch (both AD modes).
     """
-    # Fast path: plain numpy float arrays, an int offset and an output array (x itself = in place).
-    if (type(x) is _ndarray and type(out) is _ndarray and type(positions) is int and type(threads) is int
-            and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
-            and cu_seqlens is None and seq_offsets is None and batch_offsets is None and out_scale is None
-            and _rotary._apply_numpy(spec, x, None, None if out is x else out, None, positions, layout, threads)):
-        return out
-    if not isinstance(spec, Spec):
-        raise TypeError(f"[rotary_apply] spec must be a rotary.Spec, got {type(spec).__name__}")
-    if _needs_grad(x) or _routes_positions(x, positions, "rotary_apply"):
-        if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
-                or out_scale is not None):
-            raise ValueError("[rotary_apply] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not supported "
-                             "for tensors requiring grad; use rotary.torch.apply")
-        from . import torch as rotary_torch
+    try:  # the core's q and q_out are x and out here (rotary.torch, which names them so, is called below)
+        # Fast path: plain numpy float arrays, an int offset and an output array (x itself = in place).
+        if (type(x) is _ndarray and type(out) is _ndarray and type(positions) is int and type(threads) is int
+                and type(spec) is Spec and pairing is None and not inverse and seq_len is None and backend == "auto"
+                and cu_seqlens is None and seq_offsets is None and batch_offsets is None and out_scale is None
+                and _rotary._apply_numpy(spec, x, None, None if out is x else out, None, positions, layout, threads)):
+            return out
+        if not isinstance(spec, Spec):
+            raise TypeError(f"[rotary_apply] spec must be a rotary.Spec, got {type(spec).__name__}")
+        if not (_needs_grad(x) or _routes_positions(x, positions, "rotary_apply")):
+            if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
+                _prologue._fp8_rotation(spec, x, out, out_scale, None, None, None, positions, layout=layout,
+                                        pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
+                                        backend=backend, cu_seqlens=cu_seqlens, seq_offsets=seq_offsets,
+                                        batch_offsets=batch_offsets)
+                return out
+            xv, bf16, out, ov = _input_and_out(x, out)
+            offset, ids = _split_positions(positions, "rotary_apply")
+            cu, so, bo = _offset_arrays(cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
+            _rotary._apply(spec, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
+                           batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                           seq_len=_seq_len_arg(seq_len), threads=_threads_arg(threads), backend=backend,
+                           bf16_bits=bf16)
+            return out
+    except (TypeError, ValueError, NotImplementedError) as e:
+        if (named := _in_words(e, "rotary_apply", names=_AS_X)) is e:
+            raise
+        raise named from None
+    if (out is not None or cu_seqlens is not None or seq_offsets is not None or batch_offsets is not None
+            or out_scale is not None):
+        raise ValueError("[rotary_apply] out=, out_scale=, cu_seqlens=, seq_offsets= and batch_offsets= are not "
+                         "supported for tensors requiring grad; use rotary.torch.apply")
+    from . import torch as rotary_torch
 
-        return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
-                                  seq_len=seq_len, threads=threads, backend=backend)
-    if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
-        _prologue._fp8_rotation(spec, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
-                             inverse=inverse, seq_len=seq_len, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
-                             seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-        return out
-    xv, bf16, out, ov = _input_and_out(x, out)
-    offset, ids = _split_positions(positions, "rotary_apply")
-    cu, so, bo = _offset_arrays(cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
-    _rotary._apply(spec, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so, batch_offsets=bo,
-                   layout=layout, pairing=pairing, inverse=bool(inverse), seq_len=_seq_len_arg(seq_len),
-                   threads=_threads_arg(threads),
-                   backend=backend, bf16_bits=bf16)
-    return out
+    return rotary_torch.apply(x, positions, spec, layout=layout, pairing=pairing, inverse=inverse,
+                              seq_len=seq_len, threads=threads, backend=backend)
 
 
 def apply_qk(
@@ -285,10 +291,9 @@ def apply_context_parallel(x: ArrayLike, spec: Spec, rank: int, cp_size: int, *,
         return apply(x, ids, spec, layout=layout, pairing=pairing, inverse=inverse, seq_len=seq_len, threads=threads,
                      backend=backend)
     except (TypeError, ValueError, NotImplementedError) as e:  # rotary.apply's errors in this function's words
-        msg = str(e)
-        if not msg.startswith("[rotary_apply] "):
+        if (named := _in_words(e, "rotary_apply", to_where="rotary_apply_context_parallel")) is e:
             raise
-        raise type(e)("[rotary_apply_context_parallel] " + msg[len("[rotary_apply] "):]) from None
+        raise named from None
 
 
 def _torch_tables(cos: ArrayLike, sin: ArrayLike) -> Tuple[Any, Any]:
@@ -344,20 +349,26 @@ def apply_cos_sin(
         return rotary_torch.apply_cos_sin(x, cos, sin, positions, layout=layout, pairing=pairing, inverse=inverse,
                                           threads=threads, backend=backend, cu_seqlens=cu_seqlens,
                                           seq_offsets=seq_offsets, batch_offsets=batch_offsets)
-    if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
-        if out is None:
-            raise ValueError("[rotary_apply] out_scale is for an fp8 out, got no out")
-        _prologue._fp8_rotation(None, x, out, out_scale, None, None, None, positions, layout=layout, pairing=pairing,
-                             inverse=inverse, seq_len=None, threads=threads, backend=backend, cu_seqlens=cu_seqlens,
-                             seq_offsets=seq_offsets, batch_offsets=batch_offsets, tables=(cos, sin))
+    try:  # the core's q and q_out are x and out here
+        if out_scale is not None or (out is not None and _prologue._fp8_code(out) is not None):
+            if out is None:
+                raise ValueError("[rotary_apply] out_scale is for an fp8 out, got no out")
+            _prologue._fp8_rotation(None, x, out, out_scale, None, None, None, positions, layout=layout,
+                                    pairing=pairing, inverse=inverse, seq_len=None, threads=threads, backend=backend,
+                                    cu_seqlens=cu_seqlens, seq_offsets=seq_offsets, batch_offsets=batch_offsets,
+                                    tables=(cos, sin))
+            return out
+        xv, bf16, out, ov = _input_and_out(x, out)
+        cv, sv, cbf16 = _table_arrays(cos, sin)
+        offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
+        _apply_cos_sin(cv, sv, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
+                       batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
+                       threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
         return out
-    xv, bf16, out, ov = _input_and_out(x, out)
-    cv, sv, cbf16 = _table_arrays(cos, sin)
-    offset, ids, cu, so, bo = _table_positions(positions, cu_seqlens, seq_offsets, batch_offsets, "rotary_apply")
-    _apply_cos_sin(cv, sv, xv, q_out=ov, offset=offset, ids=ids, cu_seqlens=cu, seq_offsets=so,
-                   batch_offsets=bo, layout=layout, pairing=pairing, inverse=bool(inverse),
-                   threads=_threads_arg(threads), backend=backend, bf16_bits=bf16, table_bf16_bits=cbf16)
-    return out
+    except (TypeError, ValueError, NotImplementedError) as e:
+        if (named := _in_words(e, "rotary_apply", names=_AS_X)) is e:
+            raise
+        raise named from None
 
 
 def apply_qk_cos_sin(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 import sys
-from typing import Any, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -434,3 +435,24 @@ def _table_arrays(cos: ArrayLike, sin: ArrayLike, where: str = "rotary_apply") -
     if cbf16 != sbf16:
         raise TypeError(f"[{where}] cos and sin must have the same dtype")
     return cv, sv, cbf16
+
+
+_AS_X = (("q_out", "out"), ("q", "x"))  # the core's names of a one-array call's arrays (rotary.apply's x and out)
+
+
+def _in_words(e: Exception, where: str, *, names: Sequence[Tuple[str, str]] = (),
+              to_where: Optional[str] = None) -> Exception:
+    """e, an error "[where] ..." of a call made for the caller, in the caller's words: prefixed [to_where] when given,
+    and each whole word old of `names` ((old, new) pairs) as new throughout the message, not inside a word, after a
+    dot or in quotes (with ("q", "x"): q's and q itself change; seq, q_out, a.q and got "q" do not). Any other
+    error, or one these words leave as it is, is returned as e."""
+    msg = str(e)
+    if not msg.startswith(f"[{where}] "):
+        return e
+    body = msg[len(where) + 3:]
+    if names:
+        new = dict(names)
+        alternatives = "|".join(re.escape(old) for old in sorted(new, key=len, reverse=True))  # q_out before q
+        body = re.sub(rf'(?<![\w."])(?:{alternatives})(?![\w"])', lambda m: new[m.group(0)], body)
+    named = f"[{to_where or where}] {body}"
+    return e if named == msg else type(e)(named)

@@ -447,7 +447,7 @@ def _fp8_rotation(spec: Spec, q: ArrayLike, q_out: Optional[ArrayLike], q_scale:
         return _core(x, what, "rotary_apply") + (_f32_scale(scale, scale_name, "rotary_apply"),)
     if (q_out is not None and q_out is q) or (k_out is not None and k_out is k):
         raise ValueError("[rotary_apply] an fp8 output cannot be its input (rotate in place needs one dtype)")
-    qv, act = _core(q, "x", "rotary_apply", readonly=True)
+    qv, act = _core(q, "x" if k is None else "q", "rotary_apply", readonly=True)
     kv = _core(k, "k", "rotary_apply", readonly=True)[0] if k is not None else None
     qov, qob, qos = conv(q_out, "out" if k is None else "q_out", "out_scale" if k is None else "q_out_scale", q_scale)
     kov, kob, kos = conv(k_out, "k_out", "k_out_scale", k_scale)

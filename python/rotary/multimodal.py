@@ -11,14 +11,13 @@ context-parallel shard positions, and q/k weight permutation between interleaved
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from . import _rotary
-from ._arrays import (_derivative_reason, _index_array, _input_and_out, _int64_checked, _needs_grad,
+from ._arrays import (_AS_X, _derivative_reason, _in_words, _index_array, _input_and_out, _int64_checked, _needs_grad,
                       _refuse_position_derivative, _routes_positions, _same_array_type, _threads_arg)
 
 # The integer helpers of the extension, with ints beyond int64 refused by name (not nanobind's signature dump).
@@ -158,24 +157,11 @@ def _apply_axes(x: Any, positions: Any, freqs: AxisFrequencies, k: Any, layout: 
                             signed_positions=bool(freqs.signed_positions),
                             q=xv, q_out=ov, k=kv, k_out=kov, ids=ids, layout=layout, pairing=pairing,
                             inverse=bool(inverse), threads=_threads_arg(threads), backend=backend, bf16_bits=bf16)
-    except (ValueError, TypeError) as e:
-        raise _in_axes_words(e) from None
+    except (ValueError, TypeError) as e:  # the core checks as rotary::apply does: "[rotary_apply] q ..."
+        if (named := _in_words(e, "rotary_apply", names=_AS_X, to_where="rotary_apply_axes")) is e:
+            raise
+        raise named from None
     return out if k is None else (out, k_out)
-
-
-_CORE_NAMES = {"q": "x", "q_out": "out"}
-_CORE_APPLY = re.compile(r"^\[rotary_apply\] (?:(q_out|q)(?=[ \[']))?")
-
-
-def _in_axes_words(e: Exception) -> Exception:
-    """The core's error (it checks as rotary::apply does: "[rotary_apply] q ...") in apply_axes' words: its entry
-    point, x for q and out for q_out; any other error unchanged."""
-    msg = str(e)
-    m = _CORE_APPLY.match(msg)
-    if m is None:
-        return e
-    name = _CORE_NAMES.get(m.group(1) or "", "")
-    return type(e)(f"[rotary_apply_axes] {name}{msg[m.end():]}")
 
 
 def permute_qk_weight(w: Any, n_heads: int, head_dim: int, *, rotary_dim: int = 0, src: str = "interleaved",

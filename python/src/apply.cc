@@ -26,8 +26,9 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
   CallArrays c;
   rotary::ApplyArgs& a = c.args;
   constexpr const char* where = "rotary_apply";
-  a.q = to_view(q, where, "x", bf16_bits);
-  if (q_out) a.q_out = to_view(*q_out, where, "out", bf16_bits);
+  // Named as the Python parameters: rotary.apply(x, out=...) alone, rotary.apply_qk(q, k, q_out=..., k_out=...).
+  a.q = to_view(q, where, k ? "q" : "x", bf16_bits);
+  if (q_out) a.q_out = to_view(*q_out, where, k ? "q_out" : "out", bf16_bits);
   if (k) a.k = to_view(*k, where, "k", bf16_bits);
   if (k_out) a.k_out = to_view(*k_out, where, "k_out", bf16_bits);
   a.layout = parse_layout(where, layout);
@@ -39,40 +40,22 @@ CallArrays build_args(const InArray& q, std::optional<OutArray>& q_out, std::opt
   return c;
 }
 
-/// `e` (a name parser's "[rotary] ..." error) in the words of `where`.
-[[noreturn]] void reworded(const rotary::Error& e, const char* where) {
-  static const std::string generic = "[rotary] ";
-  std::string msg = e.what();
-  if (msg.compare(0, generic.size(), generic) == 0) msg = "[" + std::string(where) + "] " + msg.substr(generic.size());
-  throw rotary::Error(e.kind(), msg, e.cause());
-}
-
 }  // namespace
 
-/// rotary's name parser `parse` in the words of `where`.
-template <class T>
-T parsed_in(const char* where, T (*parse)(std::string_view, const char*), std::string_view name, const char* what) {
-  try {
-    return parse(name, what);
-  } catch (const rotary::Error& e) {
-    reworded(e, where);
-  }
-}
-
 rotary::Layout parse_layout(const char* where, std::string_view name, const char* what) {
-  return parsed_in(where, &rotary::parse_layout, name, what);
+  return rotary::parse_layout(name, what, where);
 }
 
 rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what) {
-  return parsed_in(where, &rotary::parse_pairing, name, what);
+  return rotary::parse_pairing(name, what, where);
 }
 
 rotary::Backend parse_backend(const char* where, std::string_view name, const char* what) {
-  return parsed_in(where, &rotary::parse_backend, name, what);
+  return rotary::parse_backend(name, what, where);
 }
 
 rotary::CacheLayout parse_cache_layout(const char* where, std::string_view name, const char* what) {
-  return parsed_in(where, &rotary::parse_cache_layout, name, what);
+  return rotary::parse_cache_layout(name, what, where);
 }
 
 rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids, const std::optional<InArray>& cu_seqlens,

@@ -68,8 +68,7 @@ rotary::Positions positions_of(int64_t offset, const std::optional<InArray>& ids
                                const char* where, std::vector<int64_t>* storage);
 
 // Layout, pairing, backend and cache layout names: the core's one set of spellings (ValueError naming the argument),
-// refused in the words of the Python entry point `where` (the core's parsers say "[rotary]": they serve every
-// adapter; apply.cc).
+// refused in the words of the Python entry point `where` (the core's parsers with `where` first; apply.cc).
 rotary::Layout parse_layout(const char* where, std::string_view name, const char* what = "layout");
 rotary::Pairing parse_pairing(const char* where, std::string_view name, const char* what = "pairing");
 rotary::Backend parse_backend(const char* where, std::string_view name, const char* what = "backend");

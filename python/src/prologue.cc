@@ -123,8 +123,8 @@ void bind_prologue(nb::module_& m) {
          double k_out_scale, std::optional<InArray> cos, std::optional<InArray> sin, bool table_bf16_bits) {
         rotary::ApplyArgs a;
         constexpr const char* where = "rotary_apply";
-        a.q = to_view_as(q, where, "x", act_bits);
-        a.q_out = opt_view(q_out, where, "out", q_out_bits);
+        a.q = to_view_as(q, where, k ? "q" : "x", act_bits);  // rotary.apply's x and out, apply_qk's q and q_out
+        a.q_out = opt_view(q_out, where, k ? "q_out" : "out", q_out_bits);
         a.k = opt_view(k, where, "k", act_bits);
         a.k_out = opt_view(k_out, where, "k_out", k_out_bits);
         std::vector<int64_t> starts;

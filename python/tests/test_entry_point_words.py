@@ -1,6 +1,8 @@
 """Errors of the extension's shared conversions and of rotary's shared helpers name the function called, not "[rotary]"."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -111,3 +113,51 @@ def test_context_parallel_reports_what_it_delegates_in_its_own_words():
         (lambda: rotary.apply_context_parallel(x, SPEC, 0, 2, threads=1.5), TypeError,
          r"^\[rotary_apply_context_parallel\] threads must be an int, got float$"),
     ])
+
+
+def _overlapping_out(shape=(2, 3, 2, 8)):
+    """(x, out): out a view of x's memory one row further on (neither x itself nor apart from it)."""
+    n = int(np.prod(shape))
+    buf = np.zeros(n + shape[-1], np.float32)
+    return buf[:n].reshape(shape), buf[shape[-1]:].reshape(shape)
+
+
+def test_apply_on_arrays_names_x_and_out_as_rotary_torch_apply_does():
+    # On arrays (numpy, or tensors that need no derivative) rotary.apply passed on the core's words for its arguments,
+    # "[rotary_apply] q head_dim ..." and "q_out must either be q itself ...", where rotary.torch.apply says x; and
+    # apply_qk's array conversion called q "x".
+    x6 = np.zeros((1, 2, 2, 6), np.float32)
+    head_dim = r"^\[rotary_apply\] x head_dim must equal the spec's head_dim 8, got 6$"
+    overlap = (r"^\[rotary_apply\] out must either be x itself \(same data and strides: in place\) or not overlap x's "
+               r"memory, got out overlapping x, starting 32 bytes after it with strides \[48,16,8,1\] vs x's "
+               r"\[48,16,8,1\]$")
+    x, out = _overlapping_out()
+    cos, sin = rotary.cos_sin(SPEC, 4)
+    one_array = [
+        (lambda: rotary.apply(x6, 0, SPEC), ValueError, head_dim),  # the general path
+        (lambda: rotary.apply(x6, 0, SPEC, out=x6), ValueError, head_dim),  # the numpy fast path
+        (lambda: rotary.apply(x, 0, SPEC, out=out), ValueError, overlap),
+        (lambda: rotary.apply(x, np.arange(3), SPEC, out=out), ValueError, overlap),
+        (lambda: rotary.apply_cos_sin(x, cos, sin, out=out), ValueError, overlap),
+        (lambda: rotary.apply_context_parallel(np.zeros((1, 4, 2, 6), np.float32), SPEC, 0, 2), ValueError,
+         r"^\[rotary_apply_context_parallel\] x head_dim must equal the spec's head_dim 8, got 6$"),
+    ]
+    q = np.zeros((1, 2, 2, 8), np.complex64)
+    unsupported = r"^\[rotary_apply\] q has an unsupported dtype \(code \d+, \d+ bits\); expected float32"
+    qk = [(lambda: rotary.apply_qk(q, q.copy(), 0, SPEC), TypeError, unsupported),
+          (lambda: rotary.apply_qk_cos_sin(q, q.copy(), cos, sin), TypeError, unsupported)]
+    _check_one_array(one_array)
+    _check(qk)
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # the fp8 outputs' path
+    f8 = np.zeros(x6.shape, ml_dtypes.float8_e4m3fn)
+    _check_one_array([(lambda: rotary.apply(x6, 0, SPEC, out=f8, out_scale=1.0), ValueError, head_dim)])
+    _check([(lambda: rotary.apply_qk(q, q.copy(), 0, SPEC, q_out=f8, k_out=f8.copy(), q_out_scale=1.0,
+                                     k_out_scale=1.0), TypeError, unsupported)])
+
+
+def _check_one_array(cases):
+    """_check for calls of one array x (and out): no word of the core's names q and q_out is left either."""
+    for call, kind, pattern in cases:
+        with pytest.raises(kind, match=pattern) as info:
+            call()
+        assert not re.search(r"\bq\b|q_out", str(info.value)), str(info.value)

@@ -8,21 +8,14 @@ using namespace rotary::c_api;
 
 namespace {
 
-/// Reads `name` with a core parser into the C enum `out`. The core's parsers serve every adapter and say "[rotary] ...";
-/// their errors are recorded in the words of the C function `where`.
+/// Reads `name` with a core parser into the C enum `out`; a name it does not know is refused in the words of the C
+/// function `where`.
 template <class CEnum, class Parse>
 rotary_status_t from_name(const char* where, const char* what, const char* name, CEnum* out, Parse parse) {
   return guarded(where, [&] {
     require_non_null(name, where, "name");
     require_non_null(out, where, "out");
-    try {
-      *out = static_cast<CEnum>(static_cast<int>(parse(name, what)));
-    } catch (const rotary::Error& e) {
-      static const std::string generic = "[rotary] ";
-      std::string msg = e.what();
-      if (msg.compare(0, generic.size(), generic) != 0) throw;
-      throw rotary::Error(e.kind(), "[" + std::string(where) + "] " + msg.substr(generic.size()), e.cause());
-    }
+    *out = static_cast<CEnum>(static_cast<int>(parse(name, what, where)));
   });
 }
 

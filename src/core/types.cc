@@ -53,32 +53,36 @@ struct Spelling {
   int value;
 };
 
-/// The value whose spelling is `name`, else Error naming `what` and the canonical names `expected`.
-int parse_name(std::string_view name, std::initializer_list<Spelling> spellings, const char* what, const char* expected) {
+/// The value whose spelling is `name`, else Error of the entry point `where` naming `what` and the canonical
+/// names `expected`.
+int parse_name(std::string_view name, std::initializer_list<Spelling> spellings, const char* what, const char* where,
+               const char* expected) {
   for (const Spelling& s : spellings)
     if (s.name == name) return s.value;
-  fail(Error::Kind::kInvalidArgument, "rotary",
+  fail(Error::Kind::kInvalidArgument, where,
        std::string(what) + " must be " + expected + ", got " + quote_value(name));
 }
 
 }  // namespace
 
-Layout parse_layout(std::string_view name, const char* what) {
-  return static_cast<Layout>(parse_name(name, {{"bshd", 0}, {"bhsd", 1}, {"thd", 2}}, what, "bshd, bhsd or thd"));
+Layout parse_layout(std::string_view name, const char* what, const char* where) {
+  return static_cast<Layout>(
+      parse_name(name, {{"bshd", 0}, {"bhsd", 1}, {"thd", 2}}, what, where, "bshd, bhsd or thd"));
 }
 
-Pairing parse_pairing(std::string_view name, const char* what) {
+Pairing parse_pairing(std::string_view name, const char* what, const char* where) {
   return static_cast<Pairing>(parse_name(
-      name, {{"half", 0}, {"half_split", 0}, {"neox", 0}, {"interleaved", 1}, {"gptj", 1}}, what, "half or interleaved"));
+      name, {{"half", 0}, {"half_split", 0}, {"neox", 0}, {"interleaved", 1}, {"gptj", 1}}, what, where,
+      "half or interleaved"));
 }
 
-Direction parse_direction(std::string_view name, const char* what) {
-  return static_cast<Direction>(parse_name(name, {{"forward", 0}, {"inverse", 1}}, what, "forward or inverse"));
+Direction parse_direction(std::string_view name, const char* what, const char* where) {
+  return static_cast<Direction>(parse_name(name, {{"forward", 0}, {"inverse", 1}}, what, where, "forward or inverse"));
 }
 
-Backend parse_backend(std::string_view name, const char* what) {
-  return static_cast<Backend>(
-      parse_name(name, {{"auto", 0}, {"cpu", 1}, {"reference", 2}, {"cuda", 3}}, what, "auto, cpu, reference or cuda"));
+Backend parse_backend(std::string_view name, const char* what, const char* where) {
+  return static_cast<Backend>(parse_name(name, {{"auto", 0}, {"cpu", 1}, {"reference", 2}, {"cuda", 3}}, what, where,
+                                         "auto, cpu, reference or cuda"));
 }
 
 int64_t TensorView::numel() const {

@@ -27,10 +27,10 @@ const char* cache_layout_name(CacheLayout l) {
   return "unknown";
 }
 
-CacheLayout parse_cache_layout(std::string_view name, const char* what) {
+CacheLayout parse_cache_layout(std::string_view name, const char* what, const char* where) {
   for (int i = 0; i < 4; ++i)
     if (name == cache_layout_name(static_cast<CacheLayout>(i))) return static_cast<CacheLayout>(i);
-  fail(Error::Kind::kInvalidArgument, "rotary",
+  fail(Error::Kind::kInvalidArgument, where,
        std::string(what) + " must be nhd, hnd, bshd or bhsd, got " + quote_value(name));
 }
 

@@ -86,9 +86,9 @@ class Flags {
 /// A flag's value read by one of the core's name parsers (rotary::parse_layout, parse_pairing, ...): a bad
 /// value is a UsageError naming the flag, e.g. `--layout must be bshd, bhsd or thd, got "bsdh"`.
 template <class T>
-T parse_flag(T (*parse)(std::string_view, const char*), const std::string& value, const char* flag) {
+T parse_flag(T (*parse)(std::string_view, const char*, const char*), const std::string& value, const char* flag) {
   try {
-    return parse(value, flag);
+    return parse(value, flag, "rotary");
   } catch (const Error& e) {
     const std::string msg = e.what();
     const size_t end = msg.rfind("] ", msg.find(' '));  // drop the "[where] " prefix
