@@ -413,7 +413,8 @@ HWY_INLINE bool HalfNormRowsInRegistersK(const Storage<EI>* in, Storage<EO>* out
   return false;
 #else
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  // Two rows live in registers (4K vectors): K up to 4 with 32 vector registers (AVX-512), up to 2 with 16.
+  // Two rows live in registers (4K vectors; 16-bit rows on AVX-512 three, 6K): K up to 4 with 32 vector registers
+  // (AVX-512; at K = 4 the three-row ring spills a few vectors a row, and is still faster), up to 2 with 16.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   constexpr size_t kMaxK = 4;
 #else

@@ -527,7 +527,8 @@ TEST_F(CpuKernelsTest, Bf16PortablePathsAgreeBitForBit) {
   // HalfBF16BlockRows), misaligned rows the per-vector widening and narrowing of LoadX/StoreX. All
   // compute the same f32 values and round to nearest even, so they must agree bit for bit; ~400 000
   // values per call make rounding ties (low 16 bits 0x8000, either parity) occur several times.
-  const bool native = detail::cpu::set_native_bf16(false);  // AVX3 takes the portable paths too
+  const bool native = detail::cpu::set_native_bf16(true);  // (true where the CPU has AVX512-BF16)
+  detail::cpu::set_native_bf16(false);                      // AVX3 takes the portable paths too
   for (int64_t target : detail::cpu::runnable_targets()) {
     hwy::SetSupportedTargetsForTest(target);
     for (Pairing pr : {Pairing::kHalfSplit, Pairing::kInterleaved})

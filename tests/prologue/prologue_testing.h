@@ -101,7 +101,8 @@ inline void for_each_target(const std::function<void(const std::string&)>& fn) {
     fn(hwy::TargetName(target));
   }
   hwy::SetSupportedTargetsForTest(0);
-  if (detail::cpu::set_native_bf16(false)) {
+  if (detail::cpu::set_native_bf16(true)) {  // (true where the CPU has AVX512-BF16)
+    detail::cpu::set_native_bf16(false);
     fn("portable bf16");
   }
   detail::cpu::set_native_bf16(true);
